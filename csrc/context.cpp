@@ -1,0 +1,216 @@
+// A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
+// graphs of at most n_batch tokens.
+#include "context.h"
+
+#include "error.h"
+#include "graph_common.h"
+
+#include "ggml-cpu.h"
+#include "gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+using namespace psl;
+
+namespace {
+
+int32_t default_threads() {
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 4 : (int32_t) std::min(hw, 16u);
+}
+
+bool is_kv_type(int32_t t) {
+    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0 ||
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+}
+
+bool abort_requested(void * data) { return static_cast<psl_context *>(data)->interrupt.load(); }
+
+// Frees a graph's ggml context however the eval leaves.
+struct CtxGuard {
+    ggml_context * ctx;
+    ~CtxGuard() { ggml_free(ctx); }
+};
+
+}  // namespace
+
+psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m), params(p) {
+    const HParams & hp = m->hp;
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx, n_batch and n_threads must be >= 0 (got %d, %d, %d)", p.n_ctx,
+             p.n_batch, p.n_threads);
+    }
+    if (p.n_ctx > (1 << 22)) fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx %d is too large", p.n_ctx);
+    if (!is_kv_type(p.type_k) || !is_kv_type(p.type_v)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
+             "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
+    }
+    if (hp.n_embd_head_k % ggml_blck_size((ggml_type) p.type_k) != 0 ||
+        hp.n_embd_head_v % ggml_blck_size((ggml_type) p.type_v) != 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block",
+             ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v));
+    }
+    params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
+    params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
+    params.n_threads = p.n_threads > 0 ? p.n_threads : default_threads();
+
+    kv = std::make_unique<KvCache>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
+
+    backend_cpu = ggml_backend_dev_init(m->dev_cpu, nullptr);
+    if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
+    ggml_backend_cpu_set_n_threads(backend_cpu, params.n_threads);
+    ggml_backend_cpu_set_abort_callback(backend_cpu, abort_requested, this);
+    std::vector<ggml_backend_t> backends;
+    if (m->dev_gpu) {
+        backend_gpu = ggml_backend_dev_init(m->dev_gpu, nullptr);
+        if (!backend_gpu) fail(PSL_ERR_BACKEND, "cannot start the %s backend", ggml_backend_dev_name(m->dev_gpu));
+        backends.push_back(backend_gpu);
+    }
+    backends.push_back(backend_cpu);   // the CPU last: the scheduler's fallback
+
+    graph_size = std::max<size_t>(2048, 10 * (size_t) gguf_get_n_tensors(m->gguf));
+    graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
+    sched = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size, false, true);
+    if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
+
+    // Reserve compute memory once, for the largest graph: a full batch attending to the whole cache.
+    ggml_context * ctx0 = nullptr;
+    ggml_cgraph * gf = build_graph(params.n_batch, kv->size() - params.n_batch, PSL_LOGITS_ALL, &ctx0, nullptr);
+    CtxGuard guard{ctx0};
+    if (!ggml_backend_sched_reserve(sched, gf)) {
+        fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
+             params.n_ctx);
+    }
+}
+
+psl_context::~psl_context() {
+    if (sched) ggml_backend_sched_free(sched);
+    kv.reset();
+    if (backend_gpu) ggml_backend_free(backend_gpu);
+    if (backend_cpu) ggml_backend_free(backend_cpu);
+    psl::release(model);
+}
+
+ggml_cgraph * psl_context::build_graph(int32_t n_tokens, int32_t n_past, int32_t mode, ggml_context ** ctx_out,
+                                       Graph ** graph_out) {
+    ggml_init_params p = {graph_buf.size(), graph_buf.data(), /*no_alloc =*/ true};
+    ggml_context * ctx0 = ggml_init(p);
+    if (!ctx0) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
+    *ctx_out = ctx0;
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx0, graph_size, false);
+    graph = std::make_unique<Graph>(ctx0, gf, *model, *kv, n_tokens, n_past, mode == PSL_LOGITS_ALL);
+    graph->no_outputs = mode == PSL_LOGITS_NONE;
+    ggml_tensor * res = model->arch->build(*graph);
+    ggml_build_forward_expand(gf, res);
+    graph->result = res;
+    if (graph_out) *graph_out = graph.get();
+    return gf;
+}
+
+void psl_context::fill_inputs(const Graph & g, const int32_t * tokens) {
+    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    pos_buf.resize(g.n_tokens);
+    for (int32_t i = 0; i < g.n_tokens; ++i) pos_buf[i] = g.n_past + i;
+    ggml_backend_tensor_set(g.inp_pos, pos_buf.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
+
+    // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
+    // with a sliding window only the last n_swa of them.
+    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+    const int32_t n_swa = model->hp.n_swa;
+    const size_t n = (size_t) g.n_kv * g.n_tokens;
+    mask_buf.assign(n, ninf);
+    if (g.inp_mask_swa) mask_swa_buf.assign(n, ninf);
+    for (int32_t i = 0; i < g.n_tokens; ++i) {
+        const int32_t pos = g.n_past + i;
+        ggml_fp16_t * row = mask_buf.data() + (size_t) i * g.n_kv;
+        std::fill(row, row + pos + 1, zero);
+        if (g.inp_mask_swa) {
+            ggml_fp16_t * srow = mask_swa_buf.data() + (size_t) i * g.n_kv;
+            std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
+        }
+    }
+    ggml_backend_tensor_set(g.inp_mask, mask_buf.data(), 0, n * sizeof(ggml_fp16_t));
+    if (g.inp_mask_swa) ggml_backend_tensor_set(g.inp_mask_swa, mask_swa_buf.data(), 0, n * sizeof(ggml_fp16_t));
+}
+
+void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {
+    ggml_context * ctx0 = nullptr;
+    Graph * g = nullptr;
+    ggml_cgraph * gf = build_graph(n_tokens, kv->used(), mode, &ctx0, &g);
+    CtxGuard guard{ctx0};
+
+    ggml_backend_sched_reset(sched);
+    if (!ggml_backend_sched_alloc_graph(sched, gf)) {
+        fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n_tokens);
+    }
+    fill_inputs(*g, tokens);
+    const ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
+    if (st == GGML_STATUS_ABORTED) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
+    if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
+    if (mode != PSL_LOGITS_NONE) {
+        ggml_backend_tensor_get(g->result, out, 0, ggml_nbytes(g->result));
+    }
+    kv->set_used(kv->used() + n_tokens);
+}
+
+void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+    const int32_t n_vocab = model->hp.n_vocab;
+    if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "number of tokens must be >= 0 (got %d)", n);
+    if (n > 0 && !tokens) fail(PSL_ERR_INVALID_ARGUMENT, "tokens is NULL");
+    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            fail(PSL_ERR_OUT_OF_RANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
+                 n_vocab);
+        }
+    }
+    if ((int64_t) kv->used() + n > params.n_ctx) {
+        fail(PSL_ERR_CONTEXT_FULL, "context full: %d tokens in the cache + %d new exceed n_ctx = %d", kv->used(), n,
+             params.n_ctx);
+    }
+    const int32_t rows = n == 0 ? 0 : mode == PSL_LOGITS_ALL ? n : mode == PSL_LOGITS_LAST ? 1 : 0;
+    if (out) {
+        if (out_cap < (int64_t) rows * n_vocab) {
+            fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
+                 (long long) rows * n_vocab);
+        }
+    } else {
+        logits.resize((size_t) rows * n_vocab);
+        out = logits.data();
+    }
+    n_rows = 0;
+    interrupt = false;
+
+    const int32_t n_past0 = kv->used();
+    try {
+        for (int32_t off = 0; off < n; off += params.n_batch) {
+            const int32_t nb = std::min(params.n_batch, n - off);
+            const bool last = off + nb == n;
+            const int32_t m = mode == PSL_LOGITS_ALL ? PSL_LOGITS_ALL
+                              : (mode == PSL_LOGITS_LAST && last) ? PSL_LOGITS_LAST : PSL_LOGITS_NONE;
+            eval_batch(tokens + off, nb, m, mode == PSL_LOGITS_ALL ? out + (size_t) off * n_vocab : out);
+        }
+    } catch (...) {
+        kv->set_used(n_past0);   // a failed eval leaves the cache as it found it
+        throw;
+    }
+    n_rows = rows;
+}
+
+void psl_context::truncate(int32_t n_keep) {
+    if (n_keep < 0 || n_keep > kv->used()) {
+        fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): the cache holds %d tokens", n_keep, kv->used());
+    }
+    kv->set_used(n_keep);
+}
+
+void psl_context::set_threads(int32_t n) {
+    if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (got %d)", n);
+    params.n_threads = n > 0 ? n : default_threads();
+    ggml_backend_cpu_set_n_threads(backend_cpu, params.n_threads);
+}

@@ -1,0 +1,46 @@
+#pragma once
+
+#include "kv_cache.h"
+#include "model.h"
+#include "pyllamaspec.h"
+
+#include "ggml-backend.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace psl {
+struct Graph;
+}
+
+struct psl_context {
+    psl_model * model;                       // holds a reference (psl::retain)
+    psl_context_params params;               // with defaults resolved
+    std::unique_ptr<psl::KvCache> kv;
+    ggml_backend_t backend_cpu = nullptr;
+    ggml_backend_t backend_gpu = nullptr;
+    ggml_backend_sched_t sched = nullptr;
+    size_t graph_size = 0;
+    std::vector<uint8_t> graph_buf;          // metadata of the graph being built
+    std::unique_ptr<psl::Graph> graph;
+
+    std::vector<float> logits;               // used when the caller gives no buffer
+    int32_t n_rows = 0;
+    std::vector<int32_t> pos_buf;
+    std::vector<ggml_fp16_t> mask_buf, mask_swa_buf;
+    std::atomic<bool> interrupt{false};
+
+    psl_context(psl_model * m, const psl_context_params & p);
+    ~psl_context();
+
+    void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
+    void truncate(int32_t n_keep);
+    void set_threads(int32_t n);
+
+private:
+    ggml_cgraph * build_graph(int32_t n_tokens, int32_t n_past, int32_t mode, ggml_context ** ctx_out,
+                              psl::Graph ** graph_out);
+    void fill_inputs(const psl::Graph & g, const int32_t * tokens);
+    void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
+};

@@ -1,0 +1,58 @@
+// A GGUF file opened for loading: metadata, tensor descriptions and (optionally) a read-only
+// mapping of the file. Every check that keeps a bad file from reaching a ggml assertion lives
+// here or in model.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct gguf_context;
+struct ggml_context;
+struct ggml_tensor;
+
+namespace psl {
+
+class GgufFile {
+public:
+    explicit GgufFile(const std::string & path);
+    ~GgufFile();
+    GgufFile(const GgufFile &) = delete;
+    GgufFile & operator=(const GgufFile &) = delete;
+
+    const std::string & path() const { return path_; }
+    gguf_context * gguf() const { return gguf_; }
+    ggml_context * meta() const { return meta_; }   // tensors with shapes, no data
+    size_t file_size() const { return file_size_; }
+    size_t data_offset() const { return data_offset_; }
+
+    // File offset of a tensor's data (already checked to lie inside the file).
+    size_t tensor_file_offset(const char * name) const;
+
+    // Maps the whole file read-only; returns its base address.
+    const uint8_t * map(bool populate);
+    const uint8_t * mapping() const { return map_; }
+    // Reads n bytes at file offset off into dst (the path without mmap).
+    void read(size_t off, void * dst, size_t n) const;
+
+    // Metadata access. `key` is the full key. get_* fail with PSL_ERR_FORMAT naming the key when
+    // it is absent (and required) or has the wrong type.
+    bool has(const std::string & key) const;
+    int64_t get_int(const std::string & key) const;
+    int64_t get_int(const std::string & key, int64_t dflt) const;
+    double get_float(const std::string & key, double dflt) const;
+    std::string get_str(const std::string & key) const;
+    std::string get_str(const std::string & key, const std::string & dflt) const;
+
+private:
+    std::string path_;
+    gguf_context * gguf_ = nullptr;
+    ggml_context * meta_ = nullptr;
+    size_t file_size_ = 0;
+    size_t data_offset_ = 0;
+    int fd_ = -1;
+    const uint8_t * map_ = nullptr;
+};
+
+}  // namespace psl

@@ -1,0 +1,90 @@
+#include "graph_common.h"
+
+#include <cmath>
+
+namespace psl {
+
+Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
+             int32_t n_past, bool all_outputs)
+    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_past(n_past),
+      n_kv(kv.n_kv_for(n_past + n_tokens)), all_outputs(all_outputs) {
+    inp_pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
+    ggml_set_name(inp_pos, "inp_pos");
+    ggml_set_input(inp_pos);
+    inp_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
+    ggml_set_name(inp_mask, "inp_mask");
+    ggml_set_input(inp_mask);
+    if (m.hp.n_swa > 0) {
+        inp_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
+        ggml_set_name(inp_mask_swa, "inp_mask_swa");
+        ggml_set_input(inp_mask_swa);
+    }
+}
+
+ggml_tensor * Graph::embed() {
+    inp_tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
+    ggml_set_name(inp_tokens, "inp_tokens");
+    ggml_set_input(inp_tokens);
+    return ggml_get_rows(ctx, m.tok_embd, inp_tokens);
+}
+
+ggml_tensor * Graph::rms_norm(ggml_tensor * x, ggml_tensor * w) const {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, m.hp.norm_eps), w);
+}
+
+ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base) const {
+    const HParams & hp = m.hp;
+    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, hp.n_ctx_train, freq_base, hp.rope_freq_scale,
+                         /*ext_factor =*/ 0.0f, /*attn_factor =*/ 1.0f, /*beta_fast =*/ 32.0f, /*beta_slow =*/ 1.0f);
+}
+
+ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {
+    const HParams & hp = m.hp;
+    ggml_tensor * k_l = kv.k(il);
+    ggml_tensor * v_l = kv.v(il);
+    const size_t k_row = ggml_row_size(k_l->type, hp.n_embd_k_gqa());
+    const size_t v_row = ggml_row_size(v_l->type, hp.n_embd_v_gqa());
+
+    // Append this batch's keys and values at cells [n_past, n_past + n_tokens).
+    ggml_tensor * k_dst = ggml_view_1d(ctx, k_l, (int64_t) n_tokens * hp.n_embd_k_gqa(), k_row * n_past);
+    ggml_tensor * v_dst = ggml_view_1d(ctx, v_l, (int64_t) n_tokens * hp.n_embd_v_gqa(), v_row * n_past);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, k_cur, k_dst));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, v_cur, v_dst));
+
+    // Attend over the first n_kv cells; the mask hides the future and the unused cells.
+    ggml_tensor * k = ggml_view_3d(ctx, k_l, hp.n_embd_head_k, n_kv, hp.n_head_kv, k_row,
+                                   ggml_row_size(k_l->type, hp.n_embd_head_k), 0);
+    ggml_tensor * v = ggml_view_3d(ctx, v_l, hp.n_embd_head_v, n_kv, hp.n_head_kv, v_row,
+                                   ggml_row_size(v_l->type, hp.n_embd_head_v), 0);
+    q = ggml_permute(ctx, q, 0, 2, 1, 3);
+    ggml_tensor * mask = hp.is_swa(il) ? inp_mask_swa : inp_mask;
+    ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
+    ggml_flash_attn_ext_set_prec(out, GGML_PREC_F32);
+    return ggml_reshape_2d(ctx, out, (int64_t) hp.n_embd_head_v * hp.n_head, n_tokens);
+}
+
+ggml_tensor * Graph::ffn_swiglu(ggml_tensor * x, const Layer & l) const {
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
+    ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
+    return ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, g, u));
+}
+
+ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
+    ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
+    return ggml_mul_mat(ctx, l.ffn_down, ggml_geglu_split(ctx, g, u));
+}
+
+ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
+    if (no_outputs) return x;
+    if (!all_outputs && n_tokens > 1) {
+        x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (n_tokens - 1) * x->nb[1]);
+    }
+    x = rms_norm(x, norm_w);
+    ggml_tensor * logits = ggml_mul_mat(ctx, m.output, x);
+    ggml_set_name(logits, "logits");
+    ggml_set_output(logits);
+    return logits;
+}
+
+}  // namespace psl

@@ -1,0 +1,45 @@
+// Pieces every architecture's graph shares: inputs, norms, rope, attention over the KV cache,
+// feed-forward variants and the output head. An architecture file strings them together.
+#pragma once
+
+#include "kv_cache.h"
+#include "model.h"
+
+namespace psl {
+
+// One forward graph over n_tokens new tokens at positions [n_past, n_past + n_tokens).
+struct Graph {
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+    const psl_model & m;
+    KvCache & kv;
+    int32_t n_tokens;
+    int32_t n_past;
+    int32_t n_kv;                // cells the attention reads
+    bool all_outputs;            // logits for every token, else for the last only
+    bool no_outputs = false;     // no logits at all: the graph ends at the last layer
+    ggml_tensor * result = nullptr;
+
+    // inputs, filled by the context before compute
+    ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
+    ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
+    ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, n_tokens], causal
+    ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, n_tokens], causal and windowed
+
+    Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
+          int32_t n_past, bool all_outputs);
+
+    ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
+    ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
+    ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base) const;   // x: [head, n_head, n_tokens]
+    // Stores k_cur/v_cur ([head, n_head_kv, n_tokens]) into layer il's cache and attends with q
+    // ([head, n_head, n_tokens]); returns [n_embd_head_v * n_head, n_tokens].
+    ggml_tensor * attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale);
+    ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
+    ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
+    // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs].
+    ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
+    int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }
+};
+
+}  // namespace psl

@@ -1,0 +1,206 @@
+/*
+ * pyllamaspec.h: the whole public C API of the pyllamaspec core.
+ *
+ * Opaque handles, explicit status codes and a per-thread last-error message; no C++ type or
+ * exception crosses this boundary. Every function that can fail returns psl_status; on failure
+ * psl_last_error() says why. Pointers handed out (logits, metadata strings) stay valid until
+ * the call named in their comment.
+ *
+ * The Python layer (cffi, ABI mode) reads the declarations between the markers
+ * "cffi-begin" and "cffi-end" verbatim, so that part stays plain C without macros.
+ */
+#ifndef PYLLAMASPEC_H
+#define PYLLAMASPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define PSL_API __declspec(dllexport)
+#else
+#  define PSL_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cffi-begin */
+typedef enum psl_status {
+    PSL_OK                   = 0,
+    PSL_ERR_INVALID_ARGUMENT = 1,   /* a parameter is out of its domain                      */
+    PSL_ERR_IO               = 2,   /* a file could not be opened or read                    */
+    PSL_ERR_FORMAT           = 3,   /* the file is not a valid GGUF model                    */
+    PSL_ERR_UNSUPPORTED      = 4,   /* valid, but not something we run (architecture, ...)   */
+    PSL_ERR_OUT_OF_RANGE     = 5,   /* a token id or index outside its range                 */
+    PSL_ERR_CONTEXT_FULL     = 6,   /* evaluation would pass n_ctx                           */
+    PSL_ERR_BACKEND          = 7,   /* the compute backend failed                            */
+    PSL_ERR_OUT_OF_MEMORY    = 8,
+    PSL_ERR_BUFFER_TOO_SMALL = 9,   /* the caller's buffer is too small; the size is returned */
+    PSL_ERR_INTERRUPTED      = 10,  /* psl_context_interrupt() stopped the evaluation        */
+    PSL_ERR_NO_VOCAB         = 11,  /* the model file carries no tokenizer                   */
+    PSL_ERR_INTERNAL         = 12
+} psl_status;
+
+typedef struct psl_model   psl_model;
+typedef struct psl_context psl_context;
+typedef struct psl_detok   psl_detok;
+
+/* ---- library ---- */
+/* Last error of this thread, "" if none. Valid until the next failing call on this thread. */
+PSL_API const char * psl_last_error(void);
+PSL_API const char * psl_version(void);
+/* Compiled backends and CPU features, e.g. "CPU: AVX2 F16C FMA ... | CUDA: 1 device". */
+PSL_API const char * psl_system_info(void);
+/* Route ggml's log to stderr (true) or keep it quiet (false, the default). */
+PSL_API void         psl_set_verbose(bool verbose);
+
+/* ---- model ---- */
+typedef struct psl_model_params {
+    int32_t n_gpu_layers;   /* layers offloaded to the GPU backend, like llama.cpp's -ngl; -1 = all */
+    int32_t n_threads;      /* threads for loading-time work (0 = default)                          */
+    bool    use_mmap;       /* map the file instead of reading it (CPU weights)                     */
+} psl_model_params;
+
+PSL_API psl_model_params psl_model_default_params(void);
+PSL_API psl_status psl_model_load(const char * path, const psl_model_params * params, psl_model ** out);
+/* Frees the model once no context uses it any more. NULL is ignored. */
+PSL_API void       psl_model_free(psl_model * model);
+
+typedef struct psl_model_info {
+    char     arch[32];        /* general.architecture                          */
+    char     name[128];       /* general.name, "" if absent                    */
+    int32_t  n_vocab;
+    int32_t  n_ctx_train;
+    int32_t  n_layer;
+    int32_t  n_embd;
+    int32_t  n_head;
+    int32_t  n_head_kv;
+    int32_t  n_embd_head_k;
+    int32_t  n_embd_head_v;
+    int32_t  n_ff;
+    int32_t  n_rot;
+    float    rope_freq_base;
+    float    rope_freq_scale;
+    float    norm_eps;
+    int32_t  file_type;       /* general.file_type (llama_ftype), -1 if absent */
+    uint64_t size_bytes;      /* bytes of all tensors                          */
+    uint64_t n_params;        /* elements of all tensors                       */
+    int32_t  n_gpu_layers;    /* layers actually offloaded                     */
+    bool     tied_output;     /* output head shares token_embd                 */
+} psl_model_info;
+
+PSL_API psl_status psl_model_get_info(const psl_model * model, psl_model_info * out);
+
+/* GGUF metadata, by index 0..psl_model_meta_count()-1. Types are GGUF's gguf_type values
+ * (0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64,
+ * 12 f64). Strings are not NUL-terminated in general: use the length. Pointers live as long
+ * as the model. */
+PSL_API int64_t    psl_model_meta_count(const psl_model * model);
+PSL_API int64_t    psl_model_meta_find(const psl_model * model, const char * key);   /* -1 if absent */
+PSL_API psl_status psl_model_meta_key(const psl_model * model, int64_t i, const char ** key);
+PSL_API psl_status psl_model_meta_type(const psl_model * model, int64_t i, int32_t * type,
+                                       int32_t * array_type, uint64_t * array_len);
+PSL_API psl_status psl_model_meta_get_int(const psl_model * model, int64_t i, int64_t * out);    /* ints, bool */
+PSL_API psl_status psl_model_meta_get_float(const psl_model * model, int64_t i, double * out);   /* f32, f64 */
+PSL_API psl_status psl_model_meta_get_str(const psl_model * model, int64_t i, const char ** out, size_t * len);
+/* Numeric arrays: pointer to the packed elements of array_type. */
+PSL_API psl_status psl_model_meta_get_array(const psl_model * model, int64_t i, const void ** data);
+PSL_API psl_status psl_model_meta_get_array_str(const psl_model * model, int64_t i, uint64_t j,
+                                                const char ** out, size_t * len);
+
+/* ---- context: a KV cache and the buffers to evaluate tokens ---- */
+typedef struct psl_context_params {
+    int32_t n_ctx;        /* KV cache length in tokens (0 = n_ctx_train, capped at 4096)     */
+    int32_t n_batch;      /* most tokens per graph; longer evaluations are split (0 = 512)   */
+    int32_t n_threads;    /* CPU threads (0 = default)                                        */
+    int32_t type_k;       /* ggml_type of the K cache: 1 = f16 (default), 0 = f32, 8 = q8_0   */
+    int32_t type_v;       /* ggml_type of the V cache                                          */
+} psl_context_params;
+
+enum psl_logits_mode {
+    PSL_LOGITS_NONE = 0,  /* no logits (prefill whose output is not needed) */
+    PSL_LOGITS_LAST = 1,  /* one row: the last token                       */
+    PSL_LOGITS_ALL  = 2   /* one row per evaluated token                   */
+};
+
+PSL_API psl_context_params psl_context_default_params(void);
+PSL_API psl_status psl_context_new(psl_model * model, const psl_context_params * params, psl_context ** out);
+PSL_API void       psl_context_free(psl_context * ctx);
+PSL_API psl_status psl_context_get_params(const psl_context * ctx, psl_context_params * out);
+PSL_API psl_status psl_context_set_threads(psl_context * ctx, int32_t n_threads);
+
+/* Evaluates tokens[0..n) at positions [n_past, n_past + n), causally over the cache, and
+ * appends them to it; batches longer than n_batch are split. The logits of the requested rows
+ * (psl_logits_mode) are written row-major, rows x n_vocab float32, to `out` when it is not
+ * NULL (out_cap = its size in floats; too small gives PSL_ERR_BUFFER_TOO_SMALL before any
+ * work), else to the context's own buffer, read with psl_context_logits. On failure the cache
+ * is as it was before the call. */
+PSL_API psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_mode,
+                                    float * out, int64_t out_cap);
+/* The context's own logits buffer after an eval with out == NULL. Valid until the next eval. */
+PSL_API psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab);
+PSL_API int32_t    psl_context_n_past(const psl_context * ctx);
+PSL_API int32_t    psl_context_n_ctx(const psl_context * ctx);
+/* Keeps the first n_keep tokens of the cache, in O(1): the rollback speculation needs. */
+PSL_API psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep);
+PSL_API void       psl_context_clear(psl_context * ctx);
+/* Asks a running eval on ctx to stop (thread-safe; for Ctrl-C). It returns PSL_ERR_INTERRUPTED
+ * with the cache unchanged. The flag clears when the next eval starts. */
+PSL_API void       psl_context_interrupt(psl_context * ctx);
+
+/* ---- vocabulary and tokenizer (csrc/vocab*.cpp), from the GGUF tokenizer.ggml.* keys ---- */
+enum psl_vocab_type { PSL_VOCAB_NONE = 0, PSL_VOCAB_SPM = 1, PSL_VOCAB_BPE = 2 };
+
+/* GGUF's token types. */
+enum psl_token_attr {
+    PSL_TOKEN_UNDEFINED    = 0,
+    PSL_TOKEN_NORMAL       = 1,
+    PSL_TOKEN_UNKNOWN      = 2,
+    PSL_TOKEN_CONTROL      = 3,
+    PSL_TOKEN_USER_DEFINED = 4,
+    PSL_TOKEN_UNUSED       = 5,
+    PSL_TOKEN_BYTE         = 6
+};
+
+typedef struct psl_vocab_info {
+    int32_t type;               /* psl_vocab_type                                 */
+    int32_t n_tokens;
+    int32_t bos, eos, eot, eom, unk, pad, sep, nl;   /* -1 where the model has none */
+    bool    add_bos;
+    bool    add_eos;
+    bool    add_space_prefix;
+    char    pre[64];            /* tokenizer.ggml.pre, "" if absent               */
+} psl_vocab_info;
+
+PSL_API psl_status psl_vocab_get_info(const psl_model * model, psl_vocab_info * out);
+/* Token ids of text[0..len). Writes at most cap ids; if more are needed returns
+ * PSL_ERR_BUFFER_TOO_SMALL with *n_out set to the number required. */
+PSL_API psl_status psl_tokenize(const psl_model * model, const char * text, size_t len,
+                                bool add_special, bool parse_special,
+                                int32_t * out, int32_t cap, int32_t * n_out);
+/* Bytes of one token (byte tokens give their byte; control tokens give "" unless render_special).
+ * Same buffer protocol as psl_tokenize. */
+PSL_API psl_status psl_token_to_piece(const psl_model * model, int32_t id, bool render_special,
+                                      char * buf, size_t cap, size_t * n_out);
+PSL_API psl_status psl_detokenize(const psl_model * model, const int32_t * ids, int32_t n,
+                                  bool render_special, char * buf, size_t cap, size_t * n_out);
+PSL_API psl_status psl_token_get_attr(const psl_model * model, int32_t id, int32_t * attr, float * score);
+/* True for end-of-generation tokens (eos, eot, eom and the like). */
+PSL_API bool       psl_token_is_eog(const psl_model * model, int32_t id);
+
+/* Streaming detokenizer: push ids, get back the text that is complete UTF-8 so far; an
+ * incomplete sequence is held back until a later token completes it (or flush). The returned
+ * pointer is valid until the next call on the same psl_detok. */
+PSL_API psl_status psl_detok_new(const psl_model * model, bool render_special, psl_detok ** out);
+PSL_API psl_status psl_detok_push(psl_detok * d, int32_t id, const char ** text, size_t * len);
+PSL_API psl_status psl_detok_flush(psl_detok * d, const char ** text, size_t * len);
+PSL_API void       psl_detok_free(psl_detok * d);
+/* cffi-end */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYLLAMASPEC_H */

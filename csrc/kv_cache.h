@@ -1,0 +1,43 @@
+// The KV cache: one K and one V tensor per layer over n_ctx cells, filled in order. Its state
+// is just the number of cells in use, so truncation (the speculative rollback) is O(1); cells
+// past it are masked out and overwritten later.
+#pragma once
+
+#include "ggml.h"
+#include "ggml-backend.h"
+
+#include <vector>
+
+struct psl_model;
+
+namespace psl {
+
+class KvCache {
+public:
+    KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v);
+    ~KvCache();
+    KvCache(const KvCache &) = delete;
+    KvCache & operator=(const KvCache &) = delete;
+
+    int32_t size() const { return n_cells_; }     // cells allocated (a multiple of pad())
+    int32_t used() const { return n_used_; }
+    void set_used(int32_t n) { n_used_ = n; }
+    void clear();
+
+    // Cells an attention over the first n must read: n rounded up to pad(), within size().
+    int32_t n_kv_for(int32_t n) const;
+    static constexpr int32_t pad() { return 256; }
+
+    ggml_tensor * k(int il) const { return k_[il]; }
+    ggml_tensor * v(int il) const { return v_[il]; }
+    size_t bytes() const;
+
+private:
+    int32_t n_cells_;
+    int32_t n_used_ = 0;
+    std::vector<ggml_tensor *> k_, v_;
+    std::vector<ggml_context *> ctxs_;
+    std::vector<ggml_backend_buffer_t> bufs_;
+};
+
+}  // namespace psl

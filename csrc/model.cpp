@@ -1,0 +1,267 @@
+// GGUF → hyper-parameters + weights in backend buffers (mmap'd on the CPU).
+#include "model.h"
+
+#include "arch_common.h"
+#include "error.h"
+#include "vocab.h"
+
+#include "ggml-alloc.h"
+#include "ggml-cpu.h"
+#include "gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace psl {
+
+// ---- tensors ----
+
+TensorLoader::TensorLoader(psl_model & m, ggml_backend_buffer_type_t buft_cpu, ggml_backend_buffer_type_t buft_gpu)
+    : m_(m), buft_cpu_(buft_cpu), buft_gpu_(buft_gpu) {}
+
+TensorLoader::~TensorLoader() = default;
+
+ggml_context * TensorLoader::ctx_for(ggml_backend_buffer_type_t buft) {
+    for (auto & [b, c] : ctx_by_buft_) {
+        if (b == buft) return c;
+    }
+    const size_t n = (size_t) gguf_get_n_tensors(m_.gguf) + 8;
+    ggml_init_params p = {ggml_tensor_overhead() * n, nullptr, /*no_alloc =*/ true};
+    ggml_context * ctx = ggml_init(p);
+    if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create a tensor context");
+    m_.ctxs.push_back(ctx);
+    ctx_by_buft_.emplace_back(buft, ctx);
+    return ctx;
+}
+
+ggml_tensor * TensorLoader::create(const std::string & name, std::vector<int64_t> ne, Place place, int il,
+                                   bool required) {
+    const ggml_tensor * meta = ggml_get_tensor(m_.file->meta(), name.c_str());
+    if (!meta) {
+        if (!required) return nullptr;
+        fail(PSL_ERR_FORMAT, "'%s': tensor '%s' is missing (architecture %s)", m_.file->path().c_str(),
+             name.c_str(), m_.arch_name.c_str());
+    }
+    ne.resize(GGML_MAX_DIMS, 1);
+    for (int d = 0; d < GGML_MAX_DIMS; ++d) {
+        if (meta->ne[d] != ne[d]) {
+            fail(PSL_ERR_FORMAT, "'%s': tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+                 m_.file->path().c_str(), name.c_str(), (long long) meta->ne[0], (long long) meta->ne[1],
+                 (long long) meta->ne[2], (long long) meta->ne[3], (long long) ne[0], (long long) ne[1],
+                 (long long) ne[2], (long long) ne[3]);
+        }
+    }
+    bool gpu = false;
+    switch (place) {
+        case Place::Input:  gpu = false; break;
+        case Place::Output: gpu = m_.output_on_gpu; break;
+        case Place::Layer:  gpu = m_.layer_on_gpu(il); break;
+    }
+    ggml_context * ctx = ctx_for(gpu && buft_gpu_ ? buft_gpu_ : buft_cpu_);
+    ggml_tensor * t = ggml_dup_tensor(ctx, meta);
+    ggml_set_name(t, name.c_str());
+    created_.emplace_back(t, m_.file->tensor_file_offset(name.c_str()));
+    return t;
+}
+
+ggml_tensor * TensorLoader::layer(int il, const char * suffix, std::vector<int64_t> ne, bool required) {
+    return create("blk." + std::to_string(il) + "." + suffix, std::move(ne), Place::Layer, il, required);
+}
+
+void TensorLoader::load(bool use_mmap) {
+    GgufFile & f = *m_.file;
+    for (auto & [buft, ctx] : ctx_by_buft_) {
+        ggml_backend_buffer_t buf = nullptr;
+        const bool mapped = use_mmap && buft == buft_cpu_;
+        if (mapped) {
+            // The weights stay in the page cache: the buffer wraps the mapping, tensors point into it.
+            uint8_t * base = (uint8_t *) f.map(/*populate =*/ true);
+            buf = ggml_backend_cpu_buffer_from_ptr(base, f.file_size());
+            if (!buf) fail(PSL_ERR_OUT_OF_MEMORY, "cannot wrap the mapping of '%s'", f.path().c_str());
+            m_.bufs.push_back(buf);
+            for (auto & [t, off] : created_) {
+                if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
+                if (ggml_backend_tensor_alloc(buf, t, base + off) != GGML_STATUS_SUCCESS) {
+                    fail(PSL_ERR_BACKEND, "cannot place tensor '%s'", ggml_get_name(t));
+                }
+            }
+        } else {
+            buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+            if (!buf) {
+                fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB of %s memory for the weights",
+                     ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft) / 1048576.0,
+                     ggml_backend_buft_name(buft));
+            }
+            m_.bufs.push_back(buf);
+            const bool host = ggml_backend_buffer_is_host(buf);
+            std::vector<uint8_t> staging;
+            for (auto & [t, off] : created_) {
+                if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
+                const size_t n = ggml_nbytes(t);
+                if (host) {
+                    f.read(off, t->data, n);
+                } else if (f.mapping()) {
+                    ggml_backend_tensor_set(t, f.mapping() + off, 0, n);
+                } else {
+                    staging.resize(n);
+                    f.read(off, staging.data(), n);
+                    ggml_backend_tensor_set(t, staging.data(), 0, n);
+                }
+            }
+        }
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    }
+    for (auto & [t, off] : created_) {
+        (void) off;
+        if (m_.tied_output && t == m_.output && t != m_.tok_embd) continue;   // a copy, not a parameter
+        m_.size_bytes += ggml_nbytes(t);
+        m_.n_params += (uint64_t) ggml_nelements(t);
+    }
+}
+
+void create_embeddings(TensorLoader & tl, psl_model & m) {
+    const int64_t n_embd = m.hp.n_embd, n_vocab = m.hp.n_vocab;
+    m.tok_embd = tl.create("token_embd.weight", {n_embd, n_vocab}, Place::Input);
+    m.output_norm = tl.create("output_norm.weight", {n_embd}, Place::Output);
+    m.output = tl.create("output.weight", {n_embd, n_vocab}, Place::Output, -1, /*required =*/ false);
+    if (!m.output) {
+        m.tied_output = true;
+        // On the CPU the head reads the embeddings in place; a GPU gets its own copy.
+        m.output = m.output_on_gpu ? tl.create("token_embd.weight", {n_embd, n_vocab}, Place::Output) : m.tok_embd;
+    }
+}
+
+// ---- architectures ----
+
+namespace {
+const ArchOps * const k_archs[] = {&arch_llama};
+}
+
+const ArchOps * find_arch(const std::string & name) {
+    for (const ArchOps * a : k_archs) {
+        if (name == a->name) return a;
+    }
+    return nullptr;
+}
+
+std::string supported_archs() {
+    std::string s;
+    for (const ArchOps * a : k_archs) {
+        if (!s.empty()) s += ", ";
+        s += a->name;
+    }
+    return s;
+}
+
+// ---- hyper-parameters ----
+
+namespace {
+
+void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
+    const std::string p = a + ".";
+    hp.n_ctx_train = (int32_t) f.get_int(p + "context_length");
+    hp.n_embd = (int32_t) f.get_int(p + "embedding_length");
+    hp.n_layer = (int32_t) f.get_int(p + "block_count");
+    hp.n_ff = (int32_t) f.get_int(p + "feed_forward_length");
+    hp.n_head = (int32_t) f.get_int(p + "attention.head_count");
+    if (hp.n_head <= 0 || hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_ff <= 0 || hp.n_ctx_train <= 0) {
+        fail(PSL_ERR_FORMAT, "'%s': hyper-parameters out of range (n_embd %d, n_layer %d, n_head %d, n_ff %d, n_ctx %d)",
+             f.path().c_str(), hp.n_embd, hp.n_layer, hp.n_head, hp.n_ff, hp.n_ctx_train);
+    }
+    hp.n_head_kv = (int32_t) f.get_int(p + "attention.head_count_kv", hp.n_head);
+    hp.n_embd_head_k = (int32_t) f.get_int(p + "attention.key_length", hp.n_embd / hp.n_head);
+    hp.n_embd_head_v = (int32_t) f.get_int(p + "attention.value_length", hp.n_embd / hp.n_head);
+    hp.n_rot = (int32_t) f.get_int(p + "rope.dimension_count", hp.n_embd_head_k);
+    hp.rope_freq_base = (float) f.get_float(p + "rope.freq_base", 10000.0);
+    hp.norm_eps = (float) f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5);
+
+    const std::string scaling = f.get_str(p + "rope.scaling.type", "none");
+    const double factor = f.get_float(p + "rope.scaling.factor", 0.0);
+    if (scaling == "linear" && factor > 0.0) {
+        hp.rope_freq_scale = (float) (1.0 / factor);
+    } else if (scaling != "none" && scaling != "linear" && factor != 0.0 && factor != 1.0) {
+        fail(PSL_ERR_UNSUPPORTED, "'%s': rope scaling '%s' is not supported", f.path().c_str(), scaling.c_str());
+    }
+
+    const bool ok = hp.n_layer <= 4096 && hp.n_embd <= (1 << 20) && hp.n_head <= 4096 && hp.n_head_kv > 0 &&
+                    hp.n_head % hp.n_head_kv == 0 && hp.n_embd_head_k > 0 && hp.n_embd_head_v > 0 &&
+                    hp.n_embd_head_k <= 4096 && hp.n_embd_head_v <= 4096 && hp.n_rot > 0 && hp.n_rot % 2 == 0 &&
+                    hp.n_rot <= hp.n_embd_head_k && std::isfinite(hp.rope_freq_base) && hp.rope_freq_base > 0 &&
+                    std::isfinite(hp.norm_eps) && hp.norm_eps > 0 && hp.norm_eps < 1;
+    if (!ok) {
+        fail(PSL_ERR_FORMAT, "'%s': inconsistent attention hyper-parameters (n_head %d, n_head_kv %d, head dims %d/%d, n_rot %d, rope base %g, eps %g)",
+             f.path().c_str(), hp.n_head, hp.n_head_kv, hp.n_embd_head_k, hp.n_embd_head_v, hp.n_rot,
+             hp.rope_freq_base, hp.norm_eps);
+    }
+}
+
+void pick_devices(psl_model & m, int32_t n_gpu_layers) {
+    m.dev_cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!m.dev_cpu) fail(PSL_ERR_BACKEND, "no CPU backend");
+    ggml_backend_dev_t gpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_GPU);
+    if (!gpu) gpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_IGPU);
+    const int32_t want = n_gpu_layers < 0 ? m.hp.n_layer + 1 : n_gpu_layers;
+    if (gpu && want > 0) {
+        m.dev_gpu = gpu;
+        m.n_gpu_layers = std::min(want, m.hp.n_layer);
+        m.output_on_gpu = want > m.hp.n_layer;
+    }
+}
+
+}  // namespace
+
+psl_model * load_model(const std::string & path, const psl_model_params & params) {
+    if (params.n_gpu_layers < -1) fail(PSL_ERR_INVALID_ARGUMENT, "n_gpu_layers must be >= -1 (got %d)", params.n_gpu_layers);
+    if (params.n_threads < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (got %d)", params.n_threads);
+
+    auto m = std::make_unique<psl_model>();
+    m->file = std::make_unique<GgufFile>(path);
+    m->gguf = m->file->gguf();
+    const GgufFile & f = *m->file;
+
+    if (!f.has("general.architecture")) {
+        fail(PSL_ERR_FORMAT, "'%s' has no general.architecture: not a model file", path.c_str());
+    }
+    m->arch_name = f.get_str("general.architecture");
+    m->arch = find_arch(m->arch_name);
+    if (!m->arch) {
+        fail(PSL_ERR_UNSUPPORTED, "'%s': unsupported architecture '%s' (supported: %s)", path.c_str(),
+             m->arch_name.c_str(), supported_archs().c_str());
+    }
+    m->name = f.get_str("general.name", "");
+    m->file_type = (int32_t) f.get_int("general.file_type", -1);
+
+    load_common_hparams(f, m->arch_name, m->hp);
+    m->arch->load_hparams(f, m->arch_name, m->hp);
+
+    const ggml_tensor * embd = ggml_get_tensor(f.meta(), "token_embd.weight");
+    if (!embd) fail(PSL_ERR_FORMAT, "'%s': tensor 'token_embd.weight' is missing", path.c_str());
+    if (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX) fail(PSL_ERR_FORMAT, "'%s': bad vocabulary size", path.c_str());
+    m->hp.n_vocab = (int32_t) embd->ne[1];
+
+    pick_devices(*m, params.n_gpu_layers);
+    ggml_backend_buffer_type_t buft_cpu = ggml_backend_dev_buffer_type(m->dev_cpu);
+    ggml_backend_buffer_type_t buft_gpu = m->dev_gpu ? ggml_backend_dev_buffer_type(m->dev_gpu) : nullptr;
+
+    m->layers.resize(m->hp.n_layer);
+    TensorLoader tl(*m, buft_cpu, buft_gpu);
+    m->arch->create_tensors(tl, *m);
+    tl.load(params.use_mmap);
+
+    m->vocab = load_vocab(m->gguf);
+    return m.release();
+}
+
+void retain(psl_model * m) { m->refs.fetch_add(1); }
+
+void release(psl_model * m) {
+    if (m && m->refs.fetch_sub(1) == 1) delete m;
+}
+
+}  // namespace psl
+
+psl_model::~psl_model() {
+    for (ggml_backend_buffer_t b : bufs) ggml_backend_buffer_free(b);
+    for (ggml_context * c : ctxs) ggml_free(c);
+}

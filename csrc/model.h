@@ -1,0 +1,147 @@
+// The loaded model: hyper-parameters, weight tensors in backend buffers, vocabulary.
+#pragma once
+
+#include "gguf_file.h"
+#include "pyllamaspec.h"
+
+#include "ggml.h"
+#include "ggml-backend.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace psl {
+
+class Vocab;
+struct ArchOps;
+
+struct HParams {
+    int32_t n_vocab = 0;
+    int32_t n_ctx_train = 0;
+    int32_t n_embd = 0;
+    int32_t n_layer = 0;
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t n_embd_head_k = 0;
+    int32_t n_embd_head_v = 0;
+    int32_t n_ff = 0;
+    int32_t n_rot = 0;
+    float   rope_freq_base = 10000.0f;
+    float   rope_freq_scale = 1.0f;
+    float   norm_eps = 1e-5f;
+    // Sliding-window attention (0 = none): window length, and which layers use it.
+    int32_t n_swa = 0;
+    float   rope_freq_base_swa = 10000.0f;
+    std::vector<bool> swa_layers;
+    float   attn_scale = 0.0f;   // 0 = 1/sqrt(n_embd_head_k)
+
+    int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
+    int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }
+    bool is_swa(int il) const { return n_swa > 0 && il < (int) swa_layers.size() && swa_layers[il]; }
+};
+
+// The weights one layer may have; an architecture uses a subset (absent ones stay null).
+struct Layer {
+    ggml_tensor * attn_norm = nullptr;
+    ggml_tensor * wq = nullptr;
+    ggml_tensor * wk = nullptr;
+    ggml_tensor * wv = nullptr;
+    ggml_tensor * wo = nullptr;
+    ggml_tensor * bq = nullptr;
+    ggml_tensor * bk = nullptr;
+    ggml_tensor * bv = nullptr;
+    ggml_tensor * q_norm = nullptr;
+    ggml_tensor * k_norm = nullptr;
+    ggml_tensor * attn_post_norm = nullptr;
+    ggml_tensor * ffn_norm = nullptr;
+    ggml_tensor * ffn_gate = nullptr;
+    ggml_tensor * ffn_up = nullptr;
+    ggml_tensor * ffn_down = nullptr;
+    ggml_tensor * ffn_post_norm = nullptr;
+};
+
+}  // namespace psl
+
+struct psl_model {
+    std::unique_ptr<psl::GgufFile> file;
+    gguf_context * gguf = nullptr;            // == file->gguf(), kept for the metadata API
+    std::string arch_name;
+    std::string name;
+    const psl::ArchOps * arch = nullptr;
+    psl::HParams hp;
+    int32_t file_type = -1;
+    uint64_t size_bytes = 0;
+    uint64_t n_params = 0;
+
+    ggml_tensor * tok_embd = nullptr;
+    ggml_tensor * output_norm = nullptr;
+    ggml_tensor * output = nullptr;           // == tok_embd when tied
+    bool tied_output = false;
+    std::vector<psl::Layer> layers;
+
+    // Devices: the CPU always; a GPU when one was compiled in and layers are offloaded.
+    ggml_backend_dev_t dev_cpu = nullptr;
+    ggml_backend_dev_t dev_gpu = nullptr;
+    int32_t n_gpu_layers = 0;                 // layers actually offloaded
+    bool output_on_gpu = false;
+    bool layer_on_gpu(int il) const { return dev_gpu && il >= hp.n_layer - n_gpu_layers; }
+
+    std::vector<ggml_context *> ctxs;         // tensor metadata, one context per buffer type
+    std::vector<ggml_backend_buffer_t> bufs;  // weight memory
+
+    std::shared_ptr<psl::Vocab> vocab;        // null when the file has no tokenizer
+
+    std::atomic<int> refs{1};                 // the handle plus one per context / detokenizer
+
+    ~psl_model();
+};
+
+namespace psl {
+// Loads path; throws psl::Error.
+psl_model * load_model(const std::string & path, const psl_model_params & params);
+void retain(psl_model * m);
+void release(psl_model * m);
+}  // namespace psl
+
+namespace psl {
+
+// Where a weight lives: the input layer stays on the CPU (get_rows), layers and the output
+// head follow n_gpu_layers like llama.cpp's -ngl.
+enum class Place { Input, Output, Layer };
+
+// Creates the model's weight tensors from the file's descriptions, checking each shape.
+class TensorLoader {
+public:
+    TensorLoader(psl_model & m, ggml_backend_buffer_type_t buft_cpu, ggml_backend_buffer_type_t buft_gpu);
+    ~TensorLoader();
+    // The tensor `name` with shape ne (ggml order, ne0 first); nullptr when absent and optional.
+    ggml_tensor * create(const std::string & name, std::vector<int64_t> ne, Place place, int il = -1,
+                         bool required = true);
+    // Same for blk.<il>.<suffix>.
+    ggml_tensor * layer(int il, const char * suffix, std::vector<int64_t> ne, bool required = true);
+    // Loads the tensor data (mmap or read) into backend buffers.
+    void load(bool use_mmap);
+
+private:
+    ggml_context * ctx_for(ggml_backend_buffer_type_t buft);
+    psl_model & m_;
+    ggml_backend_buffer_type_t buft_cpu_, buft_gpu_;
+    std::vector<std::pair<ggml_backend_buffer_type_t, ggml_context *>> ctx_by_buft_;
+    std::vector<std::pair<ggml_tensor *, size_t>> created_;   // tensor, file offset
+};
+
+// One architecture: its extra hyper-parameters, its weights, its graph.
+struct Graph;
+struct ArchOps {
+    const char * name;
+    void (*load_hparams)(const GgufFile & f, const std::string & arch, HParams & hp);
+    void (*create_tensors)(TensorLoader & tl, psl_model & m);
+    ggml_tensor * (*build)(Graph & g);   // logits [n_vocab, n_outputs]
+};
+
+const ArchOps * find_arch(const std::string & name);
+std::string supported_archs();
+
+}  // namespace psl

@@ -1,0 +1,17 @@
+"""pyllamaspec: speculative decoding for quantized GGUF models on a ggml core."""
+from __future__ import annotations
+
+from ._native import set_verbose, system_info
+from .errors import (BackendError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
+                     ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
+                     OutOfMemoryError, PyllamaspecError, TokenOutOfRangeError, UnsupportedModelError)
+from .model import Model, ModelInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Model", "ModelInfo", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
+    "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",
+    "TokenOutOfRangeError", "ContextFullError", "BackendError", "OutOfMemoryError",
+    "EvaluationInterrupted", "NoVocabularyError",
+]

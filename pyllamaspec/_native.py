@@ -1,0 +1,71 @@
+"""Loads the core library with cffi (ABI mode) and turns its status codes into exceptions.
+
+ABI mode: the declarations are read from the public header (between its cffi markers) and the
+library is dlopen'ed, so no extension module is compiled for each Python version. A call costs
+about a microsecond (see the closing note of issue 2 / `python -m pyllamaspec.bench
+--overhead`), against milliseconds for an evaluation. cffi releases the GIL during every call.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from cffi import FFI
+
+from .errors import BY_STATUS, PyllamaspecError
+
+_HERE = Path(__file__).resolve().parent
+_LIBNAMES = {"darwin": "libpyllamaspec.dylib", "win32": "pyllamaspec.dll"}
+
+
+def _find(candidates: list[Path], what: str) -> Path:
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ImportError(f"pyllamaspec: cannot find {what}; looked in "
+                      + ", ".join(str(c) for c in candidates)
+                      + ". Install the package with `pip install .` (it builds the core).")
+
+
+def _header_path() -> Path:
+    return _find([_HERE / "pyllamaspec.h", _HERE.parent / "csrc" / "include" / "pyllamaspec.h"],
+                 "the header pyllamaspec.h")
+
+
+def _library_path() -> Path:
+    env = os.environ.get("PYLLAMASPEC_LIBRARY")
+    if env:
+        return _find([Path(env)], f"PYLLAMASPEC_LIBRARY={env}")
+    name = _LIBNAMES.get(sys.platform, "libpyllamaspec.so")
+    return _find([_HERE / name], f"the core library {name}")
+
+
+def _declarations(header: str) -> str:
+    begin, end = header.index("/* cffi-begin */"), header.index("/* cffi-end */")
+    return header[begin + len("/* cffi-begin */"):end].replace("PSL_API ", "")
+
+
+ffi = FFI()
+ffi.cdef(_declarations(_header_path().read_text()))
+lib = ffi.dlopen(str(_library_path()))
+
+
+def last_error() -> str:
+    return ffi.string(lib.psl_last_error()).decode("utf-8", "replace")
+
+
+def check(status: int) -> None:
+    """Raise the exception matching a non-zero status, with the core's message."""
+    if status != 0:
+        cls = BY_STATUS.get(status, PyllamaspecError)
+        raise cls(last_error() or f"pyllamaspec error {status}", status)
+
+
+def system_info() -> str:
+    return ffi.string(lib.psl_system_info()).decode()
+
+
+def set_verbose(verbose: bool) -> None:
+    """Let ggml log to stderr (off by default)."""
+    lib.psl_set_verbose(bool(verbose))

@@ -1,0 +1,273 @@
+"""Model: a GGUF model loaded in the core, with its own KV cache (context)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import _native
+from ._native import ffi, lib
+from .errors import InvalidArgumentError, ModelNotFoundError, PyllamaspecError
+from .vocab import VocabMixin
+
+# ggml_type ids accepted for the KV cache.
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+# llama.cpp's llama_ftype names for general.file_type.
+FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+              11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+              17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+_LOGITS_MODES = {"none": 0, "last": 1, "all": 2}
+
+# GGUF metadata value types (gguf_type).
+_GGUF_INT = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
+             10: np.uint64, 11: np.int64, 7: np.bool_}
+_GGUF_FLOAT = {6: np.float32, 12: np.float64}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Hyper-parameters and sizes of a loaded model."""
+    arch: str
+    name: str
+    n_vocab: int
+    n_ctx_train: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_embd_head_k: int
+    n_embd_head_v: int
+    n_ff: int
+    n_rot: int
+    rope_freq_base: float
+    rope_freq_scale: float
+    norm_eps: float
+    file_type: int
+    size_bytes: int
+    n_params: int
+    n_gpu_layers: int
+    tied_output: bool
+
+    @property
+    def file_type_name(self) -> str:
+        return FILE_TYPES.get(self.file_type, f"type {self.file_type}")
+
+
+def _positive_or_zero(name: str, value: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
+    if value < 0:
+        raise InvalidArgumentError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+class Model(VocabMixin):
+    """A GGUF model and one context (KV cache) to evaluate tokens with.
+
+    >>> with Model("SmolLM2-135M-Instruct.Q4_1.gguf", n_ctx=512) as m:
+    ...     logits = m.eval(m.tokenize("Hello"))      # [n, n_vocab] float32
+    ...     m.truncate(1)                             # roll the cache back to one token
+
+    eval() returns a numpy array the core wrote into directly (no copy). The context's cache
+    advances with every eval; truncate(n) rolls it back in O(1).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True,
+                 type_k: str = "f16", type_v: str = "f16"):
+        self._lib, self._ffi = lib, ffi
+        self._model = ffi.NULL
+        self._ctx = ffi.NULL
+        path = os.fspath(path)
+        n_ctx = _positive_or_zero("n_ctx", n_ctx)
+        n_batch = _positive_or_zero("n_batch", n_batch)
+        n_threads = _positive_or_zero("n_threads", 0 if n_threads is None else n_threads)
+        if not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
+            raise InvalidArgumentError(f"n_gpu_layers must be an integer >= -1, got {n_gpu_layers!r}")
+        for name, t in (("type_k", type_k), ("type_v", type_v)):
+            if t not in KV_TYPES:
+                raise InvalidArgumentError(f"{name} must be one of {sorted(KV_TYPES)}, got {t!r}")
+        if not os.path.exists(path):
+            raise ModelNotFoundError(f"model file not found: {path}")
+        self.path = path
+
+        mp = lib.psl_model_default_params()
+        mp.n_gpu_layers = n_gpu_layers
+        mp.n_threads = n_threads
+        mp.use_mmap = bool(use_mmap)
+        out = ffi.new("psl_model **")
+        self._check(lib.psl_model_load(path.encode(), ffi.addressof(mp), out))
+        self._model = out[0]
+
+        cp = lib.psl_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_threads = n_ctx, n_batch, n_threads
+        cp.type_k, cp.type_v = KV_TYPES[type_k], KV_TYPES[type_v]
+        cout = ffi.new("psl_context **")
+        try:
+            self._check(lib.psl_context_new(self._model, ffi.addressof(cp), cout))
+        except BaseException:
+            self.close()
+            raise
+        self._ctx = cout[0]
+        got = ffi.new("psl_context_params *")
+        self._check(lib.psl_context_get_params(self._ctx, got))
+        self.n_ctx, self.n_batch, self.n_threads = got.n_ctx, got.n_batch, got.n_threads
+        self.info = self._read_info()
+        self.n_vocab = self.info.n_vocab
+        self._metadata: dict[str, Any] | None = None
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the context and the model. Safe to call twice."""
+        if self._ctx != ffi.NULL:
+            lib.psl_context_free(self._ctx)
+            self._ctx = ffi.NULL
+        if self._model != ffi.NULL:
+            lib.psl_model_free(self._model)
+            self._model = ffi.NULL
+
+    @property
+    def closed(self) -> bool:
+        return self._ctx == ffi.NULL
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<Model {self.path!r} (closed)>"
+        i = self.info
+        return (f"<Model {i.arch} {i.name!r} {i.file_type_name} n_params={i.n_params} "
+                f"n_ctx={self.n_ctx} n_past={self.n_past}>")
+
+    @staticmethod
+    def _check(status: int) -> None:
+        _native.check(status)
+
+    def _live_ctx(self):
+        if self._ctx == ffi.NULL:
+            raise PyllamaspecError("the model is closed")
+        return self._ctx
+
+    # -- information ------------------------------------------------------------------------
+    def _read_info(self) -> ModelInfo:
+        raw = ffi.new("psl_model_info *")
+        self._check(lib.psl_model_get_info(self._model, raw))
+        values = {}
+        for f in ModelInfo.__dataclass_fields__:
+            v = getattr(raw, f)
+            if f in ("arch", "name"):
+                v = ffi.string(v).decode("utf-8", "replace")
+            values[f] = v
+        return ModelInfo(**values)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """All GGUF key/values: numbers, strings, and arrays (numpy arrays or lists of str)."""
+        if self._metadata is None:
+            self._live_ctx()
+            self._metadata = {}
+            for i in range(lib.psl_model_meta_count(self._model)):
+                key = ffi.new("char **")
+                self._check(lib.psl_model_meta_key(self._model, i, key))
+                self._metadata[ffi.string(key[0]).decode("utf-8", "replace")] = self._meta_value(i)
+        return self._metadata
+
+    def _meta_value(self, i: int) -> Any:
+        t, at, n = ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
+        self._check(lib.psl_model_meta_type(self._model, i, t, at, n))
+        t, at, n = t[0], at[0], n[0]
+        if t in _GGUF_INT:
+            v = ffi.new("int64_t *")
+            self._check(lib.psl_model_meta_get_int(self._model, i, v))
+            return bool(v[0]) if t == 7 else int(v[0])
+        if t in _GGUF_FLOAT:
+            v = ffi.new("double *")
+            self._check(lib.psl_model_meta_get_float(self._model, i, v))
+            return float(v[0])
+        if t == _GGUF_STRING:
+            s, ln = ffi.new("char **"), ffi.new("size_t *")
+            self._check(lib.psl_model_meta_get_str(self._model, i, s, ln))
+            return ffi.unpack(s[0], ln[0]).decode("utf-8", "replace")
+        if t == _GGUF_ARRAY and at == _GGUF_STRING:
+            s, ln = ffi.new("char **"), ffi.new("size_t *")
+            out = []
+            for j in range(n):
+                self._check(lib.psl_model_meta_get_array_str(self._model, i, j, s, ln))
+                out.append(ffi.unpack(s[0], ln[0]).decode("utf-8", "replace"))
+            return out
+        if t == _GGUF_ARRAY and (at in _GGUF_INT or at in _GGUF_FLOAT):
+            dtype = _GGUF_INT.get(at) or _GGUF_FLOAT[at]
+            p = ffi.new("void **")
+            self._check(lib.psl_model_meta_get_array(self._model, i, p))
+            nbytes = n * np.dtype(dtype).itemsize
+            return np.frombuffer(ffi.buffer(p[0], nbytes), dtype=dtype).copy() if n else np.zeros(0, dtype)
+        return None   # nested arrays: not used by any model key we know
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        """One GGUF metadata value (without reading all of them)."""
+        self._live_ctx()
+        i = lib.psl_model_meta_find(self._model, key.encode())
+        return default if i < 0 else self._meta_value(i)
+
+    # -- evaluation -------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache."""
+        return lib.psl_context_n_past(self._live_ctx())
+
+    def eval(self, tokens: Sequence[int] | np.ndarray, logits: str = "all",
+             out: np.ndarray | None = None) -> np.ndarray:
+        """Evaluate tokens at positions [n_past, n_past + n) in one call and append them to the cache.
+
+        logits: "all" → [n, n_vocab], "last" → [1, n_vocab], "none" → [0, n_vocab].
+        out: an optional float32 C-contiguous array to write into (reused across calls).
+        Returns the logits array, written by the core in place.
+        """
+        ctx = self._live_ctx()
+        mode = _LOGITS_MODES.get(logits)
+        if mode is None:
+            raise InvalidArgumentError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
+        toks = np.ascontiguousarray(tokens, dtype=np.int32)
+        if toks.ndim != 1:
+            raise InvalidArgumentError(f"tokens must be one-dimensional, got shape {toks.shape}")
+        n = toks.shape[0]
+        rows = n if mode == 2 else (1 if mode == 1 and n else 0)
+        if out is None:
+            out = np.empty((rows, self.n_vocab), dtype=np.float32)
+        elif out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise InvalidArgumentError("out must be a writeable C-contiguous float32 array")
+        self._check(lib.psl_context_eval(ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
+                                         ffi.from_buffer("float[]", out, require_writable=True), out.size))
+        return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
+
+    def truncate(self, n_keep: int) -> None:
+        """Keep the first n_keep tokens of the cache (O(1) rollback)."""
+        self._check(lib.psl_context_truncate(self._live_ctx(), int(n_keep)))
+
+    def clear(self) -> None:
+        """Empty the KV cache."""
+        lib.psl_context_clear(self._live_ctx())
+
+    def interrupt(self) -> None:
+        """Ask a running eval (on another thread) to stop; it raises EvaluationInterrupted."""
+        if self._ctx != ffi.NULL:
+            lib.psl_context_interrupt(self._ctx)
+
+    def set_threads(self, n_threads: int) -> None:
+        self._check(lib.psl_context_set_threads(self._live_ctx(), _positive_or_zero("n_threads", n_threads)))
+        self.n_threads = int(n_threads) or self.n_threads

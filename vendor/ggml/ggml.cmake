@@ -1,0 +1,39 @@
+# Brings the pinned ggml into the build as static libraries (ggml, ggml-base, ggml-cpu, ...).
+# Source: -DPYLLAMASPEC_GGML_SOURCE_DIR=/path/to/ggml, else vendor/ggml/src, fetched by
+# fetch.py (pinned registry file, sha256-checked, cached) when absent.
+
+set(PYLLAMASPEC_GGML_SOURCE_DIR "" CACHE PATH "Use this ggml source tree instead of fetching the pinned one")
+
+if (PYLLAMASPEC_GGML_SOURCE_DIR)
+    set(_ggml_dir "${PYLLAMASPEC_GGML_SOURCE_DIR}")
+    if (NOT EXISTS "${_ggml_dir}/include/ggml.h")
+        message(FATAL_ERROR "PYLLAMASPEC_GGML_SOURCE_DIR=${_ggml_dir} is not a ggml source tree (no include/ggml.h)")
+    endif()
+else()
+    find_package(Python COMPONENTS Interpreter REQUIRED)
+    execute_process(
+        COMMAND "${Python_EXECUTABLE}" "${CMAKE_CURRENT_LIST_DIR}/fetch.py" "${CMAKE_CURRENT_LIST_DIR}/src"
+        RESULT_VARIABLE _fetch_rc
+        OUTPUT_VARIABLE _fetch_out
+        OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if (NOT _fetch_rc EQUAL 0)
+        message(FATAL_ERROR "pyllamaspec: could not obtain the pinned ggml source (see the message above). "
+                            "For an offline build pass -DPYLLAMASPEC_GGML_SOURCE_DIR=/path/to/ggml.")
+    endif()
+    set(_ggml_dir "${_fetch_out}")
+endif()
+message(STATUS "pyllamaspec: ggml from ${_ggml_dir}")
+
+# ggml is linked statically into our one shared library.
+set(BUILD_SHARED_LIBS OFF)
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+set(GGML_BUILD_TESTS OFF CACHE BOOL "" FORCE)
+set(GGML_BUILD_EXAMPLES OFF CACHE BOOL "" FORCE)
+set(GGML_BACKEND_DL OFF CACHE BOOL "" FORCE)
+# llama.cpp turns on the llamafile sgemm kernels (faster prompt processing); so do we.
+set(GGML_LLAMAFILE ON CACHE BOOL "")
+if (PYLLAMASPEC_PORTABLE)
+    set(GGML_NATIVE OFF CACHE BOOL "" FORCE)
+endif()
+
+add_subdirectory("${_ggml_dir}" "${CMAKE_BINARY_DIR}/ggml" EXCLUDE_FROM_ALL)
