@@ -29,12 +29,6 @@ bool is_kv_type(int32_t t) {
 
 bool abort_requested(void * data) { return static_cast<psl_context *>(data)->interrupt.load(); }
 
-// Frees a graph's ggml context however the eval leaves.
-struct CtxGuard {
-    ggml_context * ctx;
-    ~CtxGuard() { ggml_free(ctx); }
-};
-
 }  // namespace
 
 psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m), params(p) {
@@ -77,44 +71,49 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
 
     // Reserve compute memory once, for the largest graph: a full batch attending to the whole cache.
-    ggml_context * ctx0 = nullptr;
-    ggml_cgraph * gf = build_graph(params.n_batch, kv->size() - params.n_batch, PSL_LOGITS_ALL, &ctx0, nullptr);
-    CtxGuard guard{ctx0};
+    build_graph(params.n_batch, kv->size(), PSL_LOGITS_ALL);
     if (!ggml_backend_sched_reserve(sched, gf)) {
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
              params.n_ctx);
     }
+    graph_tokens = -1;   // reserved, not allocated: the first eval builds its own
 }
 
 psl_context::~psl_context() {
     if (sched) ggml_backend_sched_free(sched);
+    graph.reset();
+    if (graph_ctx) ggml_free(graph_ctx);
     kv.reset();
     if (backend_gpu) ggml_backend_free(backend_gpu);
     if (backend_cpu) ggml_backend_free(backend_cpu);
     psl::release(model);
 }
 
-ggml_cgraph * psl_context::build_graph(int32_t n_tokens, int32_t n_past, int32_t mode, ggml_context ** ctx_out,
-                                       Graph ** graph_out) {
+void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
+    graph_tokens = -1;
+    graph.reset();
+    if (graph_ctx) ggml_free(graph_ctx);
     ggml_init_params p = {graph_buf.size(), graph_buf.data(), /*no_alloc =*/ true};
-    ggml_context * ctx0 = ggml_init(p);
-    if (!ctx0) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
-    *ctx_out = ctx0;
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx0, graph_size, false);
-    graph = std::make_unique<Graph>(ctx0, gf, *model, *kv, n_tokens, n_past, mode == PSL_LOGITS_ALL);
+    graph_ctx = ggml_init(p);
+    if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
+    gf = ggml_new_graph_custom(graph_ctx, graph_size, false);
+    graph = std::make_unique<Graph>(graph_ctx, gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
-    ggml_tensor * res = model->arch->build(*graph);
-    ggml_build_forward_expand(gf, res);
-    graph->result = res;
-    if (graph_out) *graph_out = graph.get();
-    return gf;
+    graph->result = model->arch->build(*graph);
+    ggml_build_forward_expand(gf, graph->result);
 }
 
-void psl_context::fill_inputs(const Graph & g, const int32_t * tokens) {
+void psl_context::fill_inputs(const int32_t * tokens, int32_t n_past) {
+    const Graph & g = *graph;
     ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
     pos_buf.resize(g.n_tokens);
-    for (int32_t i = 0; i < g.n_tokens; ++i) pos_buf[i] = g.n_past + i;
+    idx_buf.resize(g.n_tokens);
+    for (int32_t i = 0; i < g.n_tokens; ++i) {
+        pos_buf[i] = n_past + i;
+        idx_buf[i] = n_past + i;
+    }
     ggml_backend_tensor_set(g.inp_pos, pos_buf.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    ggml_backend_tensor_set(g.inp_kv_idx, idx_buf.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
     // with a sliding window only the last n_swa of them.
@@ -124,7 +123,7 @@ void psl_context::fill_inputs(const Graph & g, const int32_t * tokens) {
     mask_buf.assign(n, ninf);
     if (g.inp_mask_swa) mask_swa_buf.assign(n, ninf);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
-        const int32_t pos = g.n_past + i;
+        const int32_t pos = n_past + i;
         ggml_fp16_t * row = mask_buf.data() + (size_t) i * g.n_kv;
         std::fill(row, row + pos + 1, zero);
         if (g.inp_mask_swa) {
@@ -137,23 +136,24 @@ void psl_context::fill_inputs(const Graph & g, const int32_t * tokens) {
 }
 
 void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {
-    ggml_context * ctx0 = nullptr;
-    Graph * g = nullptr;
-    ggml_cgraph * gf = build_graph(n_tokens, kv->used(), mode, &ctx0, &g);
-    CtxGuard guard{ctx0};
-
-    ggml_backend_sched_reset(sched);
-    if (!ggml_backend_sched_alloc_graph(sched, gf)) {
-        fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n_tokens);
+    const int32_t n_past = kv->used();
+    const int32_t n_kv = kv->n_kv_for(n_past + n_tokens);
+    if (n_tokens != graph_tokens || n_kv != graph_kv || mode != graph_mode) {
+        build_graph(n_tokens, n_kv, mode);
+        ggml_backend_sched_reset(sched);
+        if (!ggml_backend_sched_alloc_graph(sched, gf)) {
+            fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n_tokens);
+        }
+        graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
     }
-    fill_inputs(*g, tokens);
+    fill_inputs(tokens, n_past);
     const ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
     if (st == GGML_STATUS_ABORTED) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
     if (mode != PSL_LOGITS_NONE) {
-        ggml_backend_tensor_get(g->result, out, 0, ggml_nbytes(g->result));
+        ggml_backend_tensor_get(graph->result, out, 0, ggml_nbytes(graph->result));
     }
-    kv->set_used(kv->used() + n_tokens);
+    kv->set_used(n_past + n_tokens);
 }
 
 void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {

@@ -22,12 +22,17 @@ struct psl_context {
     ggml_backend_t backend_gpu = nullptr;
     ggml_backend_sched_t sched = nullptr;
     size_t graph_size = 0;
-    std::vector<uint8_t> graph_buf;          // metadata of the graph being built
+    std::vector<uint8_t> graph_buf;          // metadata of the current graph
+    ggml_context * graph_ctx = nullptr;
+    ggml_cgraph * gf = nullptr;
     std::unique_ptr<psl::Graph> graph;
+    // The current graph is reused, allocation included, while these stay the same.
+    int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1;
 
     std::vector<float> logits;               // used when the caller gives no buffer
     int32_t n_rows = 0;
     std::vector<int32_t> pos_buf;
+    std::vector<int64_t> idx_buf;
     std::vector<ggml_fp16_t> mask_buf, mask_swa_buf;
     std::atomic<bool> interrupt{false};
 
@@ -39,8 +44,7 @@ struct psl_context {
     void set_threads(int32_t n);
 
 private:
-    ggml_cgraph * build_graph(int32_t n_tokens, int32_t n_past, int32_t mode, ggml_context ** ctx_out,
-                              psl::Graph ** graph_out);
-    void fill_inputs(const psl::Graph & g, const int32_t * tokens);
+    void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
+    void fill_inputs(const int32_t * tokens, int32_t n_past);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
 };

@@ -5,12 +5,14 @@
 namespace psl {
 
 Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
-             int32_t n_past, bool all_outputs)
-    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_past(n_past),
-      n_kv(kv.n_kv_for(n_past + n_tokens)), all_outputs(all_outputs) {
+             int32_t n_kv, bool all_outputs)
+    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_kv(n_kv), all_outputs(all_outputs) {
     inp_pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     ggml_set_name(inp_pos, "inp_pos");
     ggml_set_input(inp_pos);
+    inp_kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_tokens);
+    ggml_set_name(inp_kv_idx, "inp_kv_idx");
+    ggml_set_input(inp_kv_idx);
     inp_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
     ggml_set_name(inp_mask, "inp_mask");
     ggml_set_input(inp_mask);
@@ -45,11 +47,12 @@ ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggm
     const size_t k_row = ggml_row_size(k_l->type, hp.n_embd_k_gqa());
     const size_t v_row = ggml_row_size(v_l->type, hp.n_embd_v_gqa());
 
-    // Append this batch's keys and values at cells [n_past, n_past + n_tokens).
-    ggml_tensor * k_dst = ggml_view_1d(ctx, k_l, (int64_t) n_tokens * hp.n_embd_k_gqa(), k_row * n_past);
-    ggml_tensor * v_dst = ggml_view_1d(ctx, v_l, (int64_t) n_tokens * hp.n_embd_v_gqa(), v_row * n_past);
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, k_cur, k_dst));
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, v_cur, v_dst));
+    // Write this batch's keys and values to the cells named by an input, so that the graph does
+    // not depend on n_past and can be reused for the next token.
+    k_cur = ggml_reshape_2d(ctx, k_cur, hp.n_embd_k_gqa(), n_tokens);
+    v_cur = ggml_reshape_2d(ctx, v_cur, hp.n_embd_v_gqa(), n_tokens);
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_l, k_cur, inp_kv_idx));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_l, v_cur, inp_kv_idx));
 
     // Attend over the first n_kv cells; the mask hides the future and the unused cells.
     ggml_tensor * k = ggml_view_3d(ctx, k_l, hp.n_embd_head_k, n_kv, hp.n_head_kv, k_row,

@@ -7,14 +7,14 @@
 
 namespace psl {
 
-// One forward graph over n_tokens new tokens at positions [n_past, n_past + n_tokens).
+// One forward graph over n_tokens new tokens attending to the first n_kv cache cells. Where the
+// tokens sit (positions, cells, mask) is all input data, so one graph serves many steps.
 struct Graph {
     ggml_context * ctx;
     ggml_cgraph * gf;
     const psl_model & m;
     KvCache & kv;
     int32_t n_tokens;
-    int32_t n_past;
     int32_t n_kv;                // cells the attention reads
     bool all_outputs;            // logits for every token, else for the last only
     bool no_outputs = false;     // no logits at all: the graph ends at the last layer
@@ -23,11 +23,12 @@ struct Graph {
     // inputs, filled by the context before compute
     ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
     ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
+    ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
     ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, n_tokens], causal
     ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, n_tokens], causal and windowed
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
-          int32_t n_past, bool all_outputs);
+          int32_t n_kv, bool all_outputs);
 
     ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;

@@ -151,6 +151,9 @@ PSL_API void       psl_context_clear(psl_context * ctx);
 PSL_API void       psl_context_interrupt(psl_context * ctx);
 
 /* ---- vocabulary and tokenizer (csrc/vocab*.cpp), from the GGUF tokenizer.ggml.* keys ---- */
+/* Token for token as llama.cpp tokenizes: SentencePiece-style ("llama") and BPE ("gpt2") models.
+ * Every function here fails with PSL_ERR_NO_VOCAB when the model file has no tokenizer, and with
+ * PSL_ERR_OUT_OF_RANGE for a token id outside [0, n_tokens). */
 enum psl_vocab_type { PSL_VOCAB_NONE = 0, PSL_VOCAB_SPM = 1, PSL_VOCAB_BPE = 2 };
 
 /* GGUF's token types. */
@@ -176,7 +179,11 @@ typedef struct psl_vocab_info {
 
 PSL_API psl_status psl_vocab_get_info(const psl_model * model, psl_vocab_info * out);
 /* Token ids of text[0..len). Writes at most cap ids; if more are needed returns
- * PSL_ERR_BUFFER_TOO_SMALL with *n_out set to the number required. */
+ * PSL_ERR_BUFFER_TOO_SMALL with *n_out set to the number required.
+ * add_special: BOS / EOS where the model asks for them (tokenizer.ggml.add_bos_token, ...).
+ * parse_special: control tokens written in the text (<|im_start|>, <start_of_turn>) become their
+ * ids; without it they are plain text. User-defined tokens are matched either way, as in
+ * llama.cpp. Any bytes are accepted; malformed UTF-8 is handled as llama.cpp does. */
 PSL_API psl_status psl_tokenize(const psl_model * model, const char * text, size_t len,
                                 bool add_special, bool parse_special,
                                 int32_t * out, int32_t cap, int32_t * n_out);
@@ -184,19 +191,37 @@ PSL_API psl_status psl_tokenize(const psl_model * model, const char * text, size
  * Same buffer protocol as psl_tokenize. */
 PSL_API psl_status psl_token_to_piece(const psl_model * model, int32_t id, bool render_special,
                                       char * buf, size_t cap, size_t * n_out);
+/* Bytes of ids[0..n): the pieces concatenated, except that for models with add_space_prefix the
+ * leading space of the first token after an optional BOS is dropped (the tokenizer added it).
+ * No other clean-up: the bytes are exact, and need not be valid UTF-8 at the end (a character cut
+ * between tokens). Same buffer protocol as psl_tokenize. */
 PSL_API psl_status psl_detokenize(const psl_model * model, const int32_t * ids, int32_t n,
                                   bool render_special, char * buf, size_t cap, size_t * n_out);
+/* attr: the psl_token_attr of the token as the tokenizer treats it (a token that llama.cpp's rules
+ * make a control token, e.g. an end-of-turn marker typed as normal, reads CONTROL); score: its
+ * tokenizer.ggml.scores entry (0 without scores). Either pointer may be NULL. */
 PSL_API psl_status psl_token_get_attr(const psl_model * model, int32_t id, int32_t * attr, float * score);
-/* True for end-of-generation tokens (eos, eot, eom and the like). */
+/* True for end-of-generation tokens (eos, eot, eom and the like). False for an invalid id or a
+ * model without tokenizer. */
 PSL_API bool       psl_token_is_eog(const psl_model * model, int32_t id);
 
 /* Streaming detokenizer: push ids, get back the text that is complete UTF-8 so far; an
- * incomplete sequence is held back until a later token completes it (or flush). The returned
- * pointer is valid until the next call on the same psl_detok. */
+ * incomplete sequence is held back until a later token completes it (or flush). Bytes that can
+ * never become valid UTF-8 are passed on as they are. The returned pointer is valid until the
+ * next call on the same psl_detok. A psl_detok keeps what it needs of the model alive: it may
+ * outlive psl_model_free. Not thread-safe (one psl_detok per thread); the model is. */
 PSL_API psl_status psl_detok_new(const psl_model * model, bool render_special, psl_detok ** out);
 PSL_API psl_status psl_detok_push(psl_detok * d, int32_t id, const char ** text, size_t * len);
 PSL_API psl_status psl_detok_flush(psl_detok * d, const char ** text, size_t * len);
 PSL_API void       psl_detok_free(psl_detok * d);
+
+/* The words a BPE pre-tokenizer splits text into, for tests and debugging: `pre` is a
+ * tokenizer.ggml.pre value ("default", "gpt-2", "llama-bpe", "qwen2", "smollm", ...; an unknown
+ * one fails with PSL_ERR_UNSUPPORTED, naming it); ends[i] is the byte offset where word i ends.
+ * For text that is not valid UTF-8 the offsets refer to the text after llama.cpp's repair (each
+ * malformed byte replaced by U+FFFD). Same buffer protocol as psl_tokenize. No model needed. */
+PSL_API psl_status psl_pretokenize(const char * pre, const char * text, size_t len,
+                                   int32_t * ends, int32_t cap, int32_t * n_out);
 /* cffi-end */
 
 #ifdef __cplusplus

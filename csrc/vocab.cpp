@@ -1,0 +1,777 @@
+// Vocabulary loading from the GGUF tokenizer.ggml.* keys, the special-token partition,
+// token pieces and detokenization. The loading rules (defaults per tokenizer model, special ids,
+// end-of-generation tokens, attributes forced by token text) follow llama.cpp's llama-vocab.cpp.
+#include "vocab.h"
+
+#include "error.h"
+#include "unicode.h"
+
+#include "gguf.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+
+namespace psl {
+
+// ---- hashing and the string map ----------------------------------------------------------------
+
+uint64_t hash_bytes(const char * p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t(n) * 0xFF51AFD7ED558CCDull);
+    while (n >= 8) {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    std::memcpy(&v, p, n);
+    h = (h ^ v) * 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+void StringIdMap::build(const std::vector<std::string_view> & keys) {
+    slots_.clear();
+    n_ = 0;
+    size_t cap = 16;
+    while (cap < keys.size() * 2) {
+        cap <<= 1;
+    }
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    for (size_t i = 0; i < keys.size(); ++i) {
+        insert(keys[i], (int32_t) i);
+    }
+}
+
+void StringIdMap::grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    const size_t cap = old.empty() ? 16 : old.size() * 2;
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    for (const Slot & s : old) {
+        if (s.id < 0) continue;
+        size_t i = s.hash & mask_;
+        while (slots_[i].id >= 0) i = (i + 1) & mask_;
+        slots_[i] = s;
+    }
+}
+
+int32_t StringIdMap::insert(std::string_view key, int32_t id) {
+    if ((n_ + 1) * 2 > slots_.size()) {
+        grow();
+    }
+    const uint32_t h = (uint32_t) hash_bytes(key.data(), key.size());
+    size_t i = h & mask_;
+    while (slots_[i].id >= 0) {
+        if (slots_[i].hash == h && slots_[i].key == key) {
+            return slots_[i].id;
+        }
+        i = (i + 1) & mask_;
+    }
+    slots_[i] = Slot{h, id, key};
+    ++n_;
+    return id;
+}
+
+int32_t StringIdMap::find(std::string_view key) const {
+    if (slots_.empty()) return -1;
+    const uint32_t h = (uint32_t) hash_bytes(key.data(), key.size());
+    size_t i = h & mask_;
+    while (true) {
+        const Slot & s = slots_[i];
+        if (s.id < 0) return -1;
+        if (s.hash == h && s.key == key) return s.id;
+        i = (i + 1) & mask_;
+    }
+}
+
+// ---- GGUF access -------------------------------------------------------------------------------
+
+namespace {
+
+const char * const kSpace = "\xE2\x96\x81";   // U+2581, SentencePiece's escaped space
+
+class Meta {
+public:
+    explicit Meta(const gguf_context * g) : g_(g) {}
+
+    int64_t find(const char * key) const { return gguf_find_key(g_, key); }
+
+    bool get_str(const char * key, std::string & out) const {
+        const int64_t i = find(key);
+        if (i < 0) return false;
+        if (gguf_get_kv_type(g_, i) != GGUF_TYPE_STRING) {
+            fail(PSL_ERR_FORMAT, "GGUF key %s: expected a string, found %s", key, gguf_type_name(gguf_get_kv_type(g_, i)));
+        }
+        out = gguf_get_val_str(g_, i);
+        return true;
+    }
+
+    bool get_bool(const char * key, bool & out) const {
+        const int64_t i = find(key);
+        if (i < 0) return false;
+        switch (gguf_get_kv_type(g_, i)) {
+            case GGUF_TYPE_BOOL: out = gguf_get_val_bool(g_, i); return true;
+            case GGUF_TYPE_UINT8: out = gguf_get_val_u8(g_, i) != 0; return true;
+            case GGUF_TYPE_INT8: out = gguf_get_val_i8(g_, i) != 0; return true;
+            default:
+                fail(PSL_ERR_FORMAT, "GGUF key %s: expected a bool, found %s", key, gguf_type_name(gguf_get_kv_type(g_, i)));
+        }
+    }
+
+    // Any integer type; false when absent.
+    bool get_int(const char * key, int64_t & out) const {
+        const int64_t i = find(key);
+        if (i < 0) return false;
+        switch (gguf_get_kv_type(g_, i)) {
+            case GGUF_TYPE_UINT8: out = gguf_get_val_u8(g_, i); return true;
+            case GGUF_TYPE_INT8: out = gguf_get_val_i8(g_, i); return true;
+            case GGUF_TYPE_UINT16: out = gguf_get_val_u16(g_, i); return true;
+            case GGUF_TYPE_INT16: out = gguf_get_val_i16(g_, i); return true;
+            case GGUF_TYPE_UINT32: out = gguf_get_val_u32(g_, i); return true;
+            case GGUF_TYPE_INT32: out = gguf_get_val_i32(g_, i); return true;
+            case GGUF_TYPE_UINT64: out = (int64_t) gguf_get_val_u64(g_, i); return true;
+            case GGUF_TYPE_INT64: out = gguf_get_val_i64(g_, i); return true;
+            default:
+                fail(PSL_ERR_FORMAT, "GGUF key %s: expected an integer, found %s", key, gguf_type_name(gguf_get_kv_type(g_, i)));
+        }
+    }
+
+    // An array key of the given element type (any of `types`); -1 when absent.
+    int64_t array(const char * key, std::initializer_list<gguf_type> types, gguf_type * got = nullptr) const {
+        const int64_t i = find(key);
+        if (i < 0) return -1;
+        if (gguf_get_kv_type(g_, i) != GGUF_TYPE_ARRAY) {
+            fail(PSL_ERR_FORMAT, "GGUF key %s: expected an array, found %s", key, gguf_type_name(gguf_get_kv_type(g_, i)));
+        }
+        const gguf_type t = gguf_get_arr_type(g_, i);
+        if (std::find(types.begin(), types.end(), t) == types.end()) {
+            fail(PSL_ERR_FORMAT, "GGUF key %s: unexpected element type %s", key, gguf_type_name(t));
+        }
+        if (got) *got = t;
+        return i;
+    }
+
+    const gguf_context * g() const { return g_; }
+
+private:
+    const gguf_context * g_;
+};
+
+bool contains_any(const std::string & s, std::initializer_list<const char *> subs) {
+    for (const char * sub : subs) {
+        if (s.find(sub) != std::string::npos) return true;
+    }
+    return false;
+}
+
+bool is_c_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+}  // namespace
+
+// ---- loading -----------------------------------------------------------------------------------
+
+std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
+    if (!gguf) return nullptr;
+    Meta meta(gguf);
+
+    std::string model;
+    if (!meta.get_str("tokenizer.ggml.model", model)) return nullptr;
+    if (model == "none" || model == "no_vocab") return nullptr;
+
+    auto v = std::make_unique<Vocab>();
+    Vocab & V = *v;
+    V.model_name = model;
+    meta.get_str("tokenizer.ggml.pre", V.pre);
+
+    if (model == "llama") {
+        V.type = Vocab::Type::SPM;
+        V.bos = 1;
+        V.eos = 2;
+        V.unk = 0;
+        V.add_space_prefix = true;
+        V.add_bos = true;
+        V.add_eos = false;
+    } else if (model == "gpt2") {
+        V.type = Vocab::Type::BPE;
+        V.bos = 11;
+        V.eos = 11;
+        V.unk = kNoToken;
+        V.add_space_prefix = false;
+        const std::string pre = V.pre.empty() ? "default" : V.pre;
+        V.pre_tok_ = PreTokenizer::create(pre);
+        if (V.pre_tok_->ignore_merges || pre == "tekken" || pre == "chameleon") {
+            V.add_bos = true;   // llama.cpp's default for these pre-tokenizers; the GGUF key decides
+        }
+        if (pre == "glm4" || pre == "chatglm-bpe") {
+            V.bos = kNoToken;
+        }
+    } else if (model == "bert" || model == "t5" || model == "rwkv" || model == "plamo2" || model == "gemma4" ||
+               model == "hybriddna" || model == "whitespace") {
+        fail(PSL_ERR_UNSUPPORTED, "tokenizer model '%s' (tokenizer.ggml.model) is not supported; supported: llama, gpt2",
+             model.c_str());
+    } else {
+        fail(PSL_ERR_UNSUPPORTED, "unknown tokenizer model '%s' (tokenizer.ggml.model); supported: llama, gpt2",
+             model.c_str());
+    }
+    meta.get_bool("tokenizer.ggml.add_space_prefix", V.add_space_prefix);
+
+    // tokens, scores, types
+    const int64_t ki = meta.array("tokenizer.ggml.tokens", {GGUF_TYPE_STRING});
+    if (ki < 0) fail(PSL_ERR_FORMAT, "the tokenizer has no tokenizer.ggml.tokens");
+    const size_t n_tokens = gguf_get_arr_n(gguf, ki);
+    if (n_tokens == 0) fail(PSL_ERR_FORMAT, "tokenizer.ggml.tokens is empty");
+    if (n_tokens >= (size_t) INT32_MAX / 2) fail(PSL_ERR_FORMAT, "tokenizer.ggml.tokens is too long (%zu)", n_tokens);
+
+    gguf_type score_type = GGUF_TYPE_FLOAT32;
+    const int64_t si = meta.array("tokenizer.ggml.scores", {GGUF_TYPE_FLOAT32, GGUF_TYPE_INT32}, &score_type);
+    if (si >= 0 && gguf_get_arr_n(gguf, si) < n_tokens) {
+        fail(PSL_ERR_FORMAT, "tokenizer.ggml.scores has %zu entries for %zu tokens", gguf_get_arr_n(gguf, si), n_tokens);
+    }
+    const int64_t ti = meta.array("tokenizer.ggml.token_type", {GGUF_TYPE_INT32});
+    if (ti >= 0 && gguf_get_arr_n(gguf, ti) < n_tokens) {
+        fail(PSL_ERR_FORMAT, "tokenizer.ggml.token_type has %zu entries for %zu tokens", gguf_get_arr_n(gguf, ti), n_tokens);
+    }
+    const void * scores = si >= 0 ? gguf_get_arr_data(gguf, si) : nullptr;
+    const int32_t * types = ti >= 0 ? (const int32_t *) gguf_get_arr_data(gguf, ti) : nullptr;
+
+    V.tokens_.resize(n_tokens);
+    {
+        std::vector<std::string> texts(n_tokens);
+        size_t total = 0;
+        for (size_t i = 0; i < n_tokens; ++i) {
+            texts[i] = gguf_get_arr_str(gguf, ki, i);
+            if (texts[i].empty()) texts[i] = "[EMPTY_" + std::to_string(i) + "]";
+            total += texts[i].size();
+        }
+        if (total >= UINT32_MAX) fail(PSL_ERR_FORMAT, "tokenizer.ggml.tokens is too large");
+        V.text_.reserve(total);
+        for (size_t i = 0; i < n_tokens; ++i) {
+            auto & t = V.tokens_[i];
+            t.text_off = (uint32_t) V.text_.size();
+            t.text_len = (uint32_t) texts[i].size();
+            V.text_ += texts[i];
+            if (scores) {
+                t.score = score_type == GGUF_TYPE_FLOAT32 ? ((const float *) scores)[i] : (float) ((const int32_t *) scores)[i];
+            }
+            t.gguf_type = types ? types[i] : 1;
+            switch (t.gguf_type) {
+                case 1: t.attr = kAttrNormal; break;
+                case 2: t.attr = kAttrUnknown; break;
+                case 3: t.attr = kAttrControl; break;
+                case 4: t.attr = kAttrUserDefined; break;
+                case 5: t.attr = kAttrUnused; break;
+                case 6: t.attr = kAttrByte; break;
+                default: t.attr = kAttrUndefined; break;
+            }
+        }
+        std::vector<std::string_view> keys(n_tokens);
+        for (size_t i = 0; i < n_tokens; ++i) keys[i] = V.text((token_id) i);
+        V.token_map_.build(keys);   // a repeated text maps to its first id
+    }
+
+    // byte tokens (SPM)
+    for (int b = 0; b < 256; ++b) {
+        char buf[8];
+        snprintf(buf, sizeof(buf), "<0x%02X>", b);
+        token_id id = V.find_token(buf);
+        if (id < 0) {
+            const char c = (char) b;
+            id = V.find_token(std::string_view(&c, 1));
+        }
+        V.byte_tokens_[b] = id;
+    }
+
+    // BPE merges and symbols
+    if (V.type == Vocab::Type::BPE) {
+        const int64_t mi = meta.array("tokenizer.ggml.merges", {GGUF_TYPE_STRING});
+        if (mi < 0) fail(PSL_ERR_FORMAT, "the BPE tokenizer has no tokenizer.ggml.merges");
+        const size_t n_merges = gguf_get_arr_n(gguf, mi);
+        // split "left right" at the first space after the first byte, as llama.cpp does
+        std::vector<std::array<std::string, 2>> parts;
+        parts.reserve(n_merges);
+        for (size_t i = 0; i < n_merges; ++i) {
+            const std::string word = gguf_get_arr_str(gguf, mi, i);
+            const size_t pos = word.find(' ', 1);
+            if (pos == std::string::npos) {
+                parts.push_back({"", ""});
+            } else {
+                parts.push_back({word.substr(0, pos), word.substr(pos + 1)});
+            }
+        }
+        // strings that are not tokens get symbol ids past the vocabulary
+        std::vector<std::string> extras;
+        {
+            StringIdMap seen;
+            std::vector<std::unique_ptr<std::string>> owned;
+            auto note = [&](const std::string & s) {
+                if (s.empty() || V.find_token(s) >= 0) return;
+                owned.emplace_back(new std::string(s));
+                if (seen.insert(*owned.back(), (int32_t) extras.size()) == (int32_t) extras.size()) {
+                    extras.push_back(s);
+                }
+            };
+            for (const auto & p : parts) {
+                if (p[0].empty() || p[1].empty()) continue;
+                note(p[0]);
+                note(p[1]);
+                note(p[0] + p[1]);
+            }
+            for (int b = 0; b < 256; ++b) {
+                std::string s;
+                unicode::append_utf8(s, unicode::gpt2_byte_to_cpt((uint8_t) b));
+                note(s);
+            }
+        }
+        V.extra_symbols_ = std::move(extras);
+        {
+            std::vector<std::string_view> keys;
+            keys.reserve(V.extra_symbols_.size());
+            for (const auto & s : V.extra_symbols_) keys.push_back(s);
+            V.extra_map_.build(keys);
+        }
+        auto symbol = [&](const std::string & s) -> int32_t {
+            const token_id id = V.find_token(s);
+            if (id >= 0) return id;
+            const int32_t e = V.extra_map_.find(s);
+            return e < 0 ? -1 : (int32_t) n_tokens + e;
+        };
+        size_t cap = 16;
+        while (cap < n_merges * 2) cap <<= 1;
+        V.merge_keys_.assign(cap, ~uint64_t(0));
+        V.merge_values_.assign(cap, Vocab::MergeValue{-1, -1});
+        V.merge_mask_ = cap - 1;
+        for (size_t i = 0; i < n_merges; ++i) {
+            const auto & p = parts[i];
+            if (p[0].empty() || p[1].empty()) continue;
+            const int32_t a = symbol(p[0]), b = symbol(p[1]), r = symbol(p[0] + p[1]);
+            const uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+            uint64_t h = key * 0x9E3779B97F4A7C15ull;
+            size_t j = (h >> 20) & V.merge_mask_;
+            while (V.merge_keys_[j] != ~uint64_t(0) && V.merge_keys_[j] != key) j = (j + 1) & V.merge_mask_;
+            if (V.merge_keys_[j] == key) continue;   // a repeated merge keeps its first rank
+            V.merge_keys_[j] = key;
+            V.merge_values_[j] = Vocab::MergeValue{(int32_t) i, r};
+        }
+        for (int b = 0; b < 256; ++b) {
+            std::string s;
+            unicode::append_utf8(s, unicode::gpt2_byte_to_cpt((uint8_t) b));
+            V.byte_symbol_[b] = symbol(s);
+        }
+    }
+
+    // newline token
+    if (V.type == Vocab::Type::SPM) {
+        V.nl = V.byte_tokens_['\n'];
+    } else {
+        std::vector<token_id> ids;
+        V.tokenize_bpe("\n", ids);
+        V.nl = ids.empty() ? kNoToken : ids[0];
+    }
+
+    // special token ids
+    {
+        struct Key {
+            const char * name;
+            token_id * id;
+        };
+        const Key keys[] = {
+            {"tokenizer.ggml.bos_token_id", &V.bos},         {"tokenizer.ggml.eos_token_id", &V.eos},
+            {"tokenizer.ggml.eot_token_id", &V.eot},         {"tokenizer.ggml.eom_token_id", &V.eom},
+            {"tokenizer.ggml.unknown_token_id", &V.unk},     {"tokenizer.ggml.seperator_token_id", &V.sep},
+            {"tokenizer.ggml.padding_token_id", &V.pad},     {"tokenizer.ggml.mask_token_id", &V.mask},
+            {"tokenizer.ggml.fim_pre_token_id", &V.fim_pre}, {"tokenizer.ggml.fim_suf_token_id", &V.fim_suf},
+            {"tokenizer.ggml.fim_mid_token_id", &V.fim_mid}, {"tokenizer.ggml.fim_pad_token_id", &V.fim_pad},
+            {"tokenizer.ggml.fim_rep_token_id", &V.fim_rep}, {"tokenizer.ggml.fim_sep_token_id", &V.fim_sep},
+            {"tokenizer.ggml.prefix_token_id", &V.fim_pre},  {"tokenizer.ggml.suffix_token_id", &V.fim_suf},
+            {"tokenizer.ggml.middle_token_id", &V.fim_mid},
+        };
+        for (const Key & k : keys) {
+            if (*k.id >= (token_id) n_tokens) *k.id = kNoToken;   // a default past the vocabulary
+            int64_t val;
+            if (meta.get_int(k.name, val) && val >= 0 && val < (int64_t) n_tokens) {
+                *k.id = (token_id) val;   // an out-of-range value keeps the default, as in llama.cpp
+            }
+        }
+        meta.get_bool("tokenizer.ggml.add_bos_token", V.add_bos);
+        meta.get_bool("tokenizer.ggml.add_eos_token", V.add_eos);
+        if (V.add_bos && V.bos == kNoToken) {
+            fail(PSL_ERR_FORMAT, "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+        }
+        if (V.add_eos && V.eos == kNoToken) {
+            fail(PSL_ERR_FORMAT, "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+        }
+    }
+
+    // tokens recognised by their text (llama.cpp's workaround for older conversions)
+    auto make_control = [&](token_id id) { V.tokens_[id].attr |= kAttrControl; };
+    auto detect = [&](token_id & slot, std::initializer_list<const char *> texts) {
+        if (slot != kNoToken) return;
+        for (const char * t : texts) {
+            const token_id id = V.find_token(t);
+            if (id >= 0) {
+                slot = id;
+                make_control(id);
+                return;
+            }
+        }
+    };
+    detect(V.eot, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+                   "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                   "<end_of_utterance>"});
+    detect(V.eom, {"<|eom_id|>"});
+    detect(V.fim_pre, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+                       "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"});
+    detect(V.fim_suf, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+                       "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"});
+    detect(V.fim_mid, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+                       "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"});
+    detect(V.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"});
+    detect(V.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"});
+    detect(V.fim_sep, {"<|file_sep|>"});
+
+    // control tokens named "unused..." are unused
+    for (size_t i = 0; i < n_tokens; ++i) {
+        auto & t = V.tokens_[i];
+        if ((t.attr & kAttrControl) && V.text((token_id) i).find("unused") != std::string_view::npos) {
+            t.attr |= kAttrUnused;
+        }
+    }
+
+    // end-of-generation tokens
+    {
+        std::vector<token_id> eog;
+        for (token_id id : {V.fim_pad, V.fim_rep, V.fim_sep}) {
+            if (id != kNoToken) eog.push_back(id);
+        }
+        for (const char * t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+                               "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+                               "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                               "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["}) {
+            const token_id id = V.find_token(t);
+            if (id >= 0) {
+                eog.push_back(id);
+                make_control(id);
+            }
+        }
+        // gpt-oss: these are always rendered
+        for (const char * t : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+            const token_id id = V.find_token(t);
+            if (id >= 0) V.tokens_[id].attr = kAttrUserDefined;
+        }
+        for (token_id id : {V.eos, V.eot, V.eom}) {
+            if (id != kNoToken) eog.push_back(id);
+        }
+        std::sort(eog.begin(), eog.end());
+        eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+        auto has = [&](const char * t, token_id * which = nullptr) {
+            for (token_id id : eog) {
+                if (V.text(id) == t) {
+                    if (which) *which = id;
+                    return true;
+                }
+            }
+            return false;
+        };
+        token_id end_id = kNoToken, s_id = kNoToken;
+        // o200k_harmony / solar-open: "<|end|>" is not the end of generation there
+        if (has("<|end|>", &end_id) && ((has("<|return|>") && has("<|call|>")) || (has("<|calls|>") && has("<|flush|>")))) {
+            eog.erase(std::find(eog.begin(), eog.end(), end_id));
+            V.tokens_[end_id].attr = kAttrUserDefined;
+        }
+        // gemma4 / paddleocr: "</s>" is not either
+        if (has("<|tool_response>") && has("</s>", &s_id)) {
+            eog.erase(std::find(eog.begin(), eog.end(), s_id));
+            V.tokens_[s_id].attr = kAttrNormal;
+        }
+        V.eog_ = std::move(eog);
+    }
+
+    V.build_pieces();
+    V.build_special_matcher();
+
+    // attributes set by model name (llama.cpp: "Handle per token attributes")
+    {
+        std::string name, arch;
+        meta.get_str("general.name", name);
+        meta.get_str("general.architecture", arch);
+        for (char & c : name) c = (char) std::tolower((unsigned char) c);
+        auto set_attr = [&](const char * text, uint32_t a, bool on) {
+            const token_id id = V.find_token(text);
+            if (id < 0) return;
+            if (on) V.tokens_[id].attr |= a; else V.tokens_[id].attr &= ~a;
+        };
+        const std::string & pre = V.pre;
+        if (contains_any(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) || contains_any(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+            set_attr("<mask>", kAttrLstrip, true);
+        } else if (contains_any(name, {"phi-3", "phi3"})) {
+            for (size_t i = 0; i < n_tokens; ++i) {
+                if (V.tokens_[i].attr & (kAttrControl | kAttrUserDefined | kAttrUnknown)) V.tokens_[i].attr |= kAttrRstrip;
+            }
+            set_attr("</s>", kAttrRstrip, true);
+            for (const char * t : {"<unk>", "<s>", "<|endoftext|>"}) set_attr(t, kAttrRstrip, false);
+        } else if (contains_any(name, {"modern-bert"})) {
+            set_attr("[MASK]", kAttrLstrip, true);
+        }
+    }
+    return v;
+}
+
+// ---- pieces ------------------------------------------------------------------------------------
+
+void Vocab::build_pieces() {
+    pieces_.clear();
+    std::string p;
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+        auto & t = tokens_[i];
+        const std::string_view tx = text((token_id) i);
+        p.clear();
+        if (t.attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) {
+            p.assign(tx);
+        } else if (t.attr & kAttrNormal) {
+            if (type == Type::SPM) {
+                for (size_t k = 0; k < tx.size();) {
+                    if (tx.compare(k, 3, kSpace) == 0) {
+                        p.push_back(' ');
+                        k += 3;
+                    } else {
+                        p.push_back(tx[k++]);
+                    }
+                }
+            } else {
+                size_t off = 0;
+                while (off < tx.size()) {
+                    const size_t start = off;
+                    const uint32_t cpt = unicode::decode_utf8(tx.data(), tx.size(), &off);
+                    const int b = unicode::gpt2_cpt_to_byte(cpt);
+                    if (b >= 0) {
+                        p.push_back((char) b);
+                    } else {
+                        // not a byte-level character: its own UTF-8 (llama.cpp writes an [UNK_BYTE_..] marker)
+                        p.append(tx.data() + start, off - start);
+                    }
+                }
+            }
+        } else if (t.attr & kAttrByte) {
+            // "<0xXX>": llama.cpp reads the two characters after "<0x" as hex
+            unsigned v = 0;
+            for (size_t k = 3; k < 5 && k < tx.size(); ++k) {
+                const char c = tx[k];
+                if (!std::isxdigit((unsigned char) c)) break;
+                v = v * 16 + (unsigned) (std::isdigit((unsigned char) c) ? c - '0' : (std::tolower((unsigned char) c) - 'a' + 10));
+            }
+            p.push_back((char) (uint8_t) v);
+        }
+        t.piece_off = (uint32_t) pieces_.size();
+        t.piece_len = (uint32_t) p.size();
+        pieces_ += p;
+    }
+}
+
+std::string_view Vocab::piece(token_id id, bool render_special) const {
+    const auto & t = tokens_[id];
+    if (!render_special && (t.attr & (kAttrUnknown | kAttrControl))) return {};
+    return std::string_view(pieces_.data() + t.piece_off, t.piece_len);
+}
+
+int32_t Vocab::effective_type(token_id id) const {
+    const uint32_t a = tokens_[id].attr;
+    if (a & kAttrControl) return 3;
+    if (a & kAttrUserDefined) return 4;
+    if (a & kAttrUnknown) return 2;
+    if (a & kAttrByte) return 6;
+    if (a & kAttrNormal) return 1;
+    if (a & kAttrUnused) return 5;
+    return 0;
+}
+
+bool Vocab::is_eog(token_id id) const {
+    return std::binary_search(eog_.begin(), eog_.end(), id);
+}
+
+void Vocab::detokenize(const token_id * ids, size_t n, bool render_special, std::string & out) const {
+    size_t i = 0;
+    bool strip = add_space_prefix;
+    for (; i < n; ++i) {
+        std::string_view p = piece(ids[i], render_special);
+        if (strip && !(i == 0 && ids[0] == bos)) {
+            if (!p.empty() && p[0] == ' ') p.remove_prefix(1);
+            strip = false;
+        }
+        out.append(p.data(), p.size());
+    }
+}
+
+// ---- special tokens ----------------------------------------------------------------------------
+
+void Vocab::build_special_matcher() {
+    std::vector<token_id> special;
+    for (token_id id = 0; id < n_tokens(); ++id) {
+        if (tokens_[id].attr & (kAttrControl | kAttrUserDefined | kAttrUnknown)) special.push_back(id);
+    }
+    // llama.cpp tries the longest texts first (the order among equal lengths is unspecified there;
+    // here it is by id)
+    std::stable_sort(special.begin(), special.end(),
+                     [&](token_id a, token_id b) { return tokens_[a].text_len > tokens_[b].text_len; });
+    special_rank_.assign(tokens_.size(), UINT32_MAX);
+    for (size_t r = 0; r < special.size(); ++r) special_rank_[special[r]] = (uint32_t) r;
+
+    trie_.assign(1, TrieNode{});
+    std::fill(std::begin(trie_first_byte_), std::end(trie_first_byte_), false);
+    for (token_id id : special) {
+        const std::string_view t = text(id);
+        int32_t node = 0;
+        for (char ch : t) {
+            const uint8_t c = (uint8_t) ch;
+            int32_t child = trie_[node].first_child;
+            while (child >= 0 && trie_[child].byte != c) child = trie_[child].next_sibling;
+            if (child < 0) {
+                TrieNode nn;
+                nn.byte = c;
+                nn.next_sibling = trie_[node].first_child;
+                trie_.push_back(nn);
+                child = (int32_t) trie_.size() - 1;
+                trie_[node].first_child = child;
+            }
+            node = child;
+        }
+        if (trie_[node].token == kNoToken) trie_[node].token = id;
+        trie_first_byte_[(uint8_t) t[0]] = true;
+    }
+}
+
+// Splits text at the special tokens it contains, with llama.cpp's semantics: special tokens are
+// taken longest first (ties by id), each one at all its non-overlapping occurrences left to
+// right inside the text not yet taken; LSTRIP / RSTRIP tokens also take the whitespace beside
+// them. Without parse_special only user-defined tokens count.
+void Vocab::partition(std::string_view text, bool parse_special, std::vector<Fragment> & frags) const {
+    frags.clear();
+    const size_t n = text.size();
+    if (n == 0) return;
+    struct Occ {
+        uint32_t rank;
+        uint32_t pos;
+        token_id id;
+    };
+    std::vector<Occ> occ;
+    const uint32_t skip = parse_special ? 0u : (kAttrControl | kAttrUnknown);
+    for (size_t pos = 0; pos < n; ++pos) {
+        if (!trie_first_byte_[(uint8_t) text[pos]]) continue;
+        int32_t node = 0;
+        for (size_t k = pos; k < n; ++k) {
+            int32_t child = trie_[node].first_child;
+            const uint8_t c = (uint8_t) text[k];
+            while (child >= 0 && trie_[child].byte != c) child = trie_[child].next_sibling;
+            if (child < 0) break;
+            node = child;
+            const token_id id = trie_[node].token;
+            if (id != kNoToken && !(tokens_[id].attr & skip)) {
+                occ.push_back(Occ{special_rank_[id], (uint32_t) pos, id});
+            }
+        }
+    }
+    if (occ.empty()) {
+        frags.push_back(Fragment{kNoToken, 0, (uint32_t) n});
+        return;
+    }
+    std::sort(occ.begin(), occ.end(), [](const Occ & a, const Occ & b) {
+        return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos;
+    });
+    std::vector<uint8_t> taken(n, 0);   // 1: inside a token, 2: stripped whitespace
+    struct Hit {
+        uint32_t pos;
+        uint32_t len;
+        token_id id;
+    };
+    std::vector<Hit> hits;
+    for (const Occ & o : occ) {
+        const uint32_t len = tokens_[o.id].text_len;
+        bool free = true;
+        for (uint32_t k = o.pos; k < o.pos + len; ++k) {
+            if (taken[k]) {
+                free = false;
+                break;
+            }
+        }
+        if (!free) continue;
+        std::memset(&taken[o.pos], 1, len);
+        hits.push_back(Hit{o.pos, len, o.id});
+        const uint32_t a = tokens_[o.id].attr;
+        if (a & kAttrLstrip) {
+            for (size_t k = o.pos; k > 0 && !taken[k - 1] && is_c_space(text[k - 1]); --k) taken[k - 1] = 2;
+        }
+        if (a & kAttrRstrip) {
+            for (size_t k = o.pos + len; k < n && !taken[k] && is_c_space(text[k]); ++k) taken[k] = 2;
+        }
+    }
+    std::sort(hits.begin(), hits.end(), [](const Hit & a, const Hit & b) { return a.pos < b.pos; });
+    size_t h = 0;
+    size_t pos = 0;
+    while (pos < n) {
+        if (h < hits.size() && hits[h].pos == pos) {
+            frags.push_back(Fragment{hits[h].id, 0, 0});
+            pos += hits[h].len;
+            ++h;
+        } else if (taken[pos]) {
+            ++pos;   // stripped whitespace
+        } else {
+            size_t end = pos;
+            while (end < n && !taken[end]) ++end;
+            frags.push_back(Fragment{kNoToken, (uint32_t) pos, (uint32_t) end});
+            pos = end;
+        }
+    }
+}
+
+// ---- tokenize ----------------------------------------------------------------------------------
+
+void Vocab::tokenize(std::string_view text, bool add_special, bool parse_special, std::vector<token_id> & out) const {
+    if (text.size() >= UINT32_MAX) fail(PSL_ERR_INVALID_ARGUMENT, "text too long to tokenize (%zu bytes)", text.size());
+    std::vector<Fragment> frags;
+    partition(text, parse_special, frags);
+    if (add_special && add_bos) out.push_back(bos);
+    if (type == Type::SPM) {
+        bool prev_special = true;   // the text start counts as after a special token
+        std::string buf;
+        for (const Fragment & f : frags) {
+            if (f.id != kNoToken) {
+                out.push_back(f.id);
+                prev_special = true;
+                continue;
+            }
+            buf.clear();
+            if (add_space_prefix && prev_special) buf.append(kSpace);
+            for (size_t k = f.begin; k < f.end; ++k) {
+                if (text[k] == ' ') {
+                    buf.append(kSpace);
+                } else {
+                    buf.push_back(text[k]);
+                }
+            }
+            tokenize_spm(buf, out);
+            prev_special = false;
+        }
+    } else {
+        for (const Fragment & f : frags) {
+            if (f.id != kNoToken) {
+                out.push_back(f.id);
+            } else {
+                tokenize_bpe(text.substr(f.begin, f.end - f.begin), out);
+            }
+        }
+    }
+    if (add_special && add_eos) out.push_back(eos);
+}
+
+}  // namespace psl

@@ -1,0 +1,81 @@
+"""Shared fixtures: synthetic models written once per session, the offline real models, and the
+llama.cpp reference outputs."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import models  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def reference_dir() -> pathlib.Path | None:
+    env = os.environ.get("PYLLAMASPEC_REFERENCE")
+    for p in ([pathlib.Path(env)] if env else []) + [REPO.parent / "shared" / "reference",
+                                                        REPO / "shared" / "reference"]:
+        if p.is_dir():
+            return p
+    return None
+
+
+def _must_have() -> bool:
+    # CI sets this: there a missing model or reference is a failure, not a skip.
+    return os.environ.get("PYLLAMASPEC_REQUIRE_MODELS", "") not in ("", "0")
+
+
+def load_reference(kind: str, model: str) -> list[dict]:
+    d = reference_dir()
+    path = d / f"{kind}_shared_{model}.jsonl" if d else None
+    if path is None or not path.is_file():
+        if _must_have():
+            pytest.fail(f"reference file {kind}_shared_{model}.jsonl not found")
+        pytest.skip(f"reference file {kind}_shared_{model}.jsonl not found")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def real_model(name: str) -> pathlib.Path:
+    try:
+        return models.real_model_path(name)
+    except models.ModelUnavailable as e:
+        if _must_have():
+            pytest.fail(f"real model {name} unavailable: {e}")
+        pytest.skip(f"real model {name} unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> pathlib.Path:
+    return real_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> pathlib.Path:
+    return real_model("gemma3")
+
+
+@pytest.fixture(scope="session")
+def synth_dir(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("synthetic")
+
+
+_SYNTH: dict[tuple, pathlib.Path] = {}
+
+
+@pytest.fixture(scope="session")
+def synth_model(synth_dir):
+    """synth_model(**kwargs) -> path of a tiny random GGUF written by tests/models.py (cached)."""
+    def make(**kwargs) -> pathlib.Path:
+        key = tuple(sorted(kwargs.items()))
+        if key not in _SYNTH:
+            name = "m" + str(len(_SYNTH)) + ".gguf"
+            path = synth_dir / name
+            models.write_llama_gguf(path, **kwargs)
+            _SYNTH[key] = path
+        return _SYNTH[key]
+    return make
