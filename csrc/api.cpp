@@ -7,6 +7,7 @@
 #include "ggml-cpu.h"
 #include "gguf.h"
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -261,8 +262,23 @@ psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, int32_t n
                             int64_t out_cap) {
     return guard([&] {
         PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        const auto t0 = std::chrono::steady_clock::now();
         ctx->eval(tokens, n, logits_mode, out, out_cap);
+        ctx->perf.t_eval_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        ctx->perf.n_evals += 1;
+        ctx->perf.n_tokens += n;
     });
+}
+
+psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out) {
+    return guard([&] {
+        PSL_REQUIRE(ctx && out, PSL_ERR_INVALID_ARGUMENT, "ctx or out is NULL");
+        *out = ctx->perf;
+    });
+}
+
+void psl_context_reset_perf(psl_context * ctx) {
+    if (ctx) ctx->perf = psl_perf{0.0, 0, 0};
 }
 
 psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab) {

@@ -47,7 +47,12 @@ ggml_tensor * build(Graph & g) {
         ggml_tensor * v = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wv, h), hp.n_embd_head_v, hp.n_head_kv, g.n_tokens);
         q = g.rope(q, GGML_ROPE_TYPE_NORMAL, hp.rope_freq_base);
         k = g.rope(k, GGML_ROPE_TYPE_NORMAL, hp.rope_freq_base);
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, g.attention(il, q, k, v, scale)));
+        ggml_tensor * attn = g.attention(il, q, k, v, scale);
+        if (il == hp.n_layer - 1) {   // only the rows that produce logits go on
+            attn = g.keep_outputs(attn);
+            x = g.keep_outputs(x);
+        }
+        x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, attn));
         x = ggml_add(ctx, x, g.ffn_swiglu(g.rms_norm(x, l.ffn_norm), l));
     }
     return g.output(x, g.m.output_norm);

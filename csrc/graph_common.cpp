@@ -78,11 +78,14 @@ ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
     return ggml_mul_mat(ctx, l.ffn_down, ggml_geglu_split(ctx, g, u));
 }
 
+ggml_tensor * Graph::keep_outputs(ggml_tensor * x) const {
+    if (all_outputs || no_outputs || x->ne[1] == 1) return x;
+    return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (x->ne[1] - 1) * x->nb[1]);
+}
+
 ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
     if (no_outputs) return x;
-    if (!all_outputs && n_tokens > 1) {
-        x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (n_tokens - 1) * x->nb[1]);
-    }
+    x = keep_outputs(x);
     x = rms_norm(x, norm_w);
     ggml_tensor * logits = ggml_mul_mat(ctx, m.output, x);
     ggml_set_name(logits, "logits");

@@ -38,6 +38,9 @@ struct Graph {
     ggml_tensor * attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale);
     ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
     ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
+    // The columns of x whose logits are wanted (all, or the last); called on the last layer so
+    // that its remaining work skips the other rows.
+    ggml_tensor * keep_outputs(ggml_tensor * x) const;
     // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs].
     ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
     int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }

@@ -263,6 +263,14 @@ class Model(VocabMixin):
         """Empty the KV cache."""
         lib.psl_context_clear(self._live_ctx())
 
+    def perf(self, reset: bool = False) -> dict[str, float]:
+        """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset."""
+        raw = ffi.new("psl_perf *")
+        self._check(lib.psl_context_get_perf(self._live_ctx(), raw))
+        if reset:
+            lib.psl_context_reset_perf(self._ctx)
+        return {"t_eval": raw.t_eval_us * 1e-6, "n_evals": int(raw.n_evals), "n_tokens": int(raw.n_tokens)}
+
     def interrupt(self) -> None:
         """Ask a running eval (on another thread) to stop; it raises EvaluationInterrupted."""
         if self._ctx != ffi.NULL:

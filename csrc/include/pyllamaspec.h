@@ -146,6 +146,16 @@ PSL_API int32_t    psl_context_n_ctx(const psl_context * ctx);
 /* Keeps the first n_keep tokens of the cache, in O(1): the rollback speculation needs. */
 PSL_API psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep);
 PSL_API void       psl_context_clear(psl_context * ctx);
+/* Time spent inside psl_context_eval (wall clock, microseconds) and the number of calls and
+ * tokens since the context was made or the counters reset: lets callers measure their own
+ * overhead around the core. */
+typedef struct psl_perf {
+    double  t_eval_us;
+    int64_t n_evals;
+    int64_t n_tokens;
+} psl_perf;
+PSL_API psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out);
+PSL_API void       psl_context_reset_perf(psl_context * ctx);
 /* Asks a running eval on ctx to stop (thread-safe; for Ctrl-C). It returns PSL_ERR_INTERRUPTED
  * with the cache unchanged. The flag clears when the next eval starts. */
 PSL_API void       psl_context_interrupt(psl_context * ctx);
@@ -177,6 +187,11 @@ typedef struct psl_vocab_info {
     char    pre[64];            /* tokenizer.ggml.pre, "" if absent               */
 } psl_vocab_info;
 
+/* Opens only the tokenizer of a GGUF file, like llama.cpp's vocab_only: any architecture, no
+ * weights read. The handle works with the tokenizer and metadata functions and psl_model_get_info
+ * (arch and name only); psl_context_new refuses it. Free it with psl_model_free. Fails with
+ * PSL_ERR_NO_VOCAB when the file has no tokenizer. */
+PSL_API psl_status psl_vocab_load(const char * path, psl_model ** out);
 PSL_API psl_status psl_vocab_get_info(const psl_model * model, psl_vocab_info * out);
 /* Token ids of text[0..len). Writes at most cap ids; if more are needed returns
  * PSL_ERR_BUFFER_TOO_SMALL with *n_out set to the number required.

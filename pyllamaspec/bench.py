@@ -1,0 +1,138 @@
+"""Benchmark: prompt processing (ppN) and decoding (tgN) tokens/s, like llama-bench.
+
+    python -m pyllamaspec.bench -m MODEL.gguf [-m OTHER.gguf] -t 2 [-p 64] [-n 64] [-r 5] [--json]
+
+ppN evaluates N random tokens in one call on an empty cache; tgN evaluates N tokens one call
+at a time (each producing logits), as llama-bench does. Each figure is the median of -r
+repetitions after one warm-up. The Python overhead of a one-token eval is the wall time of
+Model.eval minus the time the core itself reports for it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ._native import system_info
+from .model import Model
+
+
+@dataclass
+class Result:
+    model: str
+    file_type: str
+    size_mib: float
+    params_m: float
+    threads: int
+    test: str
+    tokens_per_s: float            # median
+    stdev: float
+    runs: list[float] = field(default_factory=list)
+
+
+def _median_sd(xs: list[float]) -> tuple[float, float]:
+    return statistics.median(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def bench_pp(m: Model, n: int, reps: int, rng: np.random.Generator) -> list[float]:
+    out = []
+    for r in range(reps + 1):
+        toks = rng.integers(0, m.n_vocab, n, dtype=np.int32)
+        m.clear()
+        t0 = time.perf_counter()
+        m.eval(toks, logits="last")
+        dt = time.perf_counter() - t0
+        if r:                                   # the first run warms up
+            out.append(n / dt)
+    return out
+
+
+def bench_tg(m: Model, n: int, reps: int, rng: np.random.Generator) -> tuple[list[float], float, float]:
+    """Returns t/s per run, and the Python overhead per call (seconds, fraction of the call)."""
+    out, overhead, frac = [], [], []
+    buf = np.empty((1, m.n_vocab), np.float32)
+    for r in range(reps + 1):
+        toks = rng.integers(0, m.n_vocab, n, dtype=np.int32)
+        m.clear()
+        m.perf(reset=True)
+        t0 = time.perf_counter()
+        for i in range(n):
+            m.eval(toks[i:i + 1], logits="last", out=buf)
+        dt = time.perf_counter() - t0
+        core = m.perf()["t_eval"]
+        if r:
+            out.append(n / dt)
+            overhead.append((dt - core) / n)
+            frac.append((dt - core) / dt)
+    return out, statistics.median(overhead), statistics.median(frac)
+
+
+def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_gpu_layers: int,
+        verbose: bool = True) -> list[Result]:
+    results: list[Result] = []
+    rng = np.random.default_rng(0)
+    for path in paths:
+        with Model(path, n_ctx=max(512, n_prompt + n_gen + 8), n_batch=max(512, n_prompt),
+                   n_threads=threads, n_gpu_layers=n_gpu_layers) as m:
+            i = m.info
+            base = dict(model=f"{i.arch} {i.name}".strip(), file_type=i.file_type_name,
+                        size_mib=i.size_bytes / 2**20, params_m=i.n_params / 1e6, threads=m.n_threads)
+            if n_prompt:
+                runs = bench_pp(m, n_prompt, reps, rng)
+                results.append(Result(test=f"pp{n_prompt}", tokens_per_s=_median_sd(runs)[0],
+                                      stdev=_median_sd(runs)[1], runs=runs, **base))
+                if verbose:
+                    _print_row(results[-1])
+            if n_gen:
+                runs, ov, frac = bench_tg(m, n_gen, reps, rng)
+                results.append(Result(test=f"tg{n_gen}", tokens_per_s=_median_sd(runs)[0],
+                                      stdev=_median_sd(runs)[1], runs=runs, **base))
+                if verbose:
+                    _print_row(results[-1])
+                    print(f"    python overhead of a one-token eval: {ov * 1e6:.1f} us "
+                          f"({frac * 100:.2f}% of the call)")
+    return results
+
+
+def _print_header() -> None:
+    print(f"| {'model':<36} | {'type':>6} | {'size MiB':>8} | {'params M':>8} | {'thr':>3} | "
+          f"{'test':>6} | {'t/s':>16} |")
+    print("|" + "|".join("-" * w for w in (38, 8, 10, 10, 5, 8, 18)) + "|")
+
+
+def _print_row(r: Result) -> None:
+    print(f"| {r.model[:36]:<36} | {r.file_type:>6} | {r.size_mib:8.1f} | {r.params_m:8.1f} | "
+          f"{r.threads:3d} | {r.test:>6} | {r.tokens_per_s:8.1f} ± {r.stdev:5.1f} |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pyllamaspec.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", action="append", required=True, help="GGUF model (repeatable)")
+    ap.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    ap.add_argument("-p", "--n-prompt", type=int, default=64)
+    ap.add_argument("-n", "--n-gen", type=int, default=64)
+    ap.add_argument("-r", "--repetitions", type=int, default=5)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    a = ap.parse_args(argv)
+    if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
+        ap.error("repetitions must be >= 1; sizes and threads >= 0")
+    if not a.json:
+        print(f"pyllamaspec bench | {system_info()}")
+        _print_header()
+    results = run(a.model, a.threads, a.n_prompt, a.n_gen, a.repetitions, a.n_gpu_layers,
+                  verbose=not a.json)
+    if a.json:
+        json.dump([asdict(r) for r in results], sys.stdout, indent=1)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
