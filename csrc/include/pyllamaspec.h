@@ -237,6 +237,45 @@ PSL_API void       psl_detok_free(psl_detok * d);
  * malformed byte replaced by U+FFFD). Same buffer protocol as psl_tokenize. No model needed. */
 PSL_API psl_status psl_pretokenize(const char * pre, const char * text, size_t len,
                                    int32_t * ends, int32_t cap, int32_t * n_out);
+/* PSL_OK when draft can speculate for target: same ids, token text and types, special tokens
+ * and tokenizer; otherwise PSL_ERR_UNSUPPORTED naming the first difference (csrc/vocab_compat.cpp). */
+PSL_API psl_status psl_vocab_compatible(const psl_model * target, const psl_model * draft);
+
+/* ---- sampling and speculative acceptance (csrc/sampling.cpp) ----
+ * Everything per vocabulary entry happens here, on the caller's logits buffers. The adjusted
+ * distribution follows llama.cpp's chain: top-k, then top-p and min-p on the untempered
+ * softmax, then temperature. temperature == 0 is greedy (argmax, lowest id on ties). */
+typedef struct psl_sampler psl_sampler;
+
+typedef struct psl_sampling_params {
+    float    temperature;   /* 0 = greedy                    */
+    int32_t  top_k;         /* 0 = off                       */
+    float    top_p;         /* 1 = off, in (0, 1]            */
+    float    min_p;         /* 0 = off, in [0, 1)            */
+    uint64_t seed;
+} psl_sampling_params;
+
+PSL_API psl_sampling_params psl_sampling_default_params(void);
+PSL_API psl_status psl_sampler_new(int32_t n_vocab, const psl_sampling_params * params, psl_sampler ** out);
+PSL_API void       psl_sampler_free(psl_sampler * s);
+PSL_API psl_status psl_sampler_set_seed(psl_sampler * s, uint64_t seed);
+
+/* The adjusted distribution of one logits row, written densely to probs (n_vocab floats, zero
+ * outside the kept set; one-hot when greedy). */
+PSL_API psl_status psl_sampler_probs(psl_sampler * s, const float * logits, float * probs);
+/* Draws one token from a logits row. probs (optional, n_vocab floats) receives the adjusted
+ * distribution (the draft's q for psl_sampler_verify); p_max (optional) its largest probability
+ * (llama.cpp's --draft-p-min test). */
+PSL_API psl_status psl_sampler_sample(psl_sampler * s, const float * logits, float * probs,
+                                      int32_t * token, float * p_max);
+/* Speculative verification of k draft tokens against k+1 target logits rows (row i scores
+ * draft[i]; row k is the bonus row). Draft i is accepted with probability
+ * min(1, p_i(x)/q_i(x)) (greedy: iff it is the target's argmax); at the first rejection the
+ * next token is drawn from norm(max(0, p_i - q_i)); if all pass it is drawn from p_k.
+ * draft_probs holds k rows of q (n_vocab floats each); it may be NULL when greedy. */
+PSL_API psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, const int32_t * draft,
+                                      const float * draft_probs, int32_t k, int32_t * n_accepted,
+                                      int32_t * next_token);
 /* cffi-end */
 
 #ifdef __cplusplus

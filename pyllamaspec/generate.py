@@ -1,0 +1,169 @@
+"""generate(): text in, text out, with or without a draft model; streaming as a generator."""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Iterator, Sequence, Union
+
+from .errors import InvalidArgumentError, PyllamaspecError
+from .model import Model
+from .sampling import SamplingParams
+from .speculative import Decoder, DraftParams, Stats
+
+ModelLike = Union[str, "os.PathLike[str]", Model]
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]            # generated ids (end-of-generation token excluded)
+    prompt_tokens: list[int]
+    finish_reason: str           # "stop" (eog token or stop string), "length", "context_full"
+    stats: Stats
+    seed: int
+
+
+@dataclass
+class Piece:
+    """A piece of streamed text and whether the draft proposed the token it came from."""
+    text: str
+    token: int
+    from_draft: bool
+
+
+def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
+    if isinstance(m, Model):
+        if m.closed:
+            raise InvalidArgumentError("the model is closed")
+        return m
+    if isinstance(m, (str, os.PathLike)):
+        return stack.enter_context(Model(m, **kwargs))
+    raise InvalidArgumentError(f"a model is a path or a Model, got {type(m).__name__}")
+
+
+def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if not all(isinstance(s, str) and s for s in stops):
+        raise InvalidArgumentError("stop must be a non-empty string or a list of them")
+    return stops
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """Length of the longest suffix of text that could still grow into a stop string."""
+    best = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:n]):
+                best = n
+                break
+    return best
+
+
+def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | None, *,
+                  sampling: SamplingParams, draft: DraftParams, max_tokens: int,
+                  stop: list[str], result: dict, add_special: bool = True,
+                  parse_special: bool = True) -> Iterator[Piece]:
+    """The generation loop. Yields Pieces; fills result with tokens, finish reason and stats."""
+    if draft_model is not None:
+        model.check_draft(draft_model)
+    ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+           if isinstance(prompt, str) else [int(t) for t in prompt])
+    dec = Decoder(model, draft_model, sampling, draft)
+    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats)
+    dec.prefill(ids)
+    if max_tokens == 0:
+        return
+    t0 = time.perf_counter()
+    text, emitted = "", 0        # all text so far; how much of it went out
+    out_tokens: list[int] = result["tokens"]
+    hit_stop_string = False
+    try:
+        with model.detokenizer() as detok:
+            while not hit_stop_string:
+                if dec.room() < 1:
+                    result["finish_reason"] = "context_full"
+                    break
+                done = False
+                for tok, from_draft in dec.step():
+                    if model.is_eog(tok):
+                        result["finish_reason"], done = "stop", True
+                        break
+                    out_tokens.append(tok)
+                    text += detok.push(tok)
+                    if stop:
+                        start = max(0, emitted - max(map(len, stop)))
+                        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+                        if hits:                    # cut the text at the stop string
+                            text = text[:min(hits)]
+                            result["finish_reason"], hit_stop_string = "stop", True
+                    safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
+                    if safe > emitted:
+                        yield Piece(text[emitted:safe], tok, from_draft)
+                        emitted = safe
+                    if hit_stop_string:
+                        break
+                    if len(out_tokens) >= max_tokens:
+                        result["finish_reason"], done = "length", True
+                        break
+                if done:
+                    break
+            if not hit_stop_string:     # no stop string can complete any more: release the rest
+                text += detok.flush()
+                if len(text) > emitted:
+                    yield Piece(text[emitted:], out_tokens[-1] if out_tokens else -1, False)
+                    emitted = len(text)
+    finally:
+        dec.stats.n_generated = len(out_tokens)
+        dec.stats.t_generate = time.perf_counter() - t0
+        result["text"] = text[:emitted]
+
+
+def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | None = None, *,
+             max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+             min_p: float = 0.05, seed: int | None = None, n_draft: int = 16, n_min: int = 0,
+             p_min: float = 0.75, stop: str | Sequence[str] | None = None, stream: bool = False,
+             n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
+             add_special: bool = True, parse_special: bool = True):
+    """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
+
+    Models are paths (loaded for this call) or loaded Model objects (reused; their caches are
+    reset). temperature 0 is greedy. Returns a GenerationResult; with stream=True, a generator
+    of text pieces instead (never a broken UTF-8 character). Parameters are checked before any
+    work.
+    """
+    if seed is None:
+        seed = int.from_bytes(os.urandom(8), "little")
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min)
+    stops = _check_stop(stop)
+    if not isinstance(max_tokens, int) or max_tokens < 0:
+        raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    if not isinstance(prompt, (str, list, tuple)) or (not isinstance(prompt, str) and not prompt):
+        raise InvalidArgumentError("prompt must be a string or a non-empty list of token ids")
+
+    def run() -> Iterator[Piece]:
+        with ExitStack() as stack:
+            kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+            target = _open(model, stack, **kw)
+            dm = _open(draft_model, stack, **kw) if draft_model is not None else None
+            result: dict = {}
+            yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
+                                     max_tokens=max_tokens, stop=stops, result=result,
+                                     add_special=add_special, parse_special=parse_special)
+            run.result = GenerationResult(text=result["text"], tokens=result["tokens"],
+                                          prompt_tokens=result["prompt_tokens"],
+                                          finish_reason=result["finish_reason"],
+                                          stats=result["stats"], seed=seed)
+
+    if stream:
+        return (p.text for p in run())
+    for _ in run():
+        pass
+    return run.result
+
+
+__all__ = ["generate", "iter_generate", "GenerationResult", "Piece", "PyllamaspecError"]
