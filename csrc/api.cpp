@@ -309,4 +309,8 @@ void psl_context_interrupt(psl_context * ctx) {
     if (ctx) ctx->interrupt = true;
 }
 
+void psl_context_set_catch_sigint(psl_context * ctx, bool on) {
+    if (ctx) ctx->catch_sigint = on;
+}
+
 }  // extern "C"

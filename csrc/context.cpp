@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 using namespace psl;
@@ -27,7 +29,50 @@ bool is_kv_type(int32_t t) {
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
 }
 
-bool abort_requested(void * data) { return static_cast<psl_context *>(data)->interrupt.load(); }
+// Ctrl-C during an eval: while a context that asked for it evaluates, our SIGINT handler counts
+// the signal (the compute loop polls the count and stops) and passes it on to the handler it
+// replaced, so Python still raises KeyboardInterrupt once the call returns.
+std::atomic<int> g_sigint_count{0};
+#ifndef _WIN32
+std::mutex g_sig_mu;
+int g_sig_users = 0;
+struct sigaction g_prev_sa;
+
+void on_sigint(int sig) {
+    g_sigint_count.fetch_add(1);
+    if (!(g_prev_sa.sa_flags & SA_SIGINFO) && g_prev_sa.sa_handler != SIG_DFL && g_prev_sa.sa_handler != SIG_IGN) {
+        g_prev_sa.sa_handler(sig);
+    }
+}
+
+struct SigintScope {
+    bool on;
+    explicit SigintScope(bool enable) : on(enable) {
+        if (!on) return;
+        std::lock_guard<std::mutex> lock(g_sig_mu);
+        if (g_sig_users++ == 0) {
+            struct sigaction sa {};
+            sa.sa_handler = on_sigint;
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGINT, &sa, &g_prev_sa);
+        }
+    }
+    ~SigintScope() {
+        if (!on) return;
+        std::lock_guard<std::mutex> lock(g_sig_mu);
+        if (--g_sig_users == 0) sigaction(SIGINT, &g_prev_sa, nullptr);
+    }
+};
+#else
+struct SigintScope {
+    explicit SigintScope(bool) {}
+};
+#endif
+
+bool abort_requested(void * data) {
+    const auto * ctx = static_cast<psl_context *>(data);
+    return ctx->interrupt.load() || g_sigint_count.load() != ctx->sigint_mark;
+}
 
 }  // namespace
 
@@ -185,6 +230,8 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
     }
     n_rows = 0;
     interrupt = false;
+    SigintScope sigint(catch_sigint);
+    sigint_mark = g_sigint_count.load();
 
     const int32_t n_past0 = kv->used();
     try {

@@ -35,6 +35,8 @@ struct psl_context {
     std::vector<int64_t> idx_buf;
     std::vector<ggml_fp16_t> mask_buf, mask_swa_buf;
     std::atomic<bool> interrupt{false};
+    bool catch_sigint = false;               // SIGINT interrupts a running eval
+    int sigint_mark = 0;
     psl_perf perf{0.0, 0, 0};
 
     psl_context(psl_model * m, const psl_context_params & p);

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -115,6 +115,8 @@ class Model(VocabMixin):
             self.close()
             raise
         self._ctx = cout[0]
+        if threading.current_thread() is threading.main_thread():
+            lib.psl_context_set_catch_sigint(self._ctx, True)   # Ctrl-C stops a long eval
         got = ffi.new("psl_context_params *")
         self._check(lib.psl_context_get_params(self._ctx, got))
         self.n_ctx, self.n_batch, self.n_threads = got.n_ctx, got.n_batch, got.n_threads
@@ -232,13 +234,12 @@ class Model(VocabMixin):
         return lib.psl_context_n_past(self._live_ctx())
 
     def eval(self, tokens: Sequence[int] | np.ndarray, logits: str = "all",
-             out: np.ndarray | None = None, interruptible: bool = False) -> np.ndarray:
+             out: np.ndarray | None = None) -> np.ndarray:
         """Evaluate tokens at positions [n_past, n_past + n) in one call and append them to the cache.
 
         logits: "all" → [n, n_vocab], "last" → [1, n_vocab], "none" → [0, n_vocab].
         out: an optional float32 C-contiguous array to write into (reused across calls).
-        interruptible: run the core on a worker thread so that Ctrl-C stops a long evaluation at
-        once (KeyboardInterrupt, cache unchanged); costs a thread start, so meant for prompts.
+        Ctrl-C stops a long evaluation at once: KeyboardInterrupt, the cache as it was.
         Returns the logits array, written by the core in place.
         """
         ctx = self._live_ctx()
@@ -254,27 +255,9 @@ class Model(VocabMixin):
             out = np.empty((rows, self.n_vocab), dtype=np.float32)
         elif out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
             raise InvalidArgumentError("out must be a writeable C-contiguous float32 array")
-        args = (ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
-                ffi.from_buffer("float[]", out, require_writable=True), out.size)
-        if interruptible and n > 1:
-            self._check(self._interruptible(lib.psl_context_eval, args))
-        else:
-            self._check(lib.psl_context_eval(*args))
+        self._check(lib.psl_context_eval(ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
+                                         ffi.from_buffer("float[]", out, require_writable=True), out.size))
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
-
-    def _interruptible(self, fn, args) -> int:
-        """Calls fn(*args) on a worker thread; Ctrl-C on this thread interrupts the core."""
-        result: list[int] = []
-        worker = threading.Thread(target=lambda: result.append(fn(*args)), daemon=True)
-        worker.start()
-        try:
-            while worker.is_alive():
-                worker.join(0.05)
-        except KeyboardInterrupt:
-            lib.psl_context_interrupt(self._ctx)
-            worker.join()
-            raise
-        return result[0]
 
     def check_draft(self, draft: "Model") -> None:
         """Raise UnsupportedModelError unless `draft` tokenizes exactly as this model (same ids,

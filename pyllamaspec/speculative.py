@@ -118,10 +118,10 @@ class Decoder:
         self.seq = list(prompt)
         head = np.asarray(prompt[:-1], np.int32)
         self.target.clear()
-        self.target.eval(head, logits="none", interruptible=True)
+        self.target.eval(head, logits="none")
         if self.draft is not None:
             self.draft.clear()
-            self.draft.eval(head, logits="none", interruptible=True)
+            self.draft.eval(head, logits="none")
         self.stats.n_prompt = len(prompt)
         self.stats.t_prompt = time.perf_counter() - t0
 

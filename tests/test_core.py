@@ -354,3 +354,35 @@ def test_smollm2_distance_to_exact_maths(smollm2, smollm2_path):
     m_ours, m_ref = float(np.median(ours)), float(np.median(theirs))
     print(f"median distance to exact maths: ours {m_ours:.4f}, llama.cpp {m_ref:.4f}")
     assert m_ours <= 1.25 * m_ref
+
+
+def test_ctrl_c_interrupts_a_long_eval(smollm2_path):
+    """SIGINT during a long prompt evaluation: KeyboardInterrupt promptly, cache unchanged, and
+    the model still works."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = f"""
+import sys, time, numpy as np, pyllamaspec
+m = pyllamaspec.Model({str(smollm2_path)!r}, n_ctx=4096, n_batch=512)
+m.eval([1, 2, 3])
+print("ready", flush=True)
+t0 = time.perf_counter()
+try:
+    m.eval(np.arange(4000) % 1000 + 10, logits="none")
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", round(time.perf_counter() - t0, 2), m.n_past, flush=True)
+print("after", m.eval([5], logits="last").shape, m.n_past, flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    lines = out.split("\n")
+    assert lines[0].startswith("interrupted"), out
+    _, seconds, n_past = lines[0].split()
+    assert n_past == "3" and float(seconds) < 3.0, out
+    assert lines[1] == "after (1, 49152) 4", out

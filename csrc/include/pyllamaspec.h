@@ -159,6 +159,10 @@ PSL_API void       psl_context_reset_perf(psl_context * ctx);
 /* Asks a running eval on ctx to stop (thread-safe; for Ctrl-C). It returns PSL_ERR_INTERRUPTED
  * with the cache unchanged. The flag clears when the next eval starts. */
 PSL_API void       psl_context_interrupt(psl_context * ctx);
+/* When on, SIGINT (Ctrl-C) arriving during an eval interrupts it (PSL_ERR_INTERRUPTED, cache
+ * unchanged); the signal is passed on to the handler installed before, so a host such as
+ * Python still sees it. POSIX only. */
+PSL_API void       psl_context_set_catch_sigint(psl_context * ctx, bool on);
 
 /* ---- vocabulary and tokenizer (csrc/vocab*.cpp), from the GGUF tokenizer.ggml.* keys ---- */
 /* Token for token as llama.cpp tokenizes: SentencePiece-style ("llama") and BPE ("gpt2") models.

