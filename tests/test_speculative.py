@@ -1,0 +1,300 @@
+"""Speculative decoding (issue 4): exactness (greedy identity, distribution preservation with a
+negative control), rollback consistency, stop conditions, errors, the CLI."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import models
+import pyllamaspec
+from conftest import load_reference
+from pyllamaspec import Model
+from pyllamaspec.generate import generate
+from pyllamaspec.sampling import Sampler, SamplingParams
+from pyllamaspec.speculative import Decoder, DraftParams
+
+
+# ---- statistics ------------------------------------------------------------------------------
+
+def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    """Pearson's goodness of fit; cells expecting < 5 are pooled. The p-value uses the
+    Wilson-Hilferty normal approximation of the chi-square tail (good for df >= 3)."""
+    n = counts.sum()
+    exp = probs * n
+    big = exp >= 5
+    obs_c = np.append(counts[big], counts[~big].sum())
+    exp_c = np.append(exp[big], exp[~big].sum())
+    keep = exp_c > 0
+    obs_c, exp_c = obs_c[keep], exp_c[keep]
+    if (counts[exp == 0] > 0).any():          # a token the target can never produce
+        return 0.0, len(obs_c) - 1
+    stat = float(((obs_c - exp_c) ** 2 / exp_c).sum())
+    df = len(obs_c) - 1
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2)), df
+
+
+# ---- a pair of small synthetic models: same vocabulary, different weights ------------------
+
+@pytest.fixture(scope="module")
+def pair(synth_dir):
+    t = synth_dir / "spec_target.gguf"
+    d = synth_dir / "spec_draft.gguf"
+    # The draft shares the target's embeddings, head and first layer but lacks its second
+    # layer: it agrees often, not always (acceptance 0.2-0.7 below).
+    models.write_llama_gguf(t, n_vocab=64, n_embd=32, n_layer=2, seed=11)
+    models.write_llama_gguf(d, n_vocab=64, n_embd=32, n_layer=1, seed=11)
+    # one thread: for models this small, thread barriers cost more than the maths
+    with Model(t, n_ctx=64, n_threads=1, type_k="f32", type_v="f32") as target, \
+         Model(d, n_ctx=64, n_threads=1, type_k="f32", type_v="f32") as draft:
+        yield target, draft
+
+
+PROMPT = [1, 7, 3, 9]
+
+SETTINGS = [
+    dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+    dict(temperature=0.7, top_k=10, top_p=1.0, min_p=0.0),
+    dict(temperature=1.5, top_k=0, top_p=0.8, min_p=0.0),
+    dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.1),
+]
+
+
+def exact_marginals(target: Model, sp: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The target's own distribution of the first and second generated tokens."""
+    s = Sampler(target.n_vocab, sp)
+    target.clear()
+    p1 = s.probs(target.eval(PROMPT, logits="last")[0]).astype(np.float64)
+    p2 = np.zeros_like(p1)
+    for x1 in np.nonzero(p1)[0]:
+        target.truncate(len(PROMPT))
+        p2 += p1[x1] * s.probs(target.eval([int(x1)], logits="last")[0])
+    return p1 / p1.sum(), p2 / p2.sum()
+
+
+def sample_first_two(target, draft, sp: SamplingParams, n: int, accept_all: bool = False,
+                     n_draft: int = 3) -> tuple[np.ndarray, np.ndarray, float]:
+    c1 = np.zeros(target.n_vocab, np.int64)
+    c2 = np.zeros(target.n_vocab, np.int64)
+    drafted = accepted = 0
+    for seed in range(n):
+        dec = Decoder(target, draft, SamplingParams(**{**sp.__dict__, "seed": seed}),
+                      DraftParams(n_draft=n_draft, p_min=0.0))
+        if accept_all:     # the negative control: a broken verifier that takes every draft token
+            ts = dec.t_sampler
+            dec.t_sampler = type("AcceptAll", (), {"verify": lambda self, lg, d, q:
+                                                   (len(d), ts.sample(lg[len(d)])[0])})()
+        dec.prefill(PROMPT)
+        out = []
+        while len(out) < 2:
+            out += [t for t, _ in dec.step()]
+        c1[out[0]] += 1
+        c2[out[1]] += 1
+        drafted += dec.stats.drafted
+        accepted += dec.stats.accepted
+    return c1, c2, accepted / max(1, drafted)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"T{s['temperature']}-k{s['top_k']}-p{s['top_p']}-m{s['min_p']}")
+def test_distribution_preserved(pair, setting):
+    target, draft = pair
+    sp = SamplingParams(**setting, seed=0)
+    p1, p2 = exact_marginals(target, sp)
+    c1, c2, rate = sample_first_two(target, draft, sp, n=3000)
+    pv1, df1 = chi2_pvalue(c1, p1)
+    pv2, df2 = chi2_pvalue(c2, p2)
+    print(f"{setting}: acceptance {rate:.2f}; p-values first {pv1:.3f} (df {df1}), second {pv2:.3f} (df {df2})")
+    assert 0.05 < rate < 0.95            # the draft really disagrees, and really agrees sometimes
+    assert pv1 > 1e-3 and pv2 > 1e-3
+
+
+def test_negative_control_is_rejected(pair):
+    target, draft = pair
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    p1, p2 = exact_marginals(target, sp)
+    c1, c2, _ = sample_first_two(target, draft, sp, n=3000, accept_all=True)
+    pv1, _ = chi2_pvalue(c1, p1)
+    pv2, _ = chi2_pvalue(c2, p2)
+    print(f"accept-all control: p-values {pv1:.2e}, {pv2:.2e}")
+    assert pv1 < 1e-6 and pv2 < 1e-6
+
+
+def test_plain_sampling_matches_the_distribution(pair):
+    target, _ = pair
+    sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.9, min_p=0.0, seed=0)
+    p1, _ = exact_marginals(target, sp)
+    s = Sampler(target.n_vocab, sp)
+    target.clear()
+    row = target.eval(PROMPT, logits="last")[0].copy()
+    counts = np.bincount([s.sample(row)[0] for _ in range(20000)], minlength=target.n_vocab)
+    assert chi2_pvalue(counts, p1)[0] > 1e-3
+    assert (counts[p1 == 0] == 0).all()     # nothing outside top-k / top-p
+
+
+# ---- rollback consistency ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_hold_exactly_the_accepted_tokens(pair, synth_dir, temperature):
+    target, draft = pair
+    with Model(synth_dir / "spec_target.gguf", n_ctx=64, type_k="f32", type_v="f32") as ft, \
+         Model(synth_dir / "spec_draft.gguf", n_ctx=64, type_k="f32", type_v="f32") as fd:
+        dec = Decoder(target, draft, SamplingParams(temperature=temperature, seed=3),
+                      DraftParams(n_draft=4, p_min=0.0))
+        dec.prefill(PROMPT)
+        for _ in range(8):
+            dec.step()
+            seq = dec.seq
+            assert target.n_past == len(seq) - 1
+            assert draft.n_past <= len(seq) - 1
+            # a fresh evaluation of the same tokens agrees with what the caches hold
+            ft.clear()
+            want_t = ft.eval(seq, logits="last")[0]
+            got_t = target.eval([seq[-1]], logits="last")[0]
+            target.truncate(len(seq) - 1)
+            np.testing.assert_allclose(got_t, want_t, atol=1e-4)
+            fd.clear()
+            want_d = fd.eval(seq, logits="last")[0]
+            n = draft.n_past
+            got_d = draft.eval(seq[n:], logits="last")[0]
+            draft.truncate(n)
+            np.testing.assert_allclose(got_d, want_d, atol=1e-4)
+        assert dec.stats.rounds == 8 and 0 < dec.stats.accepted < dec.stats.drafted
+
+
+# ---- greedy identity on the real model ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2_pair(smollm2_path):
+    from pyllamaspec.convert import ensure_variant
+    q4_0 = ensure_variant(smollm2_path, "q4_0")       # a draft that really disagrees sometimes
+    with Model(smollm2_path, n_ctx=1024) as target, Model(q4_0, n_ctx=1024) as draft:
+        yield target, draft
+
+
+def test_greedy_identity_smollm2(smollm2_pair):
+    target, draft = smollm2_pair
+    prompts = [r["text"] for r in load_reference("gen", "smollm2-135m-q4_1")]
+    rates = {}
+    for prompt in prompts:
+        plain = generate(prompt, target, max_tokens=48, temperature=0)
+        for k in range(1, 9):
+            spec = generate(prompt, target, draft, max_tokens=48, temperature=0, n_draft=k, p_min=0.0)
+            assert spec.tokens == plain.tokens, f"n_draft={k}, prompt {prompt!r}"
+            assert spec.text == plain.text
+            rates.setdefault(k, []).append(spec.stats.acceptance_rate)
+    summary = {k: round(float(np.mean(v)), 3) for k, v in rates.items()}
+    print("SmolLM2 Q4_1 target, Q4_0 draft, greedy: acceptance by n_draft", summary)
+    assert min(summary.values()) < 1.0          # rejections and rollbacks did happen
+
+
+def test_same_seed_same_output(smollm2_pair):
+    target, draft = smollm2_pair
+    kw = dict(max_tokens=32, temperature=0.8, seed=1234, n_draft=5, p_min=0.0)
+    a = generate("Once upon a time", target, draft, **kw)
+    b = generate("Once upon a time", target, draft, **kw)
+    c = generate("Once upon a time", target, draft, **{**kw, "seed": 99})
+    assert a.tokens == b.tokens and a.seed == 1234
+    assert a.tokens != c.tokens
+
+
+# ---- stop conditions and streaming ------------------------------------------------------------
+
+def test_stop_conditions_and_streaming(smollm2_pair):
+    target, draft = smollm2_pair
+    full = generate("The capital of France is", target, draft, max_tokens=40, temperature=0)
+    assert full.finish_reason == "length" and len(full.tokens) == 40
+    # a stop string cuts the text before it; the streamed pieces never show it
+    stop = full.text[10:16]
+    cut = generate("The capital of France is", target, draft, max_tokens=40, temperature=0, stop=[stop])
+    assert cut.finish_reason == "stop" and cut.text == full.text[:full.text.index(stop)]
+    pieces = list(generate("The capital of France is", target, draft, max_tokens=40, temperature=0,
+                           stop=[stop], stream=True))
+    assert "".join(pieces) == cut.text and all(isinstance(p, str) for p in pieces)
+    streamed = list(generate("The capital of France is", target, draft, max_tokens=40, temperature=0,
+                             stream=True))
+    assert "".join(streamed) == full.text
+    # the end-of-generation token ends a chat answer
+    chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    r = generate(chat, target, draft, max_tokens=200, temperature=0)
+    assert r.finish_reason == "stop" and not any(target.is_eog(t) for t in r.tokens)
+
+
+def test_utf8_never_broken_in_stream(smollm2_pair):
+    target, draft = smollm2_pair
+    pieces = list(generate("Translate to Japanese and add emoji: good morning, cat", target, draft,
+                           max_tokens=60, temperature=1.0, seed=5, stream=True))
+    text = "".join(pieces)
+    assert "\ufffd" not in text or text.encode("utf-8")    # every piece is valid str by construction
+    for p in pieces:
+        p.encode("utf-8")
+
+
+def test_context_full(smollm2_path):
+    with Model(smollm2_path, n_ctx=32) as t, Model(smollm2_path, n_ctx=32) as d:
+        r = generate("Hello", t, d, max_tokens=100, temperature=0, p_min=0.0)
+        assert r.finish_reason == "context_full"
+        assert len(r.prompt_tokens) + len(r.tokens) <= 32 + 1
+        with pytest.raises(pyllamaspec.ContextFullError, match="prompt has"):
+            generate("word " * 40, t, d, max_tokens=5)
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(temperature=-1), "temperature"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+    (dict(top_k=-1), "top_k"), (dict(min_p=1.0), "min_p"), (dict(n_draft=0), "n_draft"),
+    (dict(n_min=5, n_draft=2), "n_min"), (dict(p_min=2.0), "p_min"), (dict(max_tokens=-1), "max_tokens"),
+    (dict(stop=[""]), "stop"), (dict(seed=-3), "seed")])
+def test_bad_parameters_fail_before_any_work(kwargs, match):
+    with pytest.raises(pyllamaspec.InvalidArgumentError, match=match):
+        generate("x", "/does/not/exist.gguf", "/nor/this.gguf", **kwargs)
+
+
+def test_missing_model_files(tmp_path):
+    with pytest.raises(pyllamaspec.ModelNotFoundError):
+        generate("x", tmp_path / "no.gguf")
+
+
+def test_vocab_mismatch_named(synth_dir, tmp_path):
+    t = synth_dir / "spec_target.gguf"
+    other = tmp_path / "other.gguf"
+    info = models.write_llama_gguf(other, n_vocab=64, seed=3)
+    tokens = list(info["tokens"])
+    tokens[17] = "zz"
+    models.write_llama_gguf(other, n_vocab=64, seed=3, extra_kv={"tokenizer.ggml.tokens": tokens})
+    bigger = tmp_path / "bigger.gguf"
+    models.write_llama_gguf(bigger, n_vocab=96, seed=3)
+    with Model(t, n_ctx=32) as target, Model(other, n_ctx=32) as a, Model(bigger, n_ctx=32) as b:
+        with pytest.raises(pyllamaspec.UnsupportedModelError, match="differ at id 17"):
+            generate("x", target, a, max_tokens=2)
+        with pytest.raises(pyllamaspec.UnsupportedModelError, match=r"ids 64\.\.95 exist only in the draft"):
+            generate([1, 2], target, b, max_tokens=2)
+
+
+# ---- the CLI --------------------------------------------------------------------------------
+
+def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
+    from pyllamaspec.convert import ensure_variant
+    draft = ensure_variant(smollm2_path, "q4_0")
+    proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "-md", str(draft),
+                           "-p", "The capital of France is", "-n", "24", "--temp", "0", "--draft-max", "6",
+                           "--draft-p-min", "0", "-t", "2", "--color"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("The capital of France is") and "Paris" in proc.stdout
+    assert "\033[32m" in proc.stdout                          # accepted draft tokens coloured
+    for key in ("encoded", "decoded", "n_draft   = 6", "n_drafted", "n_accept", "accept    ="):
+        assert key in proc.stderr, proc.stderr
+
+
+def test_cli_errors_cleanly(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(tmp_path / "no.gguf"), "-p", "x"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "error:" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", "x.gguf", "--top-p", "3"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "top_p" in proc.stderr
