@@ -230,6 +230,7 @@ psl_status psl_context_new(psl_model * model, const psl_context_params * params,
         PSL_REQUIRE(out, PSL_ERR_INVALID_ARGUMENT, "out is NULL");
         *out = nullptr;
         PSL_REQUIRE(model, PSL_ERR_INVALID_ARGUMENT, "model is NULL");
+        PSL_REQUIRE(model->arch, PSL_ERR_UNSUPPORTED, "a vocabulary-only model (psl_vocab_load) cannot evaluate");
         const psl_context_params p = params ? *params : psl_context_default_params();
         retain(model);
         try {

@@ -66,6 +66,23 @@ void set_out(psl_detok * d, const char ** text, size_t * len) {
 
 extern "C" {
 
+psl_status psl_vocab_load(const char * path, psl_model ** out) {
+    return guard([&] {
+        if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
+        *out = nullptr;
+        if (!path) fail(PSL_ERR_INVALID_ARGUMENT, "path is NULL");
+        auto m = std::make_unique<psl_model>();
+        m->file = std::make_unique<GgufFile>(path);
+        m->gguf = m->file->gguf();
+        m->arch_name = m->file->get_str("general.architecture", "");
+        m->name = m->file->get_str("general.name", "");
+        m->vocab = load_vocab(m->gguf);
+        if (!m->vocab) fail(PSL_ERR_NO_VOCAB, "'%s' has no tokenizer (no tokenizer.ggml.model key)", path);
+        m->hp.n_vocab = m->vocab->n_tokens();
+        *out = m.release();   // arch stays null: a vocabulary-only model
+    });
+}
+
 psl_status psl_vocab_get_info(const psl_model * model, psl_vocab_info * out) {
     return guard([&] {
         const Vocab & v = vocab_of(model);

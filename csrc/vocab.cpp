@@ -9,6 +9,7 @@
 #include "gguf.h"
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cctype>
 #include <cstdio>
@@ -37,61 +38,99 @@ uint64_t hash_bytes(const char * p, size_t n) {
     return h;
 }
 
-void StringIdMap::build(const std::vector<std::string_view> & keys) {
-    slots_.clear();
-    n_ = 0;
-    size_t cap = 16;
-    while (cap < keys.size() * 2) {
-        cap <<= 1;
-    }
+void StringIdMap::rehash(size_t cap) {
     slots_.assign(cap, Slot{});
     mask_ = cap - 1;
-    for (size_t i = 0; i < keys.size(); ++i) {
-        insert(keys[i], (int32_t) i);
-    }
+    n_slots_used_ = 0;
 }
 
-void StringIdMap::grow() {
-    std::vector<Slot> old;
-    old.swap(slots_);
-    const size_t cap = old.empty() ? 16 : old.size() * 2;
-    slots_.assign(cap, Slot{});
-    mask_ = cap - 1;
-    for (const Slot & s : old) {
-        if (s.id < 0) continue;
-        size_t i = s.hash & mask_;
-        while (slots_[i].id >= 0) i = (i + 1) & mask_;
-        slots_[i] = s;
-    }
-}
-
-int32_t StringIdMap::insert(std::string_view key, int32_t id) {
-    if ((n_ + 1) * 2 > slots_.size()) {
-        grow();
-    }
-    const uint32_t h = (uint32_t) hash_bytes(key.data(), key.size());
+void StringIdMap::add_slot(uint32_t h, int32_t id) {
     size_t i = h & mask_;
-    while (slots_[i].id >= 0) {
-        if (slots_[i].hash == h && slots_[i].key == key) {
-            return slots_[i].id;
-        }
-        i = (i + 1) & mask_;
+    while (slots_[i].id >= 0) i = (i + 1) & mask_;
+    slots_[i] = Slot{h, id};
+    ++n_slots_used_;
+}
+
+void StringIdMap::build(std::vector<std::string_view> keys) {
+    keys_ = std::move(keys);
+    size_t cap = 16;
+    while (cap < keys_.size() * 2) cap <<= 1;
+    rehash(cap);
+    for (size_t i = 0; i < keys_.size(); ++i) {
+        if (find(keys_[i]) < 0) add_slot((uint32_t) hash_bytes(keys_[i].data(), keys_[i].size()), (int32_t) i);
     }
-    slots_[i] = Slot{h, id, key};
-    ++n_;
+}
+
+int32_t StringIdMap::insert(std::string_view key) {
+    const int32_t found = find(key);
+    if (found >= 0) return found;
+    if ((n_slots_used_ + 1) * 2 > slots_.size()) {
+        rehash(slots_.empty() ? 16 : slots_.size() * 2);
+        for (size_t i = 0; i < keys_.size(); ++i) {
+            if (find(keys_[i]) < 0) add_slot((uint32_t) hash_bytes(keys_[i].data(), keys_[i].size()), (int32_t) i);
+        }
+    }
+    const int32_t id = (int32_t) keys_.size();
+    keys_.push_back(key);
+    add_slot((uint32_t) hash_bytes(key.data(), key.size()), id);
     return id;
 }
 
-int32_t StringIdMap::find(std::string_view key) const {
-    if (slots_.empty()) return -1;
-    const uint32_t h = (uint32_t) hash_bytes(key.data(), key.size());
-    size_t i = h & mask_;
+// ---- the per-thread token cache ----------------------------------------------------------------
+
+bool TokenCache::find(std::string_view key, uint64_t h, std::vector<int32_t> & out) const {
+    if (slots_.empty()) return false;
+    size_t i = h & (kSlots - 1);
     while (true) {
         const Slot & s = slots_[i];
-        if (s.id < 0) return -1;
-        if (s.hash == h && s.key == key) return s.id;
-        i = (i + 1) & mask_;
+        if (s.key_len == UINT32_MAX) return false;
+        if (s.hash == h && s.key_len == key.size() && std::memcmp(keys_.data() + s.key_off, key.data(), key.size()) == 0) {
+            out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+            return true;
+        }
+        i = (i + 1) & (kSlots - 1);
     }
+}
+
+void TokenCache::insert(std::string_view key, uint64_t h, const int32_t * ids, size_t n) {
+    if (key.size() > kMaxKey) return;
+    if (slots_.empty() || n_ >= kMaxEntries) {   // full: start over
+        slots_.assign(kSlots, Slot{});
+        keys_.clear();
+        ids_.clear();
+        n_ = 0;
+    }
+    size_t i = h & (kSlots - 1);
+    while (slots_[i].key_len != UINT32_MAX) i = (i + 1) & (kSlots - 1);
+    slots_[i] = Slot{h, (uint32_t) keys_.size(), (uint32_t) key.size(), (uint32_t) ids_.size(), (uint32_t) n};
+    keys_.append(key.data(), key.size());
+    ids_.insert(ids_.end(), ids, ids + n);
+    ++n_;
+}
+
+namespace {
+std::atomic<uint64_t> g_vocab_serial{1};
+}  // namespace
+
+Vocab::Vocab() : serial_(g_vocab_serial.fetch_add(1)) {}
+
+TokenCache & Vocab::thread_cache() const {
+    // A few vocabularies per thread (a target and a draft model, say), least recently used out.
+    struct Entry {
+        uint64_t serial = 0;
+        std::unique_ptr<TokenCache> cache;
+    };
+    thread_local Entry entries[4];
+    for (size_t i = 0; i < 4; ++i) {
+        if (entries[i].serial == serial_) {
+            if (i > 0) std::rotate(entries, entries + i, entries + i + 1);   // move to the front
+            return *entries[0].cache;
+        }
+    }
+    std::rotate(entries, entries + 3, entries + 4);   // the last becomes the first
+    entries[0].serial = serial_;
+    entries[0].cache = std::make_unique<TokenCache>();
+    return *entries[0].cache;
 }
 
 // ---- GGUF access -------------------------------------------------------------------------------
@@ -161,8 +200,6 @@ public:
         return i;
     }
 
-    const gguf_context * g() const { return g_; }
-
 private:
     const gguf_context * g_;
 };
@@ -211,8 +248,9 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
         V.add_space_prefix = false;
         const std::string pre = V.pre.empty() ? "default" : V.pre;
         V.pre_tok_ = PreTokenizer::create(pre);
-        if (V.pre_tok_->ignore_merges || pre == "tekken" || pre == "chameleon") {
-            V.add_bos = true;   // llama.cpp's default for these pre-tokenizers; the GGUF key decides
+        for (const char * p : {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                               "jina-v5-nano"}) {
+            if (pre == p) V.add_bos = true;   // llama.cpp's default for Llama 3; the GGUF key decides
         }
         if (pre == "glm4" || pre == "chatglm-bpe") {
             V.bos = kNoToken;
@@ -278,10 +316,10 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
         }
         std::vector<std::string_view> keys(n_tokens);
         for (size_t i = 0; i < n_tokens; ++i) keys[i] = V.text((token_id) i);
-        V.token_map_.build(keys);   // a repeated text maps to its first id
+        V.token_map_.build(std::move(keys));   // a repeated text maps to its first id
     }
 
-    // byte tokens (SPM)
+    // byte tokens (SPM): <0xXX>, else the byte itself as a token
     for (int b = 0; b < 256; ++b) {
         char buf[8];
         snprintf(buf, sizeof(buf), "<0x%02X>", b);
@@ -291,6 +329,15 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
             id = V.find_token(std::string_view(&c, 1));
         }
         V.byte_tokens_[b] = id;
+    }
+
+    // SPM: bytes after which a U+2581 may be inside a token (see tokenize_spm)
+    std::fill(std::begin(V.spm_split_before_space_), std::end(V.spm_split_before_space_), true);
+    for (size_t i = 0; i < n_tokens; ++i) {
+        const std::string_view t = V.text((token_id) i);
+        for (size_t k = t.find(kSpace, 1); k != std::string_view::npos; k = t.find(kSpace, k + 1)) {
+            V.spm_split_before_space_[(uint8_t) t[k - 1]] = false;
+        }
     }
 
     // BPE merges and symbols
@@ -318,7 +365,7 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
             auto note = [&](const std::string & s) {
                 if (s.empty() || V.find_token(s) >= 0) return;
                 owned.emplace_back(new std::string(s));
-                if (seen.insert(*owned.back(), (int32_t) extras.size()) == (int32_t) extras.size()) {
+                if (seen.insert(*owned.back()) == (int32_t) extras.size()) {
                     extras.push_back(s);
                 }
             };
@@ -339,7 +386,7 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
             std::vector<std::string_view> keys;
             keys.reserve(V.extra_symbols_.size());
             for (const auto & s : V.extra_symbols_) keys.push_back(s);
-            V.extra_map_.build(keys);
+            V.extra_map_.build(std::move(keys));
         }
         auto symbol = [&](const std::string & s) -> int32_t {
             const token_id id = V.find_token(s);
@@ -371,7 +418,7 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
         }
     }
 
-    // newline token
+    // newline token (llama.cpp: the pad id, still unset here, when SPM has no byte for it)
     if (V.type == Vocab::Type::SPM) {
         V.nl = V.byte_tokens_['\n'];
     } else {
@@ -498,6 +545,10 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
         V.eog_ = std::move(eog);
     }
 
+    for (token_id & b : V.byte_tokens_) {
+        if (b == kNoToken) b = V.unk;   // llama.cpp throws there
+    }
+
     V.build_pieces();
     V.build_special_matcher();
 
@@ -615,6 +666,36 @@ void Vocab::detokenize(const token_id * ids, size_t n, bool render_special, std:
 
 // ---- special tokens ----------------------------------------------------------------------------
 
+void Vocab::Trie::build(const Vocab & v, const std::vector<token_id> & ids) {
+    nodes.assign(1, TrieNode{});
+    std::fill(std::begin(root_child), std::end(root_child), -1);
+    for (token_id id : ids) {
+        const std::string_view t = v.text(id);
+        int32_t node = 0;
+        for (char ch : t) {
+            const uint8_t c = (uint8_t) ch;
+            int32_t child = node == 0 ? root_child[c] : nodes[node].first_child;
+            if (node != 0) {
+                while (child >= 0 && nodes[child].byte != c) child = nodes[child].next_sibling;
+            }
+            if (child < 0) {
+                TrieNode nn;
+                nn.byte = c;
+                if (node != 0) nn.next_sibling = nodes[node].first_child;
+                nodes.push_back(nn);
+                child = (int32_t) nodes.size() - 1;
+                if (node == 0) {
+                    root_child[c] = child;
+                } else {
+                    nodes[node].first_child = child;
+                }
+            }
+            node = child;
+        }
+        if (nodes[node].token == kNoToken) nodes[node].token = id;
+    }
+}
+
 void Vocab::build_special_matcher() {
     std::vector<token_id> special;
     for (token_id id = 0; id < n_tokens(); ++id) {
@@ -626,96 +707,146 @@ void Vocab::build_special_matcher() {
                      [&](token_id a, token_id b) { return tokens_[a].text_len > tokens_[b].text_len; });
     special_rank_.assign(tokens_.size(), UINT32_MAX);
     for (size_t r = 0; r < special.size(); ++r) special_rank_[special[r]] = (uint32_t) r;
-
-    trie_.assign(1, TrieNode{});
-    std::fill(std::begin(trie_first_byte_), std::end(trie_first_byte_), false);
+    special_by_rank_ = special;
+    trie_all_.build(*this, special);
+    std::vector<token_id> user;
     for (token_id id : special) {
-        const std::string_view t = text(id);
-        int32_t node = 0;
-        for (char ch : t) {
-            const uint8_t c = (uint8_t) ch;
-            int32_t child = trie_[node].first_child;
-            while (child >= 0 && trie_[child].byte != c) child = trie_[child].next_sibling;
-            if (child < 0) {
-                TrieNode nn;
-                nn.byte = c;
-                nn.next_sibling = trie_[node].first_child;
-                trie_.push_back(nn);
-                child = (int32_t) trie_.size() - 1;
-                trie_[node].first_child = child;
-            }
-            node = child;
-        }
-        if (trie_[node].token == kNoToken) trie_[node].token = id;
-        trie_first_byte_[(uint8_t) t[0]] = true;
+        if (!(tokens_[id].attr & (kAttrControl | kAttrUnknown))) user.push_back(id);
     }
+    trie_user_.build(*this, user);
 }
 
 // Splits text at the special tokens it contains, with llama.cpp's semantics: special tokens are
 // taken longest first (ties by id), each one at all its non-overlapping occurrences left to
 // right inside the text not yet taken; LSTRIP / RSTRIP tokens also take the whitespace beside
 // them. Without parse_special only user-defined tokens count.
+//
+// llama.cpp searches the text once per special token. Here one pass over the text finds every
+// occurrence; occurrences that overlap nothing are taken at once, and each group of mutually
+// overlapping ones is settled in llama.cpp's order (by rank, then position). Pathological text
+// (a megabyte of spaces has ~30 overlapping occurrences per byte) falls back to one search per
+// special token that occurs.
 void Vocab::partition(std::string_view text, bool parse_special, std::vector<Fragment> & frags) const {
     frags.clear();
     const size_t n = text.size();
     if (n == 0) return;
+    const Trie & trie = parse_special ? trie_all_ : trie_user_;
     struct Occ {
         uint32_t rank;
         uint32_t pos;
+        uint32_t len;
         token_id id;
     };
-    std::vector<Occ> occ;
-    const uint32_t skip = parse_special ? 0u : (kAttrControl | kAttrUnknown);
-    for (size_t pos = 0; pos < n; ++pos) {
-        if (!trie_first_byte_[(uint8_t) text[pos]]) continue;
-        int32_t node = 0;
-        for (size_t k = pos; k < n; ++k) {
-            int32_t child = trie_[node].first_child;
-            const uint8_t c = (uint8_t) text[k];
-            while (child >= 0 && trie_[child].byte != c) child = trie_[child].next_sibling;
-            if (child < 0) break;
-            node = child;
-            const token_id id = trie_[node].token;
-            if (id != kNoToken && !(tokens_[id].attr & skip)) {
-                occ.push_back(Occ{special_rank_[id], (uint32_t) pos, id});
-            }
-        }
-    }
-    if (occ.empty()) {
-        frags.push_back(Fragment{kNoToken, 0, (uint32_t) n});
-        return;
-    }
-    std::sort(occ.begin(), occ.end(), [](const Occ & a, const Occ & b) {
-        return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos;
-    });
-    std::vector<uint8_t> taken(n, 0);   // 1: inside a token, 2: stripped whitespace
     struct Hit {
         uint32_t pos;
         uint32_t len;
         token_id id;
     };
-    std::vector<Hit> hits;
-    for (const Occ & o : occ) {
-        const uint32_t len = tokens_[o.id].text_len;
-        bool free = true;
-        for (uint32_t k = o.pos; k < o.pos + len; ++k) {
-            if (taken[k]) {
-                free = false;
-                break;
+    thread_local std::vector<Occ> occ;
+    thread_local std::vector<Hit> hits;
+    thread_local std::vector<uint8_t> taken;   // 1: inside a token, 2: stripped whitespace
+    occ.clear();
+    hits.clear();
+    const size_t limit = 4 * n + 4096;
+    bool overflow = false;
+    bool strips = false;
+    std::vector<uint32_t> occurring_ranks;     // overflow only: the special tokens present
+    const auto * u = reinterpret_cast<const uint8_t *>(text.data());
+    for (size_t pos = 0; pos < n; ++pos) {
+        int32_t node = trie.root_child[u[pos]];
+        for (size_t k = pos + 1; node >= 0; ++k) {
+            const token_id id = trie.nodes[node].token;
+            if (id != kNoToken) {
+                const uint32_t rank = special_rank_[id];
+                if (!overflow) {
+                    occ.push_back(Occ{rank, (uint32_t) pos, (uint32_t) (k - pos), id});
+                    strips |= (tokens_[id].attr & (kAttrLstrip | kAttrRstrip)) != 0;
+                    if (occ.size() > limit) {
+                        overflow = true;
+                        for (const Occ & o : occ) occurring_ranks.push_back(o.rank);
+                        occ.clear();
+                    }
+                } else {
+                    occurring_ranks.push_back(rank);
+                }
+                if (overflow && occurring_ranks.size() > limit) {
+                    std::sort(occurring_ranks.begin(), occurring_ranks.end());
+                    occurring_ranks.erase(std::unique(occurring_ranks.begin(), occurring_ranks.end()), occurring_ranks.end());
+                }
             }
-        }
-        if (!free) continue;
-        std::memset(&taken[o.pos], 1, len);
-        hits.push_back(Hit{o.pos, len, o.id});
-        const uint32_t a = tokens_[o.id].attr;
-        if (a & kAttrLstrip) {
-            for (size_t k = o.pos; k > 0 && !taken[k - 1] && is_c_space(text[k - 1]); --k) taken[k - 1] = 2;
-        }
-        if (a & kAttrRstrip) {
-            for (size_t k = o.pos + len; k < n && !taken[k] && is_c_space(text[k]); ++k) taken[k] = 2;
+            if (k >= n) break;
+            int32_t child = trie.nodes[node].first_child;
+            while (child >= 0 && trie.nodes[child].byte != u[k]) child = trie.nodes[child].next_sibling;
+            node = child;
         }
     }
-    std::sort(hits.begin(), hits.end(), [](const Hit & a, const Hit & b) { return a.pos < b.pos; });
+    if (!overflow && occ.empty()) {
+        frags.push_back(Fragment{kNoToken, 0, (uint32_t) n});
+        return;
+    }
+
+    auto is_free = [&](uint32_t pos, uint32_t len) {
+        for (uint32_t k = pos; k < pos + len; ++k) {
+            if (taken[k]) return false;
+        }
+        return true;
+    };
+    auto take = [&](uint32_t pos, uint32_t len, token_id id) {
+        std::memset(&taken[pos], 1, len);
+        hits.push_back(Hit{pos, len, id});
+        const uint32_t a = tokens_[id].attr;
+        if (a & kAttrLstrip) {
+            for (size_t k = pos; k > 0 && !taken[k - 1] && is_c_space(text[k - 1]); --k) taken[k - 1] = 2;
+        }
+        if (a & kAttrRstrip) {
+            for (size_t k = pos + len; k < n && !taken[k] && is_c_space(text[k]); ++k) taken[k] = 2;
+        }
+    };
+    auto by_rank = [](const Occ & a, const Occ & b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; };
+    auto by_pos = [](const Hit & a, const Hit & b) { return a.pos < b.pos; };
+
+    taken.assign(n, 0);
+    if (overflow) {
+        std::sort(occurring_ranks.begin(), occurring_ranks.end());
+        occurring_ranks.erase(std::unique(occurring_ranks.begin(), occurring_ranks.end()), occurring_ranks.end());
+        for (uint32_t rank : occurring_ranks) {
+            const token_id id = special_by_rank_[rank];
+            const std::string_view t = this->text(id);
+            for (size_t m = text.find(t); m != std::string_view::npos; m = text.find(t, m + 1)) {
+                if (is_free((uint32_t) m, (uint32_t) t.size())) take((uint32_t) m, (uint32_t) t.size(), id);
+            }
+        }
+        std::sort(hits.begin(), hits.end(), by_pos);
+    } else if (strips) {
+        std::sort(occ.begin(), occ.end(), by_rank);
+        for (const Occ & o : occ) {
+            if (is_free(o.pos, o.len)) take(o.pos, o.len, o.id);
+        }
+        std::sort(hits.begin(), hits.end(), by_pos);
+    } else {
+        // occ is in position order; settle each group of overlapping occurrences on its own
+        size_t i = 0;
+        while (i < occ.size()) {
+            size_t j = i + 1;
+            uint32_t end = occ[i].pos + occ[i].len;
+            while (j < occ.size() && occ[j].pos < end) {
+                end = std::max(end, occ[j].pos + occ[j].len);
+                ++j;
+            }
+            if (j == i + 1) {
+                take(occ[i].pos, occ[i].len, occ[i].id);
+            } else {
+                const size_t first_hit = hits.size();
+                std::sort(occ.begin() + i, occ.begin() + j, by_rank);
+                for (size_t k = i; k < j; ++k) {
+                    if (is_free(occ[k].pos, occ[k].len)) take(occ[k].pos, occ[k].len, occ[k].id);
+                }
+                std::sort(hits.begin() + first_hit, hits.end(), by_pos);
+            }
+            i = j;
+        }
+    }
+
     size_t h = 0;
     size_t pos = 0;
     while (pos < n) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +19,8 @@
 struct gguf_context;
 
 namespace psl {
+
+uint64_t hash_bytes(const char * p, size_t n);
 
 using token_id = int32_t;
 constexpr token_id kNoToken = -1;
@@ -36,31 +39,62 @@ enum TokenAttr : uint32_t {
     kAttrRstrip      = 1u << 8,
 };
 
-// Exact-match map from byte strings to ids, open addressing; the keys live elsewhere and are
-// handed to the constructor as views (they must outlive the map).
+// Exact-match map from byte strings to dense ids, open addressing; the keys live elsewhere and are
+// held as views (they must outlive the map).
 class StringIdMap {
 public:
-    StringIdMap() = default;
-    // The first occurrence of a repeated key wins.
-    void build(const std::vector<std::string_view> & keys);
-    // Adds one key with the given id (no-op if present); returns the id stored for key.
-    int32_t insert(std::string_view key, int32_t id);
-    int32_t find(std::string_view key) const;   // -1 if absent
-    size_t size() const { return n_; }
+    // keys[i] gets id i; a repeated key keeps its first id.
+    void build(std::vector<std::string_view> keys);
+    // The id of key, adding it with the next id if absent.
+    int32_t insert(std::string_view key);
+    int32_t find(std::string_view key) const {
+        if (slots_.empty()) return -1;
+        const uint32_t h = (uint32_t) hash_bytes(key.data(), key.size());
+        size_t i = h & mask_;
+        while (true) {
+            const Slot s = slots_[i];
+            if (s.id < 0) return -1;
+            if (s.hash == h && keys_[s.id] == key) return s.id;
+            i = (i + 1) & mask_;
+        }
+    }
+    size_t size() const { return keys_.size(); }
 
 private:
-    void grow();
     struct Slot {
         uint32_t hash = 0;
         int32_t id = -1;
-        std::string_view key;
     };
+    void add_slot(uint32_t h, int32_t id);
+    void rehash(size_t cap);
     std::vector<Slot> slots_;
-    size_t n_ = 0;
+    std::vector<std::string_view> keys_;
+    size_t n_slots_used_ = 0;
     size_t mask_ = 0;
 };
 
-uint64_t hash_bytes(const char * p, size_t n);
+// Token ids of recently tokenized words (BPE) or segments (SPM), per thread and vocabulary.
+class TokenCache {
+public:
+    // Words longer than this are not cached.
+    static constexpr size_t kMaxKey = 64;
+    bool find(std::string_view key, uint64_t h, std::vector<int32_t> & out) const;
+    void insert(std::string_view key, uint64_t h, const int32_t * ids, size_t n);
+
+private:
+    struct Slot {
+        uint64_t hash = 0;
+        uint32_t key_off = 0, key_len = UINT32_MAX;   // key_len UINT32_MAX: empty
+        uint32_t ids_off = 0, ids_len = 0;
+    };
+    static constexpr size_t kSlots = 1u << 16;
+    static constexpr size_t kMaxEntries = kSlots / 2;
+    std::vector<Slot> slots_;
+    std::string keys_;
+    std::vector<int32_t> ids_;
+    size_t n_ = 0;
+};
+
 
 // A pre-tokenizer (BPE): splits text into words by a sequence of regex-like stages, exactly as
 // llama.cpp's unicode_regex_split does with the expressions of a tokenizer.ggml.pre value.
@@ -69,9 +103,9 @@ public:
     // Throws psl::Error naming `pre` if it is unknown or not supported.
     static std::unique_ptr<PreTokenizer> create(const std::string & pre);
     virtual ~PreTokenizer() = default;
-    // Appends the end offsets (in bytes of `text`, after the re-encoding described below) of the
-    // words of text. Malformed UTF-8 is decoded as llama.cpp does (each bad byte is U+FFFD) and
-    // the words are re-encoded: `encoded` receives the text that the offsets refer to.
+    // Appends the end offsets of the words of text. Text is decoded as llama.cpp does (malformed
+    // bytes become U+FFFD) and encoded again into `encoded` (the same bytes for valid UTF-8),
+    // which the offsets refer to.
     virtual void split(std::string_view text, std::string & encoded, std::vector<uint32_t> & ends) const = 0;
     // Llama-3 style: a word that is a whole token skips the merges.
     bool ignore_merges = false;
@@ -130,14 +164,13 @@ public:
     // Bytes of ids (ids must be valid). The space that add_space_prefix puts before the text is
     // taken off the first token after an optional leading BOS.
     void detokenize(const token_id * ids, size_t n, bool render_special, std::string & out) const;
-    // Whether detokenize drops the first byte of the piece of ids[i] given its position.
-    bool strips_leading_space() const { return add_space_prefix; }
 
     const PreTokenizer * pre_tokenizer() const { return pre_tok_.get(); }
 
+    Vocab();
+
 private:
     friend std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf);
-    friend class VocabLoader;
 
     // One piece of text after the special-token partition: a token, or raw text.
     struct Fragment {
@@ -147,18 +180,22 @@ private:
     void partition(std::string_view text, bool parse_special, std::vector<Fragment> & frags) const;
     void tokenize_spm(std::string_view text, std::vector<token_id> & out) const;
     void tokenize_bpe(std::string_view text, std::vector<token_id> & out) const;
-    token_id byte_token_spm(uint8_t byte) const;
+    TokenCache & thread_cache() const;
     void build_pieces();
     void build_special_matcher();
 
+    uint64_t serial_;              // tells this vocabulary's thread caches from others'
     std::vector<TokenData> tokens_;
     std::string text_;             // all token texts
     std::string pieces_;           // all pieces
     StringIdMap token_map_;        // text -> id
     std::vector<token_id> eog_;    // sorted
 
-    // SPM: <0xXX> tokens (or the single-byte fallback); kNoToken where neither exists.
+    // SPM byte fallback: the <0xXX> token of each byte, else the one-byte token, else unk (where
+    // llama.cpp would throw), else kNoToken (the byte is dropped).
     token_id byte_tokens_[256];
+    // SPM: bytes after which a U+2581 starts no token-crossing merge (see tokenize_spm).
+    bool spm_split_before_space_[256];
 
     // BPE: symbols are token ids, then ids >= n_tokens for strings that are not tokens
     // (merge parts, merge results); merges keyed by (left symbol, right symbol).
@@ -174,18 +211,24 @@ private:
     int32_t byte_symbol_[256];                  // symbol of the GPT-2 character of each byte
     const MergeValue * find_merge(int32_t left, int32_t right) const;
     std::unique_ptr<PreTokenizer> pre_tok_;
-    friend struct BpeSession;
 
-    // Special-token matcher: a byte trie of the texts of control / user-defined / unknown tokens.
+    // Special-token matchers: byte tries of the texts of the tokens llama.cpp splits off before
+    // tokenizing (control, user-defined, unknown): one with all of them (parse_special), one
+    // with the user-defined ones only.
     struct TrieNode {
         int32_t first_child = -1;
         int32_t next_sibling = -1;
         token_id token = kNoToken;
         uint8_t byte = 0;
     };
-    std::vector<TrieNode> trie_;
-    bool trie_first_byte_[256] = {};
+    struct Trie {
+        std::vector<TrieNode> nodes;
+        int32_t root_child[256];
+        void build(const Vocab & v, const std::vector<token_id> & ids);
+    };
+    Trie trie_all_, trie_user_;
     std::vector<uint32_t> special_rank_;        // per token: position in the longest-first order
+    std::vector<token_id> special_by_rank_;
 };
 
 // nullptr when the file has no tokenizer (tokenizer.ggml.model absent, "none" or "no_vocab");

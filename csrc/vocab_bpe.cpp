@@ -440,14 +440,15 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(const std::string & pre) {
             }
         }
     }
+    // (not fail(): the list of names may pass its message buffer)
     for (const char * n : kKnownUnsupported) {
         if (pre == n) {
-            fail(PSL_ERR_UNSUPPORTED, "pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; supported: %s", pre.c_str(),
-                 supported_pre_tokenizers().c_str());
+            throw Error(PSL_ERR_UNSUPPORTED, "pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported; supported: " +
+                                                 supported_pre_tokenizers());
         }
     }
-    fail(PSL_ERR_UNSUPPORTED, "unknown pre-tokenizer '%s' (tokenizer.ggml.pre); supported: %s", pre.c_str(),
-         supported_pre_tokenizers().c_str());
+    throw Error(PSL_ERR_UNSUPPORTED,
+                "unknown pre-tokenizer '" + pre + "' (tokenizer.ggml.pre); supported: " + supported_pre_tokenizers());
 }
 
 // ---- BPE merges --------------------------------------------------------------------------------
@@ -500,12 +501,17 @@ void Vocab::tokenize_bpe(std::string_view text, std::vector<token_id> & out) con
     pre_tok_->split(text, encoded, ends);
 
     const int32_t n_tok = n_tokens();
+    TokenCache & cache = thread_cache();
     uint32_t start = 0;
     for (uint32_t end : ends) {
         const char * w = encoded.data() + start;
         const uint32_t wn = end - start;
         start = end;
         if (wn == 0) continue;
+        const std::string_view word(w, wn);
+        const uint64_t h = hash_bytes(w, wn);
+        if (wn <= TokenCache::kMaxKey && cache.find(word, h, out)) continue;
+        const size_t before = out.size();
 
         if (pre_tok_->ignore_merges) {
             mapped.clear();
@@ -513,6 +519,7 @@ void Vocab::tokenize_bpe(std::string_view text, std::vector<token_id> & out) con
             const token_id id = find_token(mapped);
             if (id >= 0) {
                 out.push_back(id);
+                cache.insert(word, h, out.data() + before, 1);
                 continue;
             }
         }
@@ -558,6 +565,7 @@ void Vocab::tokenize_bpe(std::string_view text, std::vector<token_id> & out) con
                 if (t >= 0) out.push_back(t);
             }
         }
+        cache.insert(word, h, out.data() + before, out.size() - before);
     }
 }
 

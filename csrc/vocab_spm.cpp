@@ -36,18 +36,13 @@ struct SpmOrder {
 
 }  // namespace
 
-token_id Vocab::byte_token_spm(uint8_t byte) const {
-    // llama.cpp throws when neither <0xXX> nor the single byte is a token; we use unk if any
-    return byte_tokens_[byte] != kNoToken ? byte_tokens_[byte] : unk;
-}
+namespace {
 
-void Vocab::tokenize_spm(std::string_view text, std::vector<token_id> & out) const {
-    if (text.empty()) return;
-    thread_local std::vector<SpmSymbol> symbols;
-    thread_local std::vector<SpmBigram> heap;   // a max-heap under SpmOrder
+// Merges one segment; appends its ids. byte_tokens: the fallback token of each byte.
+void spm_segment(const Vocab & v, const StringIdMap & map, std::string_view text, std::vector<SpmSymbol> & symbols,
+                 std::vector<SpmBigram> & heap, std::vector<token_id> & out, const token_id * byte_tokens) {
     symbols.clear();
     heap.clear();
-
     const uint32_t n = (uint32_t) text.size();
     for (uint32_t off = 0; off < n;) {
         const uint32_t len = std::min<uint32_t>((uint32_t) unicode::utf8_len((uint8_t) text[off]), n - off);
@@ -60,9 +55,9 @@ void Vocab::tokenize_spm(std::string_view text, std::vector<token_id> & out) con
         if (left < 0 || right < 0) return;
         const SpmSymbol & l = symbols[left];
         const uint32_t size = l.len + symbols[right].len;
-        const token_id id = token_map_.find(text.substr(l.off, size));
+        const token_id id = map.find(text.substr(l.off, size));
         if (id < 0) return;
-        heap.push_back(SpmBigram{tokens_[id].score, left, right, size});
+        heap.push_back(SpmBigram{v.data(id).score, left, right, size});
         std::push_heap(heap.begin(), heap.end(), SpmOrder{});
     };
 
@@ -85,7 +80,7 @@ void Vocab::tokenize_spm(std::string_view text, std::vector<token_id> & out) con
 
     for (int32_t i = 0; i != -1; i = symbols[i].next) {
         const SpmSymbol & s = symbols[i];
-        const token_id id = token_map_.find(text.substr(s.off, s.len));
+        const token_id id = map.find(text.substr(s.off, s.len));
         if (id >= 0) {
             out.push_back(id);
             continue;
@@ -93,10 +88,51 @@ void Vocab::tokenize_spm(std::string_view text, std::vector<token_id> & out) con
         // not a token: its bytes (llama.cpp's resegment; its reverse-merge table can only hold
         // texts that are tokens, so for a non-token symbol it always ends here)
         for (uint32_t k = 0; k < s.len; ++k) {
-            const token_id bt = byte_token_spm((uint8_t) text[s.off + k]);
+            const token_id bt = byte_tokens[(uint8_t) text[s.off + k]];
             if (bt != kNoToken) out.push_back(bt);
         }
     }
+}
+
+bool is_space_mark(std::string_view t, size_t i) {
+    return i + 3 <= t.size() && t[i] == '\xE2' && t[i + 1] == '\x96' && t[i + 2] == '\x81';
+}
+
+}  // namespace
+
+// The merges never cross a point where no token could: before a U+2581 that follows a character
+// whose last byte never precedes a U+2581 inside a token (for Gemma: any but '>' and 0x81). The
+// text is cut into segments there, each merged on its own (the same result: no pair across a cut
+// is ever a token, and the merge order inside a segment does not depend on the others), and the
+// result of each segment is cached.
+void Vocab::tokenize_spm(std::string_view text, std::vector<token_id> & out) const {
+    if (text.empty()) return;
+    thread_local std::vector<SpmSymbol> symbols;
+    thread_local std::vector<SpmBigram> heap;
+    TokenCache & cache = thread_cache();
+
+    auto segment = [&](std::string_view seg) {
+        const uint64_t h = hash_bytes(seg.data(), seg.size());
+        if (seg.size() <= TokenCache::kMaxKey && cache.find(seg, h, out)) return;
+        const size_t before = out.size();
+        spm_segment(*this, token_map_, seg, symbols, heap, out, byte_tokens_);
+        cache.insert(seg, h, out.data() + before, out.size() - before);
+    };
+
+    const size_t n = text.size();
+    size_t seg_start = 0;
+    bool prev_is_mark = false;
+    for (size_t off = 0; off < n;) {
+        const size_t len = std::min<size_t>(unicode::utf8_len((uint8_t) text[off]), n - off);
+        const bool mark = len == 3 && is_space_mark(text, off);
+        if (mark && off > seg_start && !prev_is_mark && spm_split_before_space_[(uint8_t) text[off - 1]]) {
+            segment(text.substr(seg_start, off - seg_start));
+            seg_start = off;
+        }
+        prev_is_mark = mark;
+        off += len;
+    }
+    segment(text.substr(seg_start));
 }
 
 }  // namespace psl
