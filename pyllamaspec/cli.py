@@ -20,7 +20,9 @@ from .model import Model
 from .sampling import SamplingParams
 from .speculative import DraftParams, Stats
 
-DEMO_PROMPT = "Write a short story about a robot who learns to paint."
+DEMO_QUESTION = "Write a short story about a robot who learns to paint."
+# SmolLM2-Instruct speaks ChatML; llama.cpp's CLI takes the prompt as given, so the demo spells it out.
+DEMO_PROMPT = f"<|im_start|>user\n{DEMO_QUESTION}<|im_end|>\n<|im_start|>assistant\n"
 GREEN, RESET = "\033[32m", "\033[0m"
 
 

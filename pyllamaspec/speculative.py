@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import ContextFullError, InvalidArgumentError
+from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError
 from .model import Model
 from .sampling import Sampler, SamplingParams
 
@@ -102,6 +102,10 @@ class Decoder:
             self.d_logits = np.empty((1, V), np.float32)
             self.q = None if sampling.greedy else np.empty((k, V), np.float32)
         self.drafts = np.empty(k, np.int32)
+        try:
+            self.eog = target.eog_tokens
+        except NoVocabularyError:
+            self.eog = frozenset()
         self.stats = Stats()
         self.seq: list[int] = []
 
@@ -145,6 +149,8 @@ class Decoder:
                 break
             self.drafts[k] = tok
             k += 1
+            if tok in self.eog:          # nothing worth drafting after the end
+                break
             toks = self.drafts[k - 1:k]
         st.t_draft += time.perf_counter() - t0
         return k
