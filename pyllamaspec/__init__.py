@@ -5,12 +5,17 @@ from ._native import set_verbose, system_info
 from .errors import (BackendError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
                      ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
                      OutOfMemoryError, PyllamaspecError, TokenOutOfRangeError, UnsupportedModelError)
+from .generate import GenerationResult, generate
 from .model import Model, ModelInfo
+from .sampling import SamplingParams
+from .speculative import Decoder, DraftParams, Stats
+from .vocab import Detokenizer, Tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Model", "ModelInfo", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
+    "generate", "GenerationResult", "Model", "ModelInfo", "SamplingParams", "DraftParams", "Decoder",
+    "Stats", "Detokenizer", "Tokenizer", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
     "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",
     "TokenOutOfRangeError", "ContextFullError", "BackendError", "OutOfMemoryError",
     "EvaluationInterrupted", "NoVocabularyError",
