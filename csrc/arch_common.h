@@ -1,6 +1,7 @@
 // What an architecture file needs: the graph pieces, the tensor loader, the registry.
 #pragma once
 
+#include "error.h"
 #include "graph_common.h"
 
 #include <cmath>
@@ -10,7 +11,15 @@ namespace psl {
 // token_embd, output_norm and the output head; the head is token_embd itself (tied) when the
 // file has no output.weight.
 void create_embeddings(TensorLoader & tl, psl_model & m);
+// q, k, v, output projections and the attention pre-norm of layer il (+ q/k/v biases,
+// + per-head q/k norms).
+void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool qk_norm);
+// The FFN pre-norm and the gated FFN (gate, up, down).
+void create_ffn(TensorLoader & tl, psl_model & m, int il);
 
 extern const ArchOps arch_llama;
+extern const ArchOps arch_qwen2;
+extern const ArchOps arch_qwen3;
+extern const ArchOps arch_gemma3;
 
 }  // namespace psl

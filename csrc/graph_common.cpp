@@ -34,9 +34,9 @@ ggml_tensor * Graph::rms_norm(ggml_tensor * x, ggml_tensor * w) const {
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, m.hp.norm_eps), w);
 }
 
-ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base) const {
+ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const {
     const HParams & hp = m.hp;
-    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, hp.n_ctx_train, freq_base, hp.rope_freq_scale,
+    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, hp.n_ctx_train, freq_base, freq_scale,
                          /*ext_factor =*/ 0.0f, /*attn_factor =*/ 1.0f, /*beta_fast =*/ 32.0f, /*beta_slow =*/ 1.0f);
 }
 
@@ -64,6 +64,28 @@ ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggm
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(out, GGML_PREC_F32);
     return ggml_reshape_2d(ctx, out, (int64_t) hp.n_embd_head_v * hp.n_head, n_tokens);
+}
+
+ggml_tensor * Graph::self_attention(int il, ggml_tensor * h, const AttnOpts & o) {
+    const HParams & hp = m.hp;
+    const Layer & l = m.layers[il];
+    ggml_tensor * q = ggml_mul_mat(ctx, l.wq, h);
+    ggml_tensor * k = ggml_mul_mat(ctx, l.wk, h);
+    ggml_tensor * v = ggml_mul_mat(ctx, l.wv, h);
+    if (l.bq) q = ggml_add(ctx, q, l.bq);
+    if (l.bk) k = ggml_add(ctx, k, l.bk);
+    if (l.bv) v = ggml_add(ctx, v, l.bv);
+    q = ggml_reshape_3d(ctx, q, hp.n_embd_head_k, hp.n_head, n_tokens);
+    k = ggml_reshape_3d(ctx, k, hp.n_embd_head_k, hp.n_head_kv, n_tokens);
+    v = ggml_reshape_3d(ctx, v, hp.n_embd_head_v, hp.n_head_kv, n_tokens);
+    if (l.q_norm) q = rms_norm(q, l.q_norm);   // over each head's vector (ne0)
+    if (l.k_norm) k = rms_norm(k, l.k_norm);
+    q = rope(q, o.rope_mode, o.freq_base, o.freq_scale);
+    k = rope(k, o.rope_mode, o.freq_base, o.freq_scale);
+    if (o.q_scale != 1.0f) q = ggml_scale(ctx, q, o.q_scale);
+    ggml_tensor * attn = attention(il, q, k, v, o.kq_scale);
+    if (il == hp.n_layer - 1) attn = keep_outputs(attn);   // only the rows that produce logits go on
+    return ggml_mul_mat(ctx, l.wo, attn);
 }
 
 ggml_tensor * Graph::ffn_swiglu(ggml_tensor * x, const Layer & l) const {

@@ -32,10 +32,21 @@ struct Graph {
 
     ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
-    ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base) const;   // x: [head, n_head, n_tokens]
+    ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const;   // x: [head, n_head, n_tokens]
     // Stores k_cur/v_cur ([head, n_head_kv, n_tokens]) into layer il's cache and attends with q
     // ([head, n_head, n_tokens]); returns [n_embd_head_v * n_head, n_tokens].
     ggml_tensor * attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale);
+    // The attention block of the llama family and its relatives: projections (+ biases when
+    // the layer has them), per-head q/k RMS norms (when present), rope, q scaling, attention
+    // over the cache, output projection. On the last layer only the output rows are kept.
+    struct AttnOpts {
+        int rope_mode;
+        float freq_base;
+        float freq_scale;
+        float q_scale;    // applied to q after rope (gemma); 1 = none
+        float kq_scale;   // applied inside the attention
+    };
+    ggml_tensor * self_attention(int il, ggml_tensor * h, const AttnOpts & o);
     ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
     ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
     // The columns of x whose logits are wanted (all, or the last); called on the last layer so

@@ -132,10 +132,40 @@ void create_embeddings(TensorLoader & tl, psl_model & m) {
     }
 }
 
+void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool qk_norm) {
+    const HParams & hp = m.hp;
+    const int64_t n_embd = hp.n_embd;
+    const int64_t n_q = (int64_t) hp.n_embd_head_k * hp.n_head;
+    Layer & l = m.layers[il];
+    l.attn_norm = tl.layer(il, "attn_norm.weight", {n_embd});
+    l.wq = tl.layer(il, "attn_q.weight", {n_embd, n_q});
+    l.wk = tl.layer(il, "attn_k.weight", {n_embd, hp.n_embd_k_gqa()});
+    l.wv = tl.layer(il, "attn_v.weight", {n_embd, hp.n_embd_v_gqa()});
+    l.wo = tl.layer(il, "attn_output.weight", {(int64_t) hp.n_embd_head_v * hp.n_head, n_embd});
+    if (bias) {
+        l.bq = tl.layer(il, "attn_q.bias", {n_q});
+        l.bk = tl.layer(il, "attn_k.bias", {hp.n_embd_k_gqa()});
+        l.bv = tl.layer(il, "attn_v.bias", {hp.n_embd_v_gqa()});
+    }
+    if (qk_norm) {
+        l.q_norm = tl.layer(il, "attn_q_norm.weight", {hp.n_embd_head_k});
+        l.k_norm = tl.layer(il, "attn_k_norm.weight", {hp.n_embd_head_k});
+    }
+}
+
+void create_ffn(TensorLoader & tl, psl_model & m, int il) {
+    const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.n_ff;
+    Layer & l = m.layers[il];
+    l.ffn_norm = tl.layer(il, "ffn_norm.weight", {n_embd});
+    l.ffn_gate = tl.layer(il, "ffn_gate.weight", {n_embd, n_ff});
+    l.ffn_up = tl.layer(il, "ffn_up.weight", {n_embd, n_ff});
+    l.ffn_down = tl.layer(il, "ffn_down.weight", {n_ff, n_embd});
+}
+
 // ---- architectures ----
 
 namespace {
-const ArchOps * const k_archs[] = {&arch_llama};
+const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3};
 }
 
 const ArchOps * find_arch(const std::string & name) {
