@@ -28,9 +28,16 @@ def _find(candidates: list[Path], what: str) -> Path:
                       + ". Install the package with `pip install .` (it builds the core).")
 
 
-def _header_path() -> Path:
-    return _find([_HERE / "pyllamaspec.h", _HERE.parent / "csrc" / "include" / "pyllamaspec.h"],
-                 "the header pyllamaspec.h")
+def _installed_copy(name: str) -> Path | None:
+    """The file in the installed distribution: when this package is imported from a source
+    checkout (e.g. `python -m pyllamaspec.cli` in the repository after `pip install .`), the
+    built library lives in site-packages, not beside these sources."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        path = Path(distribution("pyllamaspec").locate_file(f"pyllamaspec/{name}"))
+    except (PackageNotFoundError, Exception):
+        return None
+    return path if path.is_file() else None
 
 
 def _library_path() -> Path:
@@ -38,7 +45,14 @@ def _library_path() -> Path:
     if env:
         return _find([Path(env)], f"PYLLAMASPEC_LIBRARY={env}")
     name = _LIBNAMES.get(sys.platform, "libpyllamaspec.so")
-    return _find([_HERE / name], f"the core library {name}")
+    installed = _installed_copy(name)
+    return _find([_HERE / name] + ([installed] if installed else []), f"the core library {name}")
+
+
+def _header_path(library: Path) -> Path:
+    # the header built with the library first: its declarations match the binary
+    return _find([library.parent / "pyllamaspec.h", _HERE / "pyllamaspec.h",
+                  _HERE.parent / "csrc" / "include" / "pyllamaspec.h"], "the header pyllamaspec.h")
 
 
 def _declarations(header: str) -> str:
@@ -46,9 +60,10 @@ def _declarations(header: str) -> str:
     return header[begin + len("/* cffi-begin */"):end].replace("PSL_API ", "")
 
 
+_lib_path = _library_path()
 ffi = FFI()
-ffi.cdef(_declarations(_header_path().read_text()))
-lib = ffi.dlopen(str(_library_path()))
+ffi.cdef(_declarations(_header_path(_lib_path).read_text()))
+lib = ffi.dlopen(str(_lib_path))
 
 
 def last_error() -> str:

@@ -99,6 +99,22 @@ def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_
     return results
 
 
+def bench_tokenizer(paths: list[str], reps: int, verbose: bool = True) -> list[Result]:
+    """Tokenization MB/s of each file's tokenizer (no weights loaded): the median of reps runs
+    over ~1 MB of English after one warm-up run."""
+    from .vocab import Tokenizer, tokenizer_throughput
+    out = []
+    for path in paths:
+        with Tokenizer(path) as tok:
+            mbs = tokenizer_throughput(tok, repeat=reps)
+            info = tok.vocab_info
+            out.append(Result(model=path.rsplit("/", 1)[-1], file_type=info.type, size_mib=0.0,
+                              params_m=0.0, threads=1, test="tokenize MB/s", tokens_per_s=mbs, stdev=0.0))
+            if verbose:
+                print(f"tokenize {out[-1].model}: {mbs:.1f} MB/s ({info.type}, {info.n_tokens} tokens, 1 thread)")
+    return out
+
+
 def _print_header() -> None:
     print(f"| {'model':<36} | {'type':>6} | {'size MiB':>8} | {'params M':>8} | {'thr':>3} | "
           f"{'test':>6} | {'t/s':>16} |")
@@ -119,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=64)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--tokenizer", action="store_true",
+                    help="also measure tokenization throughput (MB/s, one thread, ~1 MB of English)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
@@ -127,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pyllamaspec bench | {system_info()}")
         _print_header()
     results = run(a.model, a.threads, a.n_prompt, a.n_gen, a.repetitions, a.n_gpu_layers,
-                  verbose=not a.json)
+                  verbose=not a.json) if (a.n_prompt or a.n_gen) else []
+    if a.tokenizer:
+        results += bench_tokenizer(a.model, a.repetitions, verbose=not a.json)
     if a.json:
         json.dump([asdict(r) for r in results], sys.stdout, indent=1)
         print()
