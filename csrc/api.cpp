@@ -87,6 +87,7 @@ psl_model_params psl_model_default_params(void) {
     p.n_gpu_layers = 0;
     p.n_threads = 0;
     p.use_mmap = true;
+    p.use_repack = true;
     return p;
 }
 

@@ -18,6 +18,7 @@ void hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     hp.swa_layers.assign(hp.n_layer, false);
     for (int il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = hp.n_swa > 0 && il % 6 < 5;
     // Gemma 3 27B (62 layers) scales queries by its query_pre_attn_scalar = n_embd / n_head.
+    hp.final_logit_softcap = (float) f.get_float(a + ".final_logit_softcapping", 0.0);
     hp.attn_scale = hp.n_layer == 62 ? 1.0f / sqrtf((float) (hp.n_embd / hp.n_head))
                                      : 1.0f / sqrtf((float) hp.n_embd_head_k);
 }
@@ -49,7 +50,12 @@ ggml_tensor * build(Graph & g) {
         ggml_tensor * f = g.ffn_geglu(g.rms_norm(x, l.ffn_norm), l);
         x = ggml_add(ctx, x, g.rms_norm(f, l.ffn_post_norm));
     }
-    return g.output(x, g.m.output_norm);
+    ggml_tensor * logits = g.output(x, g.m.output_norm);
+    if (hp.final_logit_softcap > 0.0f && !g.no_outputs) {
+        const float c = hp.final_logit_softcap;
+        logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c)), c);
+    }
+    return logits;
 }
 
 }  // namespace

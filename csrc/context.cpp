@@ -176,8 +176,11 @@ void psl_context::fill_inputs(const int32_t * tokens, int32_t n_past) {
             std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
         }
     }
-    ggml_backend_tensor_set(g.inp_mask, mask_buf.data(), 0, n * sizeof(ggml_fp16_t));
-    if (g.inp_mask_swa) ggml_backend_tensor_set(g.inp_mask_swa, mask_swa_buf.data(), 0, n * sizeof(ggml_fp16_t));
+    // a mask no layer uses is not in the graph, so it has no memory
+    if (g.inp_mask->buffer) ggml_backend_tensor_set(g.inp_mask, mask_buf.data(), 0, n * sizeof(ggml_fp16_t));
+    if (g.inp_mask_swa && g.inp_mask_swa->buffer) {
+        ggml_backend_tensor_set(g.inp_mask_swa, mask_swa_buf.data(), 0, n * sizeof(ggml_fp16_t));
+    }
 }
 
 void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {

@@ -17,8 +17,9 @@ namespace psl {
 
 // ---- tensors ----
 
-TensorLoader::TensorLoader(psl_model & m, ggml_backend_buffer_type_t buft_cpu, ggml_backend_buffer_type_t buft_gpu)
-    : m_(m), buft_cpu_(buft_cpu), buft_gpu_(buft_gpu) {}
+TensorLoader::TensorLoader(psl_model & m, ggml_backend_buffer_type_t buft_cpu, ggml_backend_buffer_type_t buft_gpu,
+                           std::vector<ggml_backend_buffer_type_t> cpu_extra)
+    : m_(m), buft_cpu_(buft_cpu), buft_gpu_(buft_gpu), cpu_extra_(std::move(cpu_extra)) {}
 
 TensorLoader::~TensorLoader() = default;
 
@@ -35,8 +36,56 @@ ggml_context * TensorLoader::ctx_for(ggml_backend_buffer_type_t buft) {
     return ctx;
 }
 
-ggml_tensor * TensorLoader::create(const std::string & name, std::vector<int64_t> ne, Place place, int il,
+ggml_tensor * TensorLoader::create(const std::string & name, std::vector<int64_t> ne, Place where, int il,
                                    bool required) {
+    return place(name, std::move(ne), where, il, required, false);
+}
+
+ggml_tensor * TensorLoader::matrix(const std::string & name, std::vector<int64_t> ne, Place where, int il,
+                                   bool required) {
+    return place(name, std::move(ne), where, il, required, true);
+}
+
+// Would the CPU backend run mul_mat(w, activations) from this buffer type? Asked the way
+// llama.cpp asks: a dummy op whose weight sits in an empty buffer of that type.
+bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const {
+    ggml_init_params p = {ggml_tensor_overhead() * 4, nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    if (!ctx) return false;
+    ggml_tensor * a = ggml_dup_tensor(ctx, w);
+    ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512);
+    ggml_tensor * op = ggml_mul_mat(ctx, a, b);
+    ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
+    bool ok = false;
+    if (dummy) {
+        a->buffer = dummy;
+        ok = ggml_backend_dev_supports_op(m_.dev_cpu, op);
+        a->buffer = nullptr;
+        ggml_backend_buffer_free(dummy);
+    }
+    ggml_free(ctx);
+    return ok;
+}
+
+ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place place, int il, bool matrix) const {
+    bool gpu = false;
+    switch (place) {
+        case Place::Input:  gpu = false; break;
+        case Place::Output: gpu = m_.output_on_gpu; break;
+        case Place::Layer:  gpu = m_.layer_on_gpu(il); break;
+    }
+    if (gpu && buft_gpu_) return buft_gpu_;
+    const ggml_tensor * meta = ggml_get_tensor(m_.file->meta(), name.c_str());
+    if (matrix && meta) {
+        for (ggml_backend_buffer_type_t extra : cpu_extra_) {
+            if (supports_matmul(extra, meta)) return extra;
+        }
+    }
+    return buft_cpu_;
+}
+
+ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t> ne, Place place, int il,
+                                  bool required, bool matrix) {
     const ggml_tensor * meta = ggml_get_tensor(m_.file->meta(), name.c_str());
     if (!meta) {
         if (!required) return nullptr;
@@ -52,13 +101,7 @@ ggml_tensor * TensorLoader::create(const std::string & name, std::vector<int64_t
                  (long long) ne[2], (long long) ne[3]);
         }
     }
-    bool gpu = false;
-    switch (place) {
-        case Place::Input:  gpu = false; break;
-        case Place::Output: gpu = m_.output_on_gpu; break;
-        case Place::Layer:  gpu = m_.layer_on_gpu(il); break;
-    }
-    ggml_context * ctx = ctx_for(gpu && buft_gpu_ ? buft_gpu_ : buft_cpu_);
+    ggml_context * ctx = ctx_for(home(name, place, il, matrix));
     ggml_tensor * t = ggml_dup_tensor(ctx, meta);
     ggml_set_name(t, name.c_str());
     created_.emplace_back(t, m_.file->tensor_file_offset(name.c_str()));
@@ -67,6 +110,10 @@ ggml_tensor * TensorLoader::create(const std::string & name, std::vector<int64_t
 
 ggml_tensor * TensorLoader::layer(int il, const char * suffix, std::vector<int64_t> ne, bool required) {
     return create("blk." + std::to_string(il) + "." + suffix, std::move(ne), Place::Layer, il, required);
+}
+
+ggml_tensor * TensorLoader::layer_matrix(int il, const char * suffix, std::vector<int64_t> ne, bool required) {
+    return matrix("blk." + std::to_string(il) + "." + suffix, std::move(ne), Place::Layer, il, required);
 }
 
 void TensorLoader::load(bool use_mmap) {
@@ -94,7 +141,8 @@ void TensorLoader::load(bool use_mmap) {
                      ggml_backend_buft_name(buft));
             }
             m_.bufs.push_back(buf);
-            const bool host = ggml_backend_buffer_is_host(buf);
+            // a repacking buffer converts in set_tensor: only the plain CPU buffer is filled directly
+            const bool host = buft == buft_cpu_ && ggml_backend_buffer_is_host(buf);
             std::vector<uint8_t> staging;
             for (auto & [t, off] : created_) {
                 if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
@@ -124,11 +172,14 @@ void create_embeddings(TensorLoader & tl, psl_model & m) {
     const int64_t n_embd = m.hp.n_embd, n_vocab = m.hp.n_vocab;
     m.tok_embd = tl.create("token_embd.weight", {n_embd, n_vocab}, Place::Input);
     m.output_norm = tl.create("output_norm.weight", {n_embd}, Place::Output);
-    m.output = tl.create("output.weight", {n_embd, n_vocab}, Place::Output, -1, /*required =*/ false);
+    m.output = tl.matrix("output.weight", {n_embd, n_vocab}, Place::Output, -1, /*required =*/ false);
     if (!m.output) {
         m.tied_output = true;
-        // On the CPU the head reads the embeddings in place; a GPU gets its own copy.
-        m.output = m.output_on_gpu ? tl.create("token_embd.weight", {n_embd, n_vocab}, Place::Output) : m.tok_embd;
+        // The head gets its own copy of the embeddings where that copy differs from them: on a
+        // GPU, or repacked for faster CPU kernels; otherwise it reads them in place.
+        m.output = tl.home("token_embd.weight", Place::Output, -1, true) != tl.home("token_embd.weight", Place::Input)
+                       ? tl.matrix("token_embd.weight", {n_embd, n_vocab}, Place::Output)
+                       : m.tok_embd;
     }
 }
 
@@ -138,10 +189,10 @@ void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool 
     const int64_t n_q = (int64_t) hp.n_embd_head_k * hp.n_head;
     Layer & l = m.layers[il];
     l.attn_norm = tl.layer(il, "attn_norm.weight", {n_embd});
-    l.wq = tl.layer(il, "attn_q.weight", {n_embd, n_q});
-    l.wk = tl.layer(il, "attn_k.weight", {n_embd, hp.n_embd_k_gqa()});
-    l.wv = tl.layer(il, "attn_v.weight", {n_embd, hp.n_embd_v_gqa()});
-    l.wo = tl.layer(il, "attn_output.weight", {(int64_t) hp.n_embd_head_v * hp.n_head, n_embd});
+    l.wq = tl.layer_matrix(il, "attn_q.weight", {n_embd, n_q});
+    l.wk = tl.layer_matrix(il, "attn_k.weight", {n_embd, hp.n_embd_k_gqa()});
+    l.wv = tl.layer_matrix(il, "attn_v.weight", {n_embd, hp.n_embd_v_gqa()});
+    l.wo = tl.layer_matrix(il, "attn_output.weight", {(int64_t) hp.n_embd_head_v * hp.n_head, n_embd});
     if (bias) {
         l.bq = tl.layer(il, "attn_q.bias", {n_q});
         l.bk = tl.layer(il, "attn_k.bias", {hp.n_embd_k_gqa()});
@@ -157,9 +208,9 @@ void create_ffn(TensorLoader & tl, psl_model & m, int il) {
     const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.n_ff;
     Layer & l = m.layers[il];
     l.ffn_norm = tl.layer(il, "ffn_norm.weight", {n_embd});
-    l.ffn_gate = tl.layer(il, "ffn_gate.weight", {n_embd, n_ff});
-    l.ffn_up = tl.layer(il, "ffn_up.weight", {n_embd, n_ff});
-    l.ffn_down = tl.layer(il, "ffn_down.weight", {n_ff, n_embd});
+    l.ffn_gate = tl.layer_matrix(il, "ffn_gate.weight", {n_embd, n_ff});
+    l.ffn_up = tl.layer_matrix(il, "ffn_up.weight", {n_embd, n_ff});
+    l.ffn_down = tl.layer_matrix(il, "ffn_down.weight", {n_ff, n_embd});
 }
 
 // ---- architectures ----
@@ -275,7 +326,15 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     ggml_backend_buffer_type_t buft_gpu = m->dev_gpu ? ggml_backend_dev_buffer_type(m->dev_gpu) : nullptr;
 
     m->layers.resize(m->hp.n_layer);
-    TensorLoader tl(*m, buft_cpu, buft_gpu);
+    std::vector<ggml_backend_buffer_type_t> extra;
+    if (params.use_repack) {
+        auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+            ggml_backend_dev_backend_reg(m->dev_cpu), "ggml_backend_dev_get_extra_bufts");
+        for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(m->dev_cpu) : nullptr; b && *b; ++b) {
+            extra.push_back(*b);
+        }
+    }
+    TensorLoader tl(*m, buft_cpu, buft_gpu, extra);
     m->arch->create_tensors(tl, *m);
     tl.load(params.use_mmap);
 

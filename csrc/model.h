@@ -36,6 +36,7 @@ struct HParams {
     float   rope_freq_base_swa = 10000.0f;
     std::vector<bool> swa_layers;
     float   attn_scale = 0.0f;   // 0 = 1/sqrt(n_embd_head_k)
+    float   final_logit_softcap = 0.0f;   // logits = c * tanh(logits / c) when > 0
 
     int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
     int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }
@@ -114,20 +115,33 @@ enum class Place { Input, Output, Layer };
 // Creates the model's weight tensors from the file's descriptions, checking each shape.
 class TensorLoader {
 public:
-    TensorLoader(psl_model & m, ggml_backend_buffer_type_t buft_cpu, ggml_backend_buffer_type_t buft_gpu);
+    TensorLoader(psl_model & m, ggml_backend_buffer_type_t buft_cpu, ggml_backend_buffer_type_t buft_gpu,
+                 std::vector<ggml_backend_buffer_type_t> cpu_extra);
     ~TensorLoader();
     // The tensor `name` with shape ne (ggml order, ne0 first); nullptr when absent and optional.
     ggml_tensor * create(const std::string & name, std::vector<int64_t> ne, Place place, int il = -1,
                          bool required = true);
+    // A weight that multiplies activations (mul_mat's first operand): on the CPU it goes to a
+    // repacking buffer type when one supports it, as llama.cpp does (faster kernels, a copy
+    // instead of the mapping).
+    ggml_tensor * matrix(const std::string & name, std::vector<int64_t> ne, Place place, int il = -1,
+                         bool required = true);
     // Same for blk.<il>.<suffix>.
     ggml_tensor * layer(int il, const char * suffix, std::vector<int64_t> ne, bool required = true);
+    ggml_tensor * layer_matrix(int il, const char * suffix, std::vector<int64_t> ne, bool required = true);
+    // The buffer type a tensor goes to (see matrix()).
+    ggml_backend_buffer_type_t home(const std::string & name, Place place, int il = -1, bool matrix = false) const;
     // Loads the tensor data (mmap or read) into backend buffers.
     void load(bool use_mmap);
 
 private:
     ggml_context * ctx_for(ggml_backend_buffer_type_t buft);
+    ggml_tensor * place(const std::string & name, std::vector<int64_t> ne, Place place, int il, bool required,
+                        bool matrix);
+    bool supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const;
     psl_model & m_;
     ggml_backend_buffer_type_t buft_cpu_, buft_gpu_;
+    std::vector<ggml_backend_buffer_type_t> cpu_extra_;
     std::vector<std::pair<ggml_backend_buffer_type_t, ggml_context *>> ctx_by_buft_;
     std::vector<std::pair<ggml_tensor *, size_t>> created_;   // tensor, file offset
 };

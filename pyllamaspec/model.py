@@ -79,7 +79,7 @@ class Model(VocabMixin):
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
                  type_k: str = "f16", type_v: str = "f16"):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
@@ -101,6 +101,7 @@ class Model(VocabMixin):
         mp.n_gpu_layers = n_gpu_layers
         mp.n_threads = n_threads
         mp.use_mmap = bool(use_mmap)
+        mp.use_repack = bool(use_repack)
         out = ffi.new("psl_model **")
         self._check(lib.psl_model_load(path.encode(), ffi.addressof(mp), out))
         self._model = out[0]

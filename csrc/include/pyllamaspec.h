@@ -61,6 +61,8 @@ typedef struct psl_model_params {
     int32_t n_gpu_layers;   /* layers offloaded to the GPU backend, like llama.cpp's -ngl; -1 = all */
     int32_t n_threads;      /* threads for loading-time work (0 = default)                          */
     bool    use_mmap;       /* map the file instead of reading it (CPU weights)                     */
+    bool    use_repack;     /* CPU weights in ggml's repacked layouts where it has faster kernels   *
+                             * for them (a copy instead of the mapping), like llama.cpp's default  */
 } psl_model_params;
 
 PSL_API psl_model_params psl_model_default_params(void);
