@@ -1,6 +1,11 @@
 """Benchmark: prompt processing (ppN) and decoding (tgN) tokens/s, like llama-bench.
 
     python -m pyllamaspec.bench -m MODEL.gguf [-m OTHER.gguf] -t 2 [-p 64] [-n 64] [-r 5] [--json]
+    python -m pyllamaspec.bench -m MODEL.gguf -t 2 --llama-cpp /path/to/venv/bin/python
+
+With --llama-cpp, an interpreter that has llama-cpp-python installed (in its own environment)
+times llama.cpp's low-level decode loop on the same model in the same run, alternating rounds
+with ours, and the ratios are printed.
 
 ppN evaluates N random tokens in one call on an empty cache; tgN evaluates N tokens one call
 at a time (each producing logits), as llama-bench does. Each figure is the median of -r
@@ -115,6 +120,43 @@ def bench_tokenizer(paths: list[str], reps: int, verbose: bool = True) -> list[R
     return out
 
 
+def compare_llama_cpp(paths: list[str], python: str, threads: int, n_prompt: int, n_gen: int, reps: int,
+                      rounds: int = 3, verbose: bool = True) -> list[dict]:
+    """Ours and llama.cpp's pp/tg on each model, alternating `rounds` times; medians and ratios."""
+    import os
+    import subprocess
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llamacpp_probe.py")
+    rows = []
+    for path in paths:
+        ours = {"pp": [], "tg": []}
+        theirs = {"pp": [], "tg": []}
+        with Model(path, n_ctx=max(512, n_prompt + n_gen + 8), n_batch=max(512, n_prompt),
+                   n_threads=threads) as m:
+            rng = np.random.default_rng(0)
+            for _ in range(rounds):
+                if n_prompt:
+                    ours["pp"] += bench_pp(m, n_prompt, reps, rng)
+                if n_gen:
+                    ours["tg"] += bench_tg(m, n_gen, reps, rng)[0]
+                proc = subprocess.run([python, probe, path, str(m.n_threads), str(n_prompt), str(n_gen), str(reps)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(f"llama.cpp probe failed: {proc.stderr[-2000:]}")
+                got = json.loads(proc.stdout.strip().splitlines()[-1])
+                for k in theirs:
+                    theirs[k] += got[k]
+            name = f"{m.info.arch} {m.info.file_type_name}"
+        for test, n in (("pp", n_prompt), ("tg", n_gen)):
+            if not n:
+                continue
+            a, b = statistics.median(ours[test]), statistics.median(theirs[test])
+            rows.append(dict(model=name, test=f"{test}{n}", ours=a, llama_cpp=b, ratio=a / b,
+                             ours_runs=ours[test], llama_cpp_runs=theirs[test]))
+            if verbose:
+                print(f"| {name:<20} | {test}{n:<4} | {a:9.1f} | {b:9.1f} | {a / b:6.3f} |", flush=True)
+    return rows
+
+
 def _print_header() -> None:
     print(f"| {'model':<36} | {'type':>6} | {'size MiB':>8} | {'params M':>8} | {'thr':>3} | "
           f"{'test':>6} | {'t/s':>16} |")
@@ -137,10 +179,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     ap.add_argument("--tokenizer", action="store_true",
                     help="also measure tokenization throughput (MB/s, one thread, ~1 MB of English)")
+    ap.add_argument("--llama-cpp", metavar="PYTHON",
+                    help="an interpreter with llama-cpp-python: compare with llama.cpp in the same run")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for --llama-cpp")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
         ap.error("repetitions must be >= 1; sizes and threads >= 0")
+    if a.llama_cpp:
+        if not a.json:
+            print(f"pyllamaspec vs llama.cpp | {system_info()} | medians of {a.rounds} x {a.repetitions} runs")
+            print(f"| {'model':<20} | {'test':<6} | {'ours t/s':>9} | {'llama.cpp':>9} | {'ratio':>6} |")
+            print("|" + "|".join("-" * w for w in (22, 8, 11, 11, 8)) + "|")
+        rows = compare_llama_cpp(a.model, a.llama_cpp, a.threads, a.n_prompt, a.n_gen, a.repetitions,
+                                 a.rounds, verbose=not a.json)
+        if a.json:
+            json.dump(rows, sys.stdout, indent=1)
+            print()
+        return 0
     if not a.json:
         print(f"pyllamaspec bench | {system_info()}")
         _print_header()
