@@ -17,6 +17,11 @@ void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool 
 // The FFN pre-norm and the gated FFN (gate, up, down).
 void create_ffn(TensorLoader & tl, psl_model & m, int il);
 
+// The llama layer (pre-norm attention + pre-norm SwiGLU FFN), shared by llama, qwen2, qwen3:
+// tensors (optional q/k/v biases, optional per-head q/k norms) and graph (rope mode varies).
+void create_llama_like(TensorLoader & tl, psl_model & m, bool bias, bool qk_norm);
+ggml_tensor * build_llama_like(Graph & g, int rope_mode);
+
 extern const ArchOps arch_llama;
 extern const ArchOps arch_qwen2;
 extern const ArchOps arch_qwen3;

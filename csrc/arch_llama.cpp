@@ -1,25 +1,21 @@
 // The llama family (LLaMA 1/2/3, Mistral, TinyLlama, SmolLM, CodeLlama): RMSNorm, RoPE
 // (normal mode), grouped-query attention, SwiGLU, output head tied to the embeddings when
-// output.weight is absent.
+// output.weight is absent. Its layer is also the base of qwen2 and qwen3.
 #include "arch_common.h"
 
 namespace psl {
 
-namespace {
-
-void hparams(const GgufFile &, const std::string &, HParams &) {}
-
-void tensors(TensorLoader & tl, psl_model & m) {
+void create_llama_like(TensorLoader & tl, psl_model & m, bool bias, bool qk_norm) {
     create_embeddings(tl, m);
     for (int il = 0; il < m.hp.n_layer; ++il) {
-        create_attention(tl, m, il, /*bias =*/ false, /*qk_norm =*/ false);
+        create_attention(tl, m, il, bias, qk_norm);
         create_ffn(tl, m, il);
     }
 }
 
-ggml_tensor * build(Graph & g) {
+ggml_tensor * build_llama_like(Graph & g, int rope_mode) {
     const HParams & hp = g.m.hp;
-    const Graph::AttnOpts o = {GGML_ROPE_TYPE_NORMAL, hp.rope_freq_base, hp.rope_freq_scale, 1.0f,
+    const Graph::AttnOpts o = {rope_mode, hp.rope_freq_base, hp.rope_freq_scale, 1.0f,
                                1.0f / sqrtf((float) hp.n_embd_head_k)};
     ggml_tensor * x = g.embed();
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -31,6 +27,14 @@ ggml_tensor * build(Graph & g) {
     }
     return g.output(x, g.m.output_norm);
 }
+
+namespace {
+
+void hparams(const GgufFile &, const std::string &, HParams &) {}
+
+void tensors(TensorLoader & tl, psl_model & m) { create_llama_like(tl, m, /*bias =*/ false, /*qk_norm =*/ false); }
+
+ggml_tensor * build(Graph & g) { return build_llama_like(g, GGML_ROPE_TYPE_NORMAL); }
 
 }  // namespace
 
