@@ -118,6 +118,13 @@ const uint8_t * GgufFile::map(bool populate) {
     return map_;
 }
 
+void GgufFile::release(size_t off, size_t n) const {
+    if (!map_) return;
+    const size_t page = (size_t) sysconf(_SC_PAGESIZE);
+    const size_t begin = (off + page - 1) / page * page, end = (off + n) / page * page;
+    if (end > begin) madvise((void *) (map_ + begin), end - begin, MADV_DONTNEED);
+}
+
 void GgufFile::read(size_t off, void * dst, size_t n) const {
     uint8_t * p = (uint8_t *) dst;
     while (n > 0) {

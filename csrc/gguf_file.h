@@ -33,6 +33,9 @@ public:
     // Maps the whole file read-only; returns its base address.
     const uint8_t * map(bool populate);
     const uint8_t * mapping() const { return map_; }
+    // Tells the kernel this process no longer needs the mapped bytes [off, off + n) (their data
+    // was copied elsewhere, e.g. repacked): they stop counting in its resident memory.
+    void release(size_t off, size_t n) const;
     // Reads n bytes at file offset off into dst (the path without mmap).
     void read(size_t off, void * dst, size_t n) const;
 

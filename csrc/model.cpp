@@ -151,6 +151,7 @@ void TensorLoader::load(bool use_mmap) {
                     f.read(off, t->data, n);
                 } else if (f.mapping()) {
                     ggml_backend_tensor_set(t, f.mapping() + off, 0, n);
+                    f.release(off, n);   // the copy is what runs; the mapped pages may go
                 } else {
                     staging.resize(n);
                     f.read(off, staging.data(), n);
