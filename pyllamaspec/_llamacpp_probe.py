@@ -14,11 +14,15 @@ import time
 
 import llama_cpp as lc
 
+_quiet = None
+
 
 def main() -> None:
     path, threads, n_prompt, n_gen, reps = sys.argv[1], *map(int, sys.argv[2:6])
     lc.llama_backend_init()
-    lc.llama_log_set(lc.llama_log_callback(lambda level, text, data: None), None)
+    global _quiet                       # the callback must outlive the call (ctypes)
+    _quiet = lc.llama_log_callback(lambda level, text, data: None)
+    lc.llama_log_set(_quiet, None)
     mp = lc.llama_model_default_params()
     mp.n_gpu_layers = 0
     model = lc.llama_model_load_from_file(path.encode(), mp)
