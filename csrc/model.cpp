@@ -101,6 +101,14 @@ ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t>
                  (long long) ne[2], (long long) ne[3]);
         }
     }
+    // Types the kernels take: matrices in a float or quantized type, vectors (norms, biases) in F32.
+    const bool ok_type = ggml_n_dims(meta) >= 2 ? (meta->type == GGML_TYPE_F32 || meta->type == GGML_TYPE_F16 ||
+                                   meta->type == GGML_TYPE_BF16 || ggml_is_quantized(meta->type))
+                                : meta->type == GGML_TYPE_F32;
+    if (!ok_type) {
+        fail(PSL_ERR_UNSUPPORTED, "'%s': tensor '%s' has type %s, which this core does not run there",
+             m_.file->path().c_str(), name.c_str(), ggml_type_name(meta->type));
+    }
     ggml_context * ctx = ctx_for(home(name, place, il, matrix));
     ggml_tensor * t = ggml_dup_tensor(ctx, meta);
     ggml_set_name(t, name.c_str());

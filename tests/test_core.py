@@ -386,3 +386,20 @@ print("after", m.eval([5], logits="last").shape, m.n_past, flush=True)
     _, seconds, n_past = lines[0].split()
     assert n_past == "3" and float(seconds) < 3.0, out
     assert lines[1] == "after (1, 49152) 4", out
+
+
+def test_tensor_of_a_type_the_kernels_do_not_take(synth_model, tmp_path):
+    """A valid GGUF whose first tensor (F32) is relabelled I32 (same size): a clear refusal
+    naming the tensor, not an abort in a kernel."""
+    import gguf
+    import struct
+    src = synth_model(dtype="F32")
+    first = gguf.GGUFReader(str(src)).tensors[0].name
+    data = bytearray(src.read_bytes())
+    at = models._first_tensor_info_offsets(src)["type"]
+    assert struct.unpack_from("<I", data, at)[0] == int(gguf.GGMLQuantizationType.F32)
+    struct.pack_into("<I", data, at, int(gguf.GGMLQuantizationType.I32))
+    bad = tmp_path / "i32.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(pyllamaspec.UnsupportedModelError, match=f"{first}.*i32"):
+        Model(bad)
