@@ -218,7 +218,6 @@ psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, cons
             fail(PSL_ERR_INVALID_ARGUMENT, "sampler, target_logits, n_accepted or next_token is NULL");
         }
         if (k < 0 || (k > 0 && !draft)) fail(PSL_ERR_INVALID_ARGUMENT, "bad draft (k = %d)", k);
-        if (k > 0 && !s->greedy() && !draft_probs) fail(PSL_ERR_INVALID_ARGUMENT, "draft_probs is NULL");
         const int32_t V = s->n_vocab;
         for (int32_t i = 0; i < k; ++i) {
             if (draft[i] < 0 || draft[i] >= V) fail(PSL_ERR_OUT_OF_RANGE, "draft token %d out of range", draft[i]);
@@ -235,18 +234,20 @@ psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, cons
                 }
                 continue;
             }
-            const float * q = draft_probs + (size_t) i * V;
+            // q: the draft's distribution, or a point mass on x for a deterministic drafter
+            const float * q = draft_probs ? draft_probs + (size_t) i * V : nullptr;
+            const float qx = q ? q[x] : 1.0f;
             s->row_p.resize(V);
             s->adjust(row);
             s->write_dense(s->row_p.data());
             const float * p = s->row_p.data();
             // accept with probability min(1, p(x)/q(x))
-            if (q[x] > 0.0f && s->rng.uniform() * q[x] < p[x]) continue;
+            if (qx > 0.0f && s->rng.uniform() * qx < p[x]) continue;
             // rejected: draw from the residual norm(max(0, p - q))
             float * r = s->row_p.data();
             double mass = 0.0;
             for (int32_t j = 0; j < V; ++j) {
-                r[j] = std::max(0.0f, p[j] - q[j]);
+                r[j] = std::max(0.0f, p[j] - (q ? q[j] : (j == x ? 1.0f : 0.0f)));
                 mass += r[j];
             }
             *n_accepted = i;

@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-min", type=int, default=0, help="fewest tokens drafted per round")
     g.add_argument("--draft-p-min", type=float, default=0.75,
                    help="stop drafting when the draft's top probability is below this")
+    g.add_argument("--lookup", action="store_true",
+                   help="draft without a model: copy what followed the last n-gram earlier in the text")
+    g.add_argument("--lookup-ngram", type=int, default=3, help="longest n-gram --lookup matches")
+    g.add_argument("--no-adaptive", action="store_true",
+                   help="always draft --draft-max tokens (no cost model; it may then be slower than plain)")
     g = ap.add_argument_group("resources")
     g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size (0 = from the model)")
     g.add_argument("-b", "--batch-size", type=int, default=512)
@@ -76,6 +81,8 @@ def _resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
         return target, draft, DEMO_PROMPT
     if a.model and not a.demo:
         return a.model, a.model_draft, DEMO_PROMPT
+    if a.lookup:
+        raise PyllamaspecError("--lookup needs a target model (-m or -hf)")
     from .offline import demo_pair
     print("pyllamaspec demo: target SmolLM2-135M-Instruct F16, draft SmolLM2-135M-Instruct Q4_1 "
           "(from PyPI, cached)", file=sys.stderr)
@@ -102,7 +109,7 @@ def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys
         p(f"n_drafted = {stats.drafted}")
         p(f"n_accept  = {stats.accepted}")
         p(f"accept    = {100 * stats.acceptance_rate:.3f}%")
-        p(f"rounds    = {stats.rounds}, mean accepted per round {stats.accepted / max(1, stats.rounds):.2f}")
+        p(f"rounds    = {stats.rounds}, tokens per round {stats.mean_accepted:.2f}")
         p(f"time: draft {stats.t_draft:.3f} s, target {stats.t_target:.3f} s, loop {stats.t_loop:.3f} s")
     else:
         p("plain decoding (no draft model)")
@@ -113,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sampling = SamplingParams(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
                                   seed=a.seed if a.seed >= 0 else int.from_bytes(os.urandom(8), "little"))
-        draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min)
+        # a fixed seed with sampling asks for reproducible output: fixed draft lengths then
+        adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
+        draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+                                   adaptive=adaptive, ngram=a.lookup_ngram)
         if a.n_predict < -1:
             raise PyllamaspecError("-n must be >= -1")
         if a.verbose:
@@ -129,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(prompt)
             sys.stdout.flush()
             interrupted = False
+            if a.lookup:
+                draft = "ngram"
             pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
                                    max_tokens=max_tokens, stop=a.stop, result=result,
                                    parse_special=not a.no_special)

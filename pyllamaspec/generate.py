@@ -63,12 +63,12 @@ def _held_back(text: str, stops: list[str]) -> int:
     return best
 
 
-def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | None, *,
+def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | str | None, *,
                   sampling: SamplingParams, draft: DraftParams, max_tokens: int,
                   stop: list[str], result: dict, add_special: bool = True,
                   parse_special: bool = True) -> Iterator[Piece]:
     """The generation loop. Yields Pieces; fills result with tokens, finish reason and stats."""
-    if draft_model is not None:
+    if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
            if isinstance(prompt, str) else [int(t) for t in prompt])
@@ -122,23 +122,31 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
         result["text"] = text[:emitted]
 
 
-def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | None = None, *,
+def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
              max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
              min_p: float = 0.05, seed: int | None = None, n_draft: int = 16, n_min: int = 0,
-             p_min: float = 0.75, stop: str | Sequence[str] | None = None, stream: bool = False,
+             p_min: float = 0.75, adaptive: bool | None = None, ngram: int = 3,
+             stop: str | Sequence[str] | None = None, stream: bool = False,
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              add_special: bool = True, parse_special: bool = True):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Models are paths (loaded for this call) or loaded Model objects (reused; their caches are
-    reset). temperature 0 is greedy. Returns a GenerationResult; with stream=True, a generator
+    reset); draft_model="ngram" drafts by prompt lookup (n-gram size `ngram`) instead of a model.
+    adaptive lets a cost model pick the draft length each round (up to n_draft, 0 = plain
+    decoding when speculation would not pay). Its choices follow measured times, and with
+    sampling the exact sample drawn depends on them (its distribution never does), so by default
+    (None) it is on unless a seed is given with temperature > 0: same seed, same output.
+    temperature 0 is greedy. Returns a GenerationResult; with stream=True, a generator
     of text pieces instead (never a broken UTF-8 character). Parameters are checked before any
     work.
     """
+    if adaptive is None:
+        adaptive = seed is None or temperature == 0
     if seed is None:
         seed = int.from_bytes(os.urandom(8), "little")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min)
+    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram)
     stops = _check_stop(stop)
     if not isinstance(max_tokens, int) or max_tokens < 0:
         raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
@@ -149,7 +157,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
         with ExitStack() as stack:
             kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
             target = _open(model, stack, **kw)
-            dm = _open(draft_model, stack, **kw) if draft_model is not None else None
+            dm = draft_model if draft_model is None or draft_model == "ngram" else _open(draft_model, stack, **kw)
             result: dict = {}
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,

@@ -77,14 +77,13 @@ class Sampler:
 
     def verify(self, target_logits: np.ndarray, draft: np.ndarray, draft_probs: np.ndarray | None
                ) -> tuple[int, int]:
-        """Speculative acceptance of k drafted tokens against k+1 target rows.
+        """Speculative acceptance of k drafted tokens against k+1 target rows; draft_probs are
+        the draft's q rows, or None for a deterministic drafter (point masses).
         Returns (number accepted, next token)."""
         k = int(draft.shape[0])
         if draft.dtype != np.int32 or not draft.flags.c_contiguous:
             raise InvalidArgumentError("draft must be a C-contiguous int32 array")
-        if draft_probs is None:
-            if k and not self.params.greedy:
-                raise InvalidArgumentError("draft_probs is required when sampling")
+        if draft_probs is None:      # a deterministic drafter: q is a point mass on each draft token
             q = ffi.NULL
         else:
             q = self._row(draft_probs, k) if k else ffi.NULL

@@ -1,18 +1,21 @@
 """Speculative decoding: a draft proposes, the target verifies in one batched pass.
 
 One round (Leviathan et al. 2023; Chen et al. 2023):
-  1. the draft proposes up to k tokens x_1..x_k autoregressively, sampling from its adjusted
-     distribution q (stopping early when its top probability falls below p_min);
+  1. the drafter proposes up to k tokens x_1..x_k: a draft model samples them from its adjusted
+     distribution q (stopping early when its top probability falls below p_min); an n-gram
+     drafter copies what followed the last n tokens earlier in the text (q: a point mass);
   2. the target evaluates [last, x_1..x_k] in ONE call, giving p at k+1 positions;
   3. the core accepts x_i with probability min(1, p_i(x_i)/q_i(x_i)) (greedy: iff it is the
      target's argmax), draws the next token from norm(max(0, p_i - q_i)) at the first rejection,
      or a bonus token from p_{k+1} when all pass;
   4. both KV caches are truncated to the accepted prefix.
-The tokens produced are distributed exactly as the target's own (greedy: identical).
+The tokens produced are distributed exactly as the target's own (greedy: identical), whatever
+k is, so k is free to optimize: a cost model picks it each round from the measured costs and
+the running acceptance rate, and picks k = 0 (plain decoding) when speculation would not pay.
 
 Bookkeeping: `seq` holds every token so far. The target's cache holds seq[:-1] between rounds
-(the last token is fed with the next drafts); the draft's cache holds a prefix of seq and is
-brought level with the tokens it has not seen at the start of its next round.
+(the last token is fed with the next drafts); a draft model's cache holds a prefix of seq and
+is brought level with the tokens it has not seen at the start of its next round.
 """
 from __future__ import annotations
 
@@ -29,10 +32,13 @@ from .sampling import Sampler, SamplingParams
 
 @dataclass
 class DraftParams:
-    """llama.cpp's --draft-max, --draft-min, --draft-p-min."""
+    """llama.cpp's --draft-max, --draft-min, --draft-p-min; `adaptive` lets the cost model pick
+    the draft length (up to n_draft) each round; `ngram` is the n-gram drafter's longest match."""
     n_draft: int = 16
     n_min: int = 0
     p_min: float = 0.75
+    adaptive: bool = True
+    ngram: int = 3
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_draft, int) or self.n_draft < 1:
@@ -41,6 +47,8 @@ class DraftParams:
             raise InvalidArgumentError(f"n_min must be in [0, n_draft], got {self.n_min!r}")
         if not isinstance(self.p_min, (int, float)) or not 0 <= self.p_min <= 1:
             raise InvalidArgumentError(f"p_min must be in [0, 1], got {self.p_min!r}")
+        if not isinstance(self.ngram, int) or self.ngram < 1:
+            raise InvalidArgumentError(f"ngram must be an integer >= 1, got {self.ngram!r}")
 
 
 @dataclass
@@ -62,6 +70,11 @@ class Stats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
+    def mean_accepted(self) -> float:
+        """Tokens gained per round: the accepted drafts plus the target's own token."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
     def prompt_tps(self) -> float:
         return self.n_prompt / self.t_prompt if self.t_prompt > 0 else 0.0
 
@@ -75,39 +88,205 @@ class Stats:
         return max(0.0, self.t_generate - self.t_draft - self.t_target)
 
 
+# ---- the cost model ---------------------------------------------------------------------------
+
+class DraftPolicy:
+    """Picks the draft length k that maximizes expected tokens per second.
+
+    With a per-token acceptance probability a, a round drafting k tokens yields
+    E[k] = (1 - a^(k+1)) / (1 - a) tokens (accepted prefix + the target's token) and costs
+    k * c_draft + c_target(k + 1). k = 0 is plain decoding: 1 token for c_target(1).
+    a is estimated from accepted prefixes (accepted tokens vs rejections, slowly forgetting);
+    the costs are running averages of measured times; c_target(n) between measured n is
+    interpolated linearly.
+    """
+
+    FORGET = 0.97          # weight of the past in the acceptance estimate, per round
+    PROBE_EVERY = 16       # while k = 0 wins, draft one token this often to keep measuring a
+
+    def __init__(self, k_max: int, prior_alpha: float = 0.7, prior_weight: float = 2.0):
+        self.k_max = k_max
+        self.acc = prior_alpha * prior_weight
+        self.rej = (1 - prior_alpha) * prior_weight
+        self.c_draft: float | None = None
+        self.c_target: dict[int, float] = {}
+        self.plain_rounds = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.acc / (self.acc + self.rej)
+
+    def observe_round(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.acc = self.acc * self.FORGET + accepted
+            self.rej = self.rej * self.FORGET + (1 if accepted < drafted else 0)
+
+    def observe_draft(self, seconds: float, n_tokens: int) -> None:
+        if n_tokens > 0:
+            c = seconds / n_tokens
+            self.c_draft = c if self.c_draft is None else 0.8 * self.c_draft + 0.2 * c
+
+    def observe_target(self, n: int, seconds: float) -> None:
+        old = self.c_target.get(n)
+        self.c_target[n] = seconds if old is None else 0.8 * old + 0.2 * seconds
+
+    def target_cost(self, n: int) -> float:
+        pts = sorted(self.c_target.items())
+        if n in self.c_target:
+            return self.c_target[n]
+        if len(pts) == 1:                      # one point: assume cost grows slowly with n
+            n0, c0 = pts[0]
+            return c0 * (1 + 0.02 * (n - n0))
+        lo = max((p for p in pts if p[0] < n), default=pts[0])
+        hi = min((p for p in pts if p[0] > n), default=pts[-1])
+        if lo[0] == hi[0]:
+            lo, hi = pts[-2], pts[-1]
+        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+        return max(1e-9, lo[1] + slope * (n - lo[0]))
+
+    @staticmethod
+    def expected_tokens(alpha: float, k: int) -> float:
+        if alpha >= 1.0:
+            return k + 1.0
+        return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+    def best_k(self, k_cap: int) -> int:
+        """The k in [0, k_cap] with the most expected tokens per second."""
+        a, cd = self.alpha, self.c_draft or 0.0
+        best_k, best = 0, 1.0 / self.target_cost(1)
+        for k in range(1, k_cap + 1):
+            rate = self.expected_tokens(a, k) / (k * cd + self.target_cost(k + 1))
+            if rate > best * (1 + 1e-9):
+                best_k, best = k, rate
+        return best_k
+
+    def choose(self, k_cap: int) -> int:
+        k_cap = min(k_cap, self.k_max)
+        if self.c_draft is None:
+            return k_cap                       # nothing measured yet: draft fully, then learn
+        if 1 not in self.c_target:
+            return 0                           # one plain round measures the target's own pace
+        k = self.best_k(k_cap)
+        if k == 0:
+            self.plain_rounds += 1
+            if self.plain_rounds % self.PROBE_EVERY == 0:
+                return min(1, k_cap)
+        return k
+
+
+# ---- drafters ---------------------------------------------------------------------------------
+
 def _seed_for_draft(seed: int) -> int:
     return (seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64
 
 
+class ModelDrafter:
+    """A small model that samples drafts from its adjusted distribution q."""
+
+    def __init__(self, model: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int]):
+        self.model, self.params, self.eog = model, params, eog
+        V = model.n_vocab
+        self.sampler = Sampler(V, replace(sampling, seed=_seed_for_draft(sampling.seed)))
+        self.logits = np.empty((1, V), np.float32)
+        self.q = None if sampling.greedy else np.empty((params.n_draft, V), np.float32)
+
+    def prefill(self, head: np.ndarray) -> None:
+        self.model.clear()
+        self.model.eval(head, logits="none")
+
+    def propose(self, seq: list[int], k_max: int, out: np.ndarray) -> int:
+        d, dp = self.model, self.params
+        pending = seq[d.n_past:]                 # tokens the draft has not seen, ending with the last
+        k_max = min(k_max, d.n_ctx - d.n_past - len(pending) + 1)
+        k = 0
+        toks = np.asarray(pending, np.int32)
+        while k < k_max:
+            logits = d.eval(toks, logits="last", out=self.logits)
+            tok, p_max = self.sampler.sample(logits[0], None if self.q is None else self.q[k])
+            if k >= dp.n_min and p_max < dp.p_min:
+                break
+            out[k] = tok
+            k += 1
+            if tok in self.eog:                  # nothing worth drafting after the end
+                break
+            toks = out[k - 1:k]
+        return k
+
+    def q_rows(self, k: int) -> np.ndarray | None:
+        return None if self.q is None else self.q[:k]
+
+    def accepted(self, seq: list[int]) -> None:
+        # keep what the draft saw of the accepted prefix; the rest it evaluates next round
+        self.model.truncate(min(self.model.n_past, len(seq) - 1))
+
+
+class NgramDrafter:
+    """Prompt lookup: proposes what followed the most recent earlier occurrence of the last
+    n tokens (n from `ngram` down to 1). Deterministic, so q is a point mass."""
+
+    def __init__(self, params: DraftParams):
+        self.params = params
+
+    def prefill(self, head: np.ndarray) -> None:
+        pass
+
+    def propose(self, seq: list[int], k_max: int, out: np.ndarray) -> int:
+        s = np.asarray(seq, np.int64)
+        for n in range(min(self.params.ngram, len(s) - 1), 0, -1):
+            tail = s[-n:]
+            # windows s[i:i+n] == tail, for i with something after them (i + n < len(s))
+            hits = np.ones(len(s) - n, bool)
+            for j in range(n):
+                hits &= s[j:len(s) - n + j] == tail[j]
+            idx = np.nonzero(hits)[0]
+            if len(idx):
+                start = int(idx[-1]) + n
+                k = min(k_max, len(s) - start)
+                out[:k] = s[start:start + k]
+                return k
+        return 0
+
+    def q_rows(self, k: int) -> None:
+        return None
+
+    def accepted(self, seq: list[int]) -> None:
+        pass
+
+
 class Decoder:
-    """Token-level generation from a target model, with an optional draft model.
+    """Token-level generation from a target model, with an optional drafter: a draft Model or
+    "ngram" (prompt lookup). tokens() yields (token, from_draft) as tokens are accepted."""
 
-    tokens() yields (token, from_draft) as tokens are accepted; the caller decides when to stop.
-    """
-
-    def __init__(self, target: Model, draft: Model | None, sampling: SamplingParams,
+    def __init__(self, target: Model, draft: Model | str | None, sampling: SamplingParams,
                  draft_params: DraftParams | None = None):
-        self.target, self.draft = target, draft
+        self.target = target
         self.sampling = sampling
         self.dp = draft_params or DraftParams()
         V = target.n_vocab
         self.t_sampler = Sampler(V, sampling)
-        k = self.dp.n_draft
-        self.q: np.ndarray | None = None
-        self.t_logits = np.empty((k + 1, V), np.float32)
-        if draft is not None:
+        self.t_logits = np.empty((self.dp.n_draft + 1, V), np.float32)
+        self.drafts = np.empty(self.dp.n_draft, np.int32)
+        try:
+            eog = target.eog_tokens
+        except NoVocabularyError:
+            eog = frozenset()
+        if draft is None:
+            self.drafter = None
+        elif isinstance(draft, str):
+            if draft != "ngram":
+                raise InvalidArgumentError(f"draft must be a Model or 'ngram', got {draft!r}")
+            self.drafter = NgramDrafter(self.dp)
+        else:
             if draft.n_vocab != V:
                 raise InvalidArgumentError(f"draft has {draft.n_vocab} logits, target {V}")
-            self.d_sampler = Sampler(V, replace(sampling, seed=_seed_for_draft(sampling.seed)))
-            self.d_logits = np.empty((1, V), np.float32)
-            self.q = None if sampling.greedy else np.empty((k, V), np.float32)
-        self.drafts = np.empty(k, np.int32)
-        try:
-            self.eog = target.eog_tokens
-        except NoVocabularyError:
-            self.eog = frozenset()
+            self.drafter = ModelDrafter(draft, sampling, self.dp, eog)
+        self.policy = DraftPolicy(self.dp.n_draft)
         self.stats = Stats()
         self.seq: list[int] = []
+
+    @property
+    def draft(self) -> Model | None:
+        return self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
 
     # -- prompt ---------------------------------------------------------------------------
     def prefill(self, prompt: list[int]) -> None:
@@ -123,9 +302,8 @@ class Decoder:
         head = np.asarray(prompt[:-1], np.int32)
         self.target.clear()
         self.target.eval(head, logits="none")
-        if self.draft is not None:
-            self.draft.clear()
-            self.draft.eval(head, logits="none")
+        if self.drafter is not None:
+            self.drafter.prefill(head)
         self.stats.n_prompt = len(prompt)
         self.stats.t_prompt = time.perf_counter() - t0
 
@@ -134,33 +312,21 @@ class Decoder:
         """Tokens the target can still take (the pending last token included)."""
         return self.target.n_ctx - len(self.seq) + 1
 
-    def _propose(self, k_max: int) -> int:
-        """Draft up to k_max tokens into self.drafts; returns how many."""
-        d, dp, st = self.draft, self.dp, self.stats
-        pending = self.seq[d.n_past:]           # tokens the draft has not seen, ending with the last
-        k_max = min(k_max, d.n_ctx - d.n_past - len(pending) + 1)
-        t0 = time.perf_counter()
-        k = 0
-        toks = np.asarray(pending, np.int32)
-        while k < k_max:
-            logits = d.eval(toks, logits="last", out=self.d_logits)
-            tok, p_max = self.d_sampler.sample(logits[0], None if self.q is None else self.q[k])
-            if k >= dp.n_min and p_max < dp.p_min:
-                break
-            self.drafts[k] = tok
-            k += 1
-            if tok in self.eog:          # nothing worth drafting after the end
-                break
-            toks = self.drafts[k - 1:k]
-        st.t_draft += time.perf_counter() - t0
-        return k
-
     def step(self) -> list[tuple[int, bool]]:
-        """One round: returns the new tokens, each with whether the draft proposed it."""
+        """One round: returns the new tokens, each with whether the drafter proposed it."""
         room = self.room()
         if room < 1:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
-        k = self._propose(min(self.dp.n_draft, room - 1)) if self.draft is not None else 0
+        k_cap = min(self.dp.n_draft, room - 1)
+        k = 0
+        if self.drafter is not None and k_cap > 0:
+            k_max = self.policy.choose(k_cap) if self.dp.adaptive else k_cap
+            if k_max > 0:
+                t0 = time.perf_counter()
+                k = self.drafter.propose(self.seq, k_max, self.drafts)
+                dt = time.perf_counter() - t0
+                self.stats.t_draft += dt
+                self.policy.observe_draft(dt, k)
 
         t0 = time.perf_counter()
         n_before = self.target.n_past
@@ -168,15 +334,18 @@ class Decoder:
         batch[0] = self.seq[-1]
         batch[1:] = self.drafts[:k]
         logits = self.target.eval(batch, logits="all", out=self.t_logits)
-        n_acc, nxt = self.t_sampler.verify(logits, self.drafts[:k], None if self.q is None else self.q[:k])
+        q = self.drafter.q_rows(k) if self.drafter is not None else None
+        n_acc, nxt = self.t_sampler.verify(logits, self.drafts[:k], q)
         self.target.truncate(n_before + 1 + n_acc)
-        self.stats.t_target += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.stats.t_target += dt
+        self.policy.observe_target(k + 1, dt)
 
         new = [(int(t), True) for t in self.drafts[:n_acc]] + [(int(nxt), False)]
         self.seq.extend(t for t, _ in new)
-        if self.draft is not None:
-            # keep what the draft saw of the accepted prefix; the rest it evaluates next round
-            self.draft.truncate(min(self.draft.n_past, len(self.seq) - 1))
+        if self.drafter is not None:
+            self.drafter.accepted(self.seq)
+            self.policy.observe_round(k, n_acc)
             self.stats.rounds += 1
             self.stats.drafted += k
             self.stats.accepted += n_acc

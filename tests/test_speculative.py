@@ -83,7 +83,7 @@ def sample_first_two(target, draft, sp: SamplingParams, n: int, accept_all: bool
     drafted = accepted = 0
     for seed in range(n):
         dec = Decoder(target, draft, SamplingParams(**{**sp.__dict__, "seed": seed}),
-                      DraftParams(n_draft=n_draft, p_min=0.0))
+                      DraftParams(n_draft=n_draft, p_min=0.0, adaptive=False))
         if accept_all:     # the negative control: a broken verifier that takes every draft token
             ts = dec.t_sampler
             dec.t_sampler = type("AcceptAll", (), {"verify": lambda self, lg, d, q:
@@ -143,7 +143,7 @@ def test_caches_hold_exactly_the_accepted_tokens(pair, synth_dir, temperature):
     with Model(synth_dir / "spec_target.gguf", n_ctx=64, type_k="f32", type_v="f32") as ft, \
          Model(synth_dir / "spec_draft.gguf", n_ctx=64, type_k="f32", type_v="f32") as fd:
         dec = Decoder(target, draft, SamplingParams(temperature=temperature, seed=3),
-                      DraftParams(n_draft=4, p_min=0.0))
+                      DraftParams(n_draft=4, p_min=0.0, adaptive=False))
         dec.prefill(PROMPT)
         for _ in range(8):
             dec.step()
@@ -182,7 +182,8 @@ def test_greedy_identity_smollm2(smollm2_pair):
     for prompt in prompts:
         plain = generate(prompt, target, max_tokens=32, temperature=0)
         for k in range(1, 9):
-            spec = generate(prompt, target, draft, max_tokens=32, temperature=0, n_draft=k, p_min=0.0)
+            spec = generate(prompt, target, draft, max_tokens=32, temperature=0, n_draft=k, p_min=0.0,
+                            adaptive=False)
             assert spec.tokens == plain.tokens, f"n_draft={k}, prompt {prompt!r}"
             assert spec.text == plain.text
             rates.setdefault(k, []).append(spec.stats.acceptance_rate)
@@ -328,3 +329,122 @@ def test_greedy_identity_gemma3_up_to_small_margins(gemma3_path):
                 diverged += spec.tokens != plain
     print(f"Gemma 3 greedy: {low_margin}/{len(prompts)} prompts reach a step with margin < 0.5 within "
           f"{n_tok} tokens; speculative output differs from plain beyond it in {diverged}/{compared} runs")
+
+
+# ---- the cost model ----------------------------------------------------------------------------
+
+from pyllamaspec.speculative import DraftPolicy  # noqa: E402
+
+
+def _policy(alpha: float, c_draft: float, c_target: dict[int, float], k_max: int = 16) -> DraftPolicy:
+    p = DraftPolicy(k_max, prior_alpha=alpha, prior_weight=1e9)     # alpha pinned
+    p.c_draft = c_draft
+    p.c_target = dict(c_target)
+    return p
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.8, 0.95])
+@pytest.mark.parametrize("c_draft", [0.0005, 0.002, 0.006])
+def test_policy_picks_the_analytic_optimum(alpha, c_draft):
+    # target cost grows with the batch: 10 ms for one token, +0.4 ms per extra token
+    c_target = {n: 0.010 + 0.0004 * (n - 1) for n in range(1, 18)}
+    p = _policy(alpha, c_draft, c_target)
+    rates = [1 / c_target[1]] + [(1 - alpha ** (k + 1)) / (1 - alpha) / (k * c_draft + c_target[k + 1])
+                                 for k in range(1, 17)]
+    assert p.best_k(16) == int(np.argmax(rates))
+    assert p.choose(16) == int(np.argmax(rates))
+
+
+def test_policy_falls_back_to_plain_when_the_draft_is_as_slow_as_the_target():
+    c_target = {n: 0.010 for n in range(1, 18)}           # even a free batch
+    p = _policy(0.9, 0.010, c_target)
+    assert p.best_k(16) == 0
+    # and with a cheap draft it speculates
+    assert _policy(0.9, 0.001, c_target).best_k(16) > 4
+
+
+def test_policy_learns_acceptance_and_interpolates_costs():
+    p = DraftPolicy(16)
+    assert p.choose(16) == 16                              # nothing measured: draft fully
+    p.observe_draft(0.016, 16)
+    p.observe_target(17, 0.020)
+    assert p.choose(16) == 0                               # then measure the plain pace once
+    p.observe_target(1, 0.010)
+    assert abs(p.target_cost(9) - 0.015) < 1e-12           # linear between measured points
+    for _ in range(50):
+        p.observe_round(8, 0)                              # every draft rejected
+    assert p.alpha < 0.1 and p.best_k(16) == 0
+    # k = 0 rounds still probe now and then, so a draft that improves can be noticed
+    picks = [p.choose(16) for _ in range(DraftPolicy.PROBE_EVERY)]
+    assert picks.count(1) == 1 and picks.count(0) == DraftPolicy.PROBE_EVERY - 1
+
+
+def test_adaptive_greedy_is_identical_and_never_much_slower(smollm2_pair):
+    """With the cost model, greedy output stays identical; a poor draft is used less."""
+    target, draft = smollm2_pair
+    prompt = "List the planets of the solar system in order:"
+    plain = generate(prompt, target, max_tokens=48, temperature=0)
+    spec = generate(prompt, target, draft, max_tokens=48, temperature=0, n_draft=8, p_min=0.0)
+    assert spec.tokens == plain.tokens
+    assert spec.stats.rounds > 0
+
+
+# ---- n-gram (prompt lookup) drafting ----------------------------------------------------------
+
+def test_ngram_drafter_proposes_the_continuation():
+    from pyllamaspec.speculative import NgramDrafter
+    d = NgramDrafter(DraftParams(n_draft=8, ngram=3))
+    out = np.empty(8, np.int32)
+    seq = [5, 6, 7, 8, 9, 10, 1, 2, 6, 7, 8]
+    assert d.propose(seq, 3, out) == 3 and list(out[:3]) == [9, 10, 1]
+    assert d.propose(seq, 8, out) == 7 and list(out[:7]) == [9, 10, 1, 2, 6, 7, 8]   # up to the end
+    assert d.propose([1, 2, 3, 4], 8, out) == 0
+    seq = [1, 2, 3, 9, 9, 1, 2, 3, 7, 7, 2, 3]          # the latest match wins
+    assert d.propose(seq, 2, out) == 2 and list(out[:2]) == [7, 7]
+
+
+def test_ngram_greedy_identity_on_repetition(smollm2_path):
+    code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    prompt = (f"<|im_start|>user\nRepeat this code exactly, adding a docstring to each function:\n{code}"
+              f"<|im_end|>\n<|im_start|>assistant\n")
+    with Model(smollm2_path, n_ctx=1024) as m:
+        plain = generate(prompt, m, max_tokens=64, temperature=0)
+        fixed = generate(prompt, m, "ngram", max_tokens=64, temperature=0, n_draft=8, adaptive=False)
+        adaptive = generate(prompt, m, "ngram", max_tokens=64, temperature=0, n_draft=8)
+    assert fixed.tokens == plain.tokens and adaptive.tokens == plain.tokens
+    print(f"n-gram drafting (fixed k=8): acceptance {fixed.stats.acceptance_rate:.2f}, "
+          f"{fixed.stats.mean_accepted:.2f} tokens per round over {fixed.stats.rounds} rounds")
+    assert fixed.stats.mean_accepted > 2           # the copied code comes several tokens a round
+
+
+def test_ngram_sampling_preserves_the_distribution(pair):
+    target, _ = pair
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    c1 = np.zeros(target.n_vocab, np.int64)
+    c2 = np.zeros(target.n_vocab, np.int64)
+    prompt = [1, 7, 3, 9, 7, 3]          # "7 3" recurs: the drafter proposes 9 after it... and more
+    p1, p2 = exact_marginals_for(target, sp, prompt)
+    drafted = 0
+    for seed in range(3000):
+        dec = Decoder(target, "ngram", SamplingParams(**{**sp.__dict__, "seed": seed}),
+                      DraftParams(n_draft=3, ngram=2, adaptive=False))
+        dec.prefill(prompt)
+        out = []
+        while len(out) < 2:
+            out += [t for t, _ in dec.step()]
+        c1[out[0]] += 1
+        c2[out[1]] += 1
+        drafted += dec.stats.drafted
+    assert drafted > 0
+    assert chi2_pvalue(c1, p1)[0] > 1e-3 and chi2_pvalue(c2, p2)[0] > 1e-3
+
+
+def exact_marginals_for(target: Model, sp: SamplingParams, prompt: list[int]):
+    s = Sampler(target.n_vocab, sp)
+    target.clear()
+    p1 = s.probs(target.eval(prompt, logits="last")[0]).astype(np.float64)
+    p2 = np.zeros_like(p1)
+    for x1 in np.nonzero(p1)[0]:
+        target.truncate(len(prompt))
+        p2 += p1[x1] * s.probs(target.eval([int(x1)], logits="last")[0])
+    return p1 / p1.sum(), p2 / p2.sum()

@@ -278,7 +278,8 @@ PSL_API psl_status psl_sampler_sample(psl_sampler * s, const float * logits, flo
  * draft[i]; row k is the bonus row). Draft i is accepted with probability
  * min(1, p_i(x)/q_i(x)) (greedy: iff it is the target's argmax); at the first rejection the
  * next token is drawn from norm(max(0, p_i - q_i)); if all pass it is drawn from p_k.
- * draft_probs holds k rows of q (n_vocab floats each); it may be NULL when greedy. */
+ * draft_probs holds k rows of q (n_vocab floats each); NULL means a deterministic drafter
+ * (n-gram lookup): q is a point mass on each draft token. */
 PSL_API psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, const int32_t * draft,
                                       const float * draft_probs, int32_t k, int32_t * n_accepted,
                                       int32_t * next_token);
