@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -25,6 +26,11 @@ import numpy as np
 
 from ._native import system_info
 from .model import Model
+
+
+SPEC_PROMPT = ("<|im_start|>user\nRepeat this code exactly, adding a docstring to each function:\n"
+               "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+               "<|im_end|>\n<|im_start|>assistant\n")
 
 
 @dataclass
@@ -157,6 +163,77 @@ def compare_llama_cpp(paths: list[str], python: str, threads: int, n_prompt: int
     return rows
 
 
+def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[tuple[int, float]]:
+    """The target's time (ms, median) to evaluate n = 1..n_max tokens in one call with all
+    logits, after 128 tokens of context: the curve speculation lives on."""
+    out = []
+    with Model(path, n_ctx=512, n_threads=threads) as m:
+        rng = np.random.default_rng(0)
+        m.eval(rng.integers(0, m.n_vocab, 128, dtype=np.int32), logits="none")
+        for n in range(1, n_max + 1):
+            toks = rng.integers(0, m.n_vocab, n, dtype=np.int32)
+            times = []
+            for _ in range(reps + 1):
+                m.truncate(128)
+                t0 = time.perf_counter()
+                m.eval(toks, logits="all")
+                times.append(time.perf_counter() - t0)
+            out.append((n, 1e3 * statistics.median(times[1:])))
+    return out
+
+
+def bench_speculative(target_path: str, draft: str, prompt: str, threads: int, n_gen: int, n_draft: int,
+                      rounds: int, adaptive: bool, verbose: bool = True) -> dict:
+    """Plain greedy decoding of the target against speculative decoding with `draft` (a model
+    path or "ngram"), alternating `rounds` times in one process; medians, and the speculative
+    runs' acceptance, tokens per round and time split."""
+    import resource
+    from .generate import generate
+    with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
+         (Model(draft, n_ctx=2048, n_threads=threads) if draft != "ngram" else _NoModel()) as dm:
+        d = "ngram" if draft == "ngram" else dm
+        plain_tps, spec_tps, stats = [], [], []
+        for _ in range(rounds):
+            r = generate(prompt, target, max_tokens=n_gen, temperature=0)
+            plain_tps.append(r.stats.generate_tps)
+            s = generate(prompt, target, d, max_tokens=n_gen, temperature=0, n_draft=n_draft, p_min=0.0,
+                         adaptive=adaptive)
+            if s.tokens != r.tokens:
+                raise SystemExit("speculative output differs from plain greedy output")
+            spec_tps.append(s.stats.generate_tps)
+            stats.append(s.stats)
+        st = stats[len(stats) // 2]
+        kv = sum(_kv_bytes(m) for m in (target, dm) if isinstance(m, Model))
+        files = sum(os.path.getsize(p) for p in (target_path, draft) if p != "ngram")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    row = dict(target=os.path.basename(target_path), draft=os.path.basename(draft), n_gen=n_gen,
+               plain_tps=statistics.median(plain_tps), spec_tps=statistics.median(spec_tps),
+               acceptance=st.acceptance_rate, tokens_per_round=st.mean_accepted,
+               t_draft=st.t_draft / st.t_generate, t_target=st.t_target / st.t_generate,
+               t_loop=st.t_loop / st.t_generate, peak_rss=peak, files_plus_kv=files + kv)
+    row["ratio"] = row["spec_tps"] / row["plain_tps"]
+    if verbose:
+        print(f"plain {row['plain_tps']:.1f} t/s, speculative {row['spec_tps']:.1f} t/s, ratio {row['ratio']:.3f}; "
+              f"acceptance {row['acceptance']:.2f}, {row['tokens_per_round']:.2f} tokens/round; time: draft "
+              f"{100 * row['t_draft']:.1f}%, target {100 * row['t_target']:.1f}%, python loop {100 * row['t_loop']:.1f}%")
+        print(f"peak RSS {peak / 2**20:.0f} MiB; model files + KV caches {row['files_plus_kv'] / 2**20:.0f} MiB "
+              f"(ratio {peak / row['files_plus_kv']:.2f})")
+    return row
+
+
+class _NoModel:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _kv_bytes(m: Model) -> int:
+    i = m.info
+    return 2 * i.n_layer * m.n_ctx * i.n_head_kv * (i.n_embd_head_k + i.n_embd_head_v)   # f16 cells
+
+
 def _print_header() -> None:
     print(f"| {'model':<36} | {'type':>6} | {'size MiB':>8} | {'params M':>8} | {'thr':>3} | "
           f"{'test':>6} | {'t/s':>16} |")
@@ -182,10 +259,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-cpp", metavar="PYTHON",
                     help="an interpreter with llama-cpp-python: compare with llama.cpp in the same run")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for --llama-cpp")
+    ap.add_argument("-md", "--model-draft", help="speculative run: draft model, or 'ngram' (prompt lookup)")
+    ap.add_argument("--prompt", default=SPEC_PROMPT, help="prompt of the speculative run")
+    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
+    ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
         ap.error("repetitions must be >= 1; sizes and threads >= 0")
+    if a.curve:
+        curve = {p: cost_curve(p, a.threads) for p in a.model}
+        if a.json:
+            json.dump(curve, sys.stdout, indent=1)
+            print()
+        else:
+            for p, c in curve.items():
+                print(f"{os.path.basename(p)}: ms per call by tokens: " + ", ".join(f"{n}:{t:.1f}" for n, t in c))
+        return 0
+    if a.model_draft:
+        row = bench_speculative(a.model[0], a.model_draft, a.prompt, a.threads, a.n_gen or 64, a.draft_max,
+                                a.rounds, not a.no_adaptive, verbose=not a.json)
+        if a.json:
+            json.dump(row, sys.stdout, indent=1)
+            print()
+        return 0
     if a.llama_cpp:
         if not a.json:
             print(f"pyllamaspec vs llama.cpp | {system_info()} | medians of {a.rounds} x {a.repetitions} runs")

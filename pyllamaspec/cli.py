@@ -164,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                 elif result.get("finish_reason") == "context_full":
                     print(f"\n[context full: n_ctx = {target.n_ctx}; raise it with -c]", file=sys.stderr)
                 print_summary(stats, a, draft is not None)
+                pol = result.get("policy")
+                if draft is not None and pol is not None and adaptive and pol.c_draft is not None \
+                        and 1 in pol.c_target:
+                    k = pol.best_k(a.draft_max)
+                    print(f"cost model: draft {1e3 * pol.c_draft:.1f} ms/token, target {1e3 * pol.target_cost(1):.1f} ms "
+                          f"for 1 token, {1e3 * pol.target_cost(a.draft_max + 1):.1f} ms for {a.draft_max + 1}; "
+                          f"acceptance ~{pol.alpha:.2f} -> " + (f"drafts {k} tokens" if k else
+                          "plain decoding pays best here"), file=sys.stderr)
             return 130 if interrupted else 0
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)

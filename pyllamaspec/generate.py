@@ -73,7 +73,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
     ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
            if isinstance(prompt, str) else [int(t) for t in prompt])
     dec = Decoder(model, draft_model, sampling, draft)
-    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats)
+    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy)
     dec.prefill(ids)
     if max_tokens == 0:
         return

@@ -102,7 +102,8 @@ class DraftPolicy:
     """
 
     FORGET = 0.97          # weight of the past in the acceptance estimate, per round
-    PROBE_EVERY = 16       # while k = 0 wins, draft one token this often to keep measuring a
+    PROBE_EVERY = 16       # while k = 0 wins, draft one token after this many plain rounds to
+    PROBE_MAX = 1024       # keep measuring a; the wait doubles after each probe, up to PROBE_MAX
 
     def __init__(self, k_max: int, prior_alpha: float = 0.7, prior_weight: float = 2.0):
         self.k_max = k_max
@@ -111,6 +112,7 @@ class DraftPolicy:
         self.c_draft: float | None = None
         self.c_target: dict[int, float] = {}
         self.plain_rounds = 0
+        self.probe_wait = self.PROBE_EVERY
 
     @property
     def alpha(self) -> float:
@@ -150,9 +152,10 @@ class DraftPolicy:
             return k + 1.0
         return (1 - alpha ** (k + 1)) / (1 - alpha)
 
-    def best_k(self, k_cap: int) -> int:
-        """The k in [0, k_cap] with the most expected tokens per second."""
-        a, cd = self.alpha, self.c_draft or 0.0
+    def best_k(self, k_cap: int, alpha: float | None = None) -> int:
+        """The k in [0, k_cap] with the most expected tokens per second (at the estimated
+        acceptance, or at `alpha`)."""
+        a, cd = self.alpha if alpha is None else alpha, self.c_draft or 0.0
         best_k, best = 0, 1.0 / self.target_cost(1)
         for k in range(1, k_cap + 1):
             rate = self.expected_tokens(a, k) / (k * cd + self.target_cost(k + 1))
@@ -167,11 +170,21 @@ class DraftPolicy:
         if 1 not in self.c_target:
             return 0                           # one plain round measures the target's own pace
         k = self.best_k(k_cap)
-        if k == 0:
-            self.plain_rounds += 1
-            if self.plain_rounds % self.PROBE_EVERY == 0:
-                return min(1, k_cap)
-        return k
+        if k > 0:
+            self.plain_rounds, self.probe_wait = 0, self.PROBE_EVERY
+            return k
+        # Plain decoding wins. If it would win even were every draft accepted, no probe can
+        # change that: the draft is just too slow for this target.
+        if self.best_k(k_cap, alpha=1.0) == 0:
+            return 0
+        # Otherwise probe now and then. A probe costs a verification of 2 tokens (and a draft
+        # model's catching up), so probes grow rarer while they keep confirming plain decoding.
+        self.plain_rounds += 1
+        if self.plain_rounds >= self.probe_wait:
+            self.plain_rounds = 0
+            self.probe_wait = min(2 * self.probe_wait, self.PROBE_MAX)
+            return min(1, k_cap)
+        return 0
 
 
 # ---- drafters ---------------------------------------------------------------------------------
@@ -280,7 +293,17 @@ class Decoder:
             if draft.n_vocab != V:
                 raise InvalidArgumentError(f"draft has {draft.n_vocab} logits, target {V}")
             self.drafter = ModelDrafter(draft, sampling, self.dp, eog)
+        # Costs are properties of the models and the machine, not of one generation: the policy
+        # starts from what earlier generations with the same target measured (its acceptance
+        # estimate starts afresh, as the text may differ).
         self.policy = DraftPolicy(self.dp.n_draft)
+        known = getattr(target, "_psl_costs", None)
+        if known is not None:
+            self.policy.c_target = known
+        else:
+            target._psl_costs = self.policy.c_target
+        if isinstance(self.drafter, ModelDrafter):
+            self.policy.c_draft = getattr(draft, "_psl_c_draft", None)
         self.stats = Stats()
         self.seq: list[int] = []
 
@@ -341,6 +364,8 @@ class Decoder:
         self.stats.t_target += dt
         self.policy.observe_target(k + 1, dt)
 
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.model._psl_c_draft = self.policy.c_draft
         new = [(int(t), True) for t in self.drafts[:n_acc]] + [(int(nxt), False)]
         self.seq.extend(t for t, _ in new)
         if self.drafter is not None:

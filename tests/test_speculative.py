@@ -283,13 +283,21 @@ def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
     draft = ensure_variant(smollm2_path, "q4_0")
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "-md", str(draft),
                            "-p", "The capital of France is", "-n", "24", "--temp", "0", "--draft-max", "6",
-                           "--draft-p-min", "0", "-t", "2", "--color"],
+                           "--draft-p-min", "0", "-t", "2", "--color", "--no-adaptive"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("The capital of France is") and "Paris" in proc.stdout
     assert "\033[32m" in proc.stdout                          # accepted draft tokens coloured
     for key in ("encoded", "decoded", "n_draft   = 6", "n_drafted", "n_accept", "accept    ="):
         assert key in proc.stderr, proc.stderr
+
+
+def test_cli_lookup(smollm2_path):
+    proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "--lookup",
+                           "-p", "one two three four one two three four one two", "-n", "16", "--temp", "0",
+                           "-t", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "n_drafted" in proc.stderr and "cost model" in proc.stderr
 
 
 def test_cli_errors_cleanly(tmp_path):
@@ -374,9 +382,10 @@ def test_policy_learns_acceptance_and_interpolates_costs():
     for _ in range(50):
         p.observe_round(8, 0)                              # every draft rejected
     assert p.alpha < 0.1 and p.best_k(16) == 0
-    # k = 0 rounds still probe now and then, so a draft that improves can be noticed
-    picks = [p.choose(16) for _ in range(DraftPolicy.PROBE_EVERY)]
-    assert picks.count(1) == 1 and picks.count(0) == DraftPolicy.PROBE_EVERY - 1
+    # k = 0 rounds still probe now and then, so a draft that improves can be noticed; the
+    # probes grow rarer (16, 32, 64 ... plain rounds apart) while they confirm plain decoding
+    picks = [p.choose(16) for _ in range(16 + 32 + 64)]
+    assert [i for i, k in enumerate(picks) if k] == [15, 15 + 32, 15 + 32 + 64]
 
 
 def test_adaptive_greedy_is_identical_and_never_much_slower(smollm2_pair):
@@ -448,3 +457,10 @@ def exact_marginals_for(target: Model, sp: SamplingParams, prompt: list[int]):
         target.truncate(len(prompt))
         p2 += p1[x1] * s.probs(target.eval([int(x1)], logits="last")[0])
     return p1 / p1.sum(), p2 / p2.sum()
+
+
+def test_policy_does_not_probe_a_draft_that_cannot_pay():
+    # a draft as slow as the target never pays, even at acceptance 1: no probes at all
+    c_target = {n: 0.010 + 0.0004 * (n - 1) for n in range(1, 18)}
+    p = _policy(0.5, 0.011, c_target)
+    assert all(p.choose(16) == 0 for _ in range(200))
