@@ -64,14 +64,15 @@ SETTINGS = [
 ]
 
 
-def exact_marginals(target: Model, sp: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+def exact_marginals(target: Model, sp: SamplingParams, prompt: list[int] = PROMPT
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """The target's own distribution of the first and second generated tokens."""
     s = Sampler(target.n_vocab, sp)
     target.clear()
-    p1 = s.probs(target.eval(PROMPT, logits="last")[0]).astype(np.float64)
+    p1 = s.probs(target.eval(prompt, logits="last")[0]).astype(np.float64)
     p2 = np.zeros_like(p1)
     for x1 in np.nonzero(p1)[0]:
-        target.truncate(len(PROMPT))
+        target.truncate(len(prompt))
         p2 += p1[x1] * s.probs(target.eval([int(x1)], logits="last")[0])
     return p1 / p1.sum(), p2 / p2.sum()
 
@@ -432,7 +433,7 @@ def test_ngram_sampling_preserves_the_distribution(pair):
     c1 = np.zeros(target.n_vocab, np.int64)
     c2 = np.zeros(target.n_vocab, np.int64)
     prompt = [1, 7, 3, 9, 7, 3]          # "7 3" recurs: the drafter proposes 9 after it... and more
-    p1, p2 = exact_marginals_for(target, sp, prompt)
+    p1, p2 = exact_marginals(target, sp, prompt)
     drafted = 0
     for seed in range(3000):
         dec = Decoder(target, "ngram", SamplingParams(**{**sp.__dict__, "seed": seed}),
@@ -446,21 +447,3 @@ def test_ngram_sampling_preserves_the_distribution(pair):
         drafted += dec.stats.drafted
     assert drafted > 0
     assert chi2_pvalue(c1, p1)[0] > 1e-3 and chi2_pvalue(c2, p2)[0] > 1e-3
-
-
-def exact_marginals_for(target: Model, sp: SamplingParams, prompt: list[int]):
-    s = Sampler(target.n_vocab, sp)
-    target.clear()
-    p1 = s.probs(target.eval(prompt, logits="last")[0]).astype(np.float64)
-    p2 = np.zeros_like(p1)
-    for x1 in np.nonzero(p1)[0]:
-        target.truncate(len(prompt))
-        p2 += p1[x1] * s.probs(target.eval([int(x1)], logits="last")[0])
-    return p1 / p1.sum(), p2 / p2.sum()
-
-
-def test_policy_does_not_probe_a_draft_that_cannot_pay():
-    # a draft as slow as the target never pays, even at acceptance 1: no probes at all
-    c_target = {n: 0.010 + 0.0004 * (n - 1) for n in range(1, 18)}
-    p = _policy(0.5, 0.011, c_target)
-    assert all(p.choose(16) == 0 for _ in range(200))
