@@ -447,3 +447,10 @@ def test_ngram_sampling_preserves_the_distribution(pair):
         drafted += dec.stats.drafted
     assert drafted > 0
     assert chi2_pvalue(c1, p1)[0] > 1e-3 and chi2_pvalue(c2, p2)[0] > 1e-3
+
+
+def test_policy_does_not_probe_a_draft_that_cannot_pay():
+    # a draft as slow as the target never pays, even at acceptance 1: no probes at all
+    c_target = {n: 0.010 + 0.0004 * (n - 1) for n in range(1, 18)}
+    p = _policy(0.5, 0.011, c_target)
+    assert all(p.choose(16) == 0 for _ in range(200))
