@@ -160,6 +160,17 @@ bool psl_token_is_eog(const psl_model * model, int32_t id) {
     return model->vocab->valid(id) && model->vocab->is_eog(id);
 }
 
+psl_status psl_vocab_eog_tokens(const psl_model * model, int32_t * out, int32_t cap, int32_t * n_out) {
+    return guard([&] {
+        if (!model || !n_out || (cap > 0 && !out)) fail(PSL_ERR_INVALID_ARGUMENT, "model, out or n_out is NULL");
+        if (!model->vocab) fail(PSL_ERR_NO_VOCAB, "the model file carries no tokenizer");
+        const auto & eog = model->vocab->eog_tokens();
+        *n_out = (int32_t) eog.size();
+        if ((int32_t) eog.size() > cap) fail(PSL_ERR_BUFFER_TOO_SMALL, "%zu end-of-generation tokens, room for %d", eog.size(), cap);
+        std::copy(eog.begin(), eog.end(), out);
+    });
+}
+
 psl_status psl_detok_new(const psl_model * model, bool render_special, psl_detok ** out) {
     return guard([&] {
         if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");

@@ -151,6 +151,7 @@ public:
     // GGUF token type after the load rules (a token made CONTROL reads as CONTROL).
     int32_t effective_type(token_id id) const;
     bool is_eog(token_id id) const;
+    const std::vector<token_id> & eog_tokens() const { return eog_; }   // sorted
     token_id find_token(std::string_view text) const { return token_map_.find(text); }
 
     // Bytes of one token: control and unknown tokens are empty unless render_special.

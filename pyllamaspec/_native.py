@@ -84,3 +84,23 @@ def system_info() -> str:
 def set_verbose(verbose: bool) -> None:
     """Let ggml log to stderr (off by default)."""
     lib.psl_set_verbose(bool(verbose))
+
+
+class Closeable:
+    """Context manager and finalizer for the classes that own a core handle: each defines
+    close() (safe to call twice)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

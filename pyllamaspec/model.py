@@ -67,7 +67,7 @@ def _positive_or_zero(name: str, value: int) -> int:
     return int(value)
 
 
-class Model(VocabMixin):
+class Model(VocabMixin, _native.Closeable):
     """A GGUF model and one context (KV cache) to evaluate tokens with.
 
     >>> with Model("SmolLM2-135M-Instruct.Q4_1.gguf", n_ctx=512) as m:
@@ -138,18 +138,6 @@ class Model(VocabMixin):
     @property
     def closed(self) -> bool:
         return self._ctx == ffi.NULL
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         if self.closed:

@@ -138,8 +138,14 @@ class VocabMixin:
         """All end-of-generation token ids."""
         cached = getattr(self, "_eog_cache", None)
         if cached is None:
-            n = self.vocab_info.n_tokens
-            cached = frozenset(i for i in range(n) if self._lib.psl_token_is_eog(self._handle(), i))
+            n = self._ffi.new("int32_t *")
+            buf = np.empty(64, np.int32)
+            st = self._lib.psl_vocab_eog_tokens(self._handle(), self._ffi.from_buffer("int32_t[]", buf), len(buf), n)
+            if st == _PSL_ERR_BUFFER_TOO_SMALL:
+                buf = np.empty(n[0], np.int32)
+                st = self._lib.psl_vocab_eog_tokens(self._handle(), self._ffi.from_buffer("int32_t[]", buf), len(buf), n)
+            self._check(st)
+            cached = frozenset(int(t) for t in buf[:n[0]])
             self._eog_cache = cached
         return cached
 
@@ -221,7 +227,7 @@ class VocabMixin:
         return Detokenizer(self, render_special)
 
 
-class Detokenizer:
+class Detokenizer(_native.Closeable):
     """Streaming detokenization for generation loops.
 
     >>> with model.detokenizer() as d:
@@ -270,20 +276,9 @@ class Detokenizer:
             self._lib.psl_detok_free(self._d)
             self._d = self._ffi.NULL
 
-    def __enter__(self) -> "Detokenizer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
-class Tokenizer(VocabMixin):
+class Tokenizer(VocabMixin, _native.Closeable):
     """The tokenizer of a GGUF file on its own: no weights are read, any architecture.
 
     >>> with Tokenizer("gemma-3-270m-q4_k_m.gguf") as tok:
@@ -312,17 +307,6 @@ class Tokenizer(VocabMixin):
             self._lib.psl_model_free(self._model)
             self._model = self._ffi.NULL
 
-    def __enter__(self) -> "Tokenizer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.path!r})"

@@ -225,6 +225,8 @@ PSL_API psl_status psl_token_get_attr(const psl_model * model, int32_t id, int32
 /* True for end-of-generation tokens (eos, eot, eom and the like). False for an invalid id or a
  * model without tokenizer. */
 PSL_API bool       psl_token_is_eog(const psl_model * model, int32_t id);
+/* All end-of-generation ids, ascending; same buffer protocol as psl_tokenize. */
+PSL_API psl_status psl_vocab_eog_tokens(const psl_model * model, int32_t * out, int32_t cap, int32_t * n_out);
 
 /* Streaming detokenizer: push ids, get back the text that is complete UTF-8 so far; an
  * incomplete sequence is held back until a later token completes it (or flush). Bytes that can
