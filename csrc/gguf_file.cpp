@@ -98,24 +98,30 @@ size_t GgufFile::tensor_file_offset(const char * name) const {
     return data_offset_ + gguf_get_tensor_offset(gguf_, id);
 }
 
-const uint8_t * GgufFile::map(bool populate) {
+const uint8_t * GgufFile::map() {
     if (map_) {
         return map_;
     }
-    int flags = MAP_SHARED;
-#ifdef MAP_POPULATE
-    if (populate) {
-        flags |= MAP_POPULATE;
-    }
-#else
-    (void) populate;
-#endif
-    void * addr = mmap(nullptr, file_size_, PROT_READ, flags, fd_, 0);
+    // No MAP_POPULATE: pages of tensors that get copied (repacked, or sent to a GPU) must never
+    // count in RSS; the tensors used in place are prefaulted one by one (prefetch).
+    void * addr = mmap(nullptr, file_size_, PROT_READ, MAP_SHARED, fd_, 0);
     if (addr == MAP_FAILED) {
         fail(PSL_ERR_IO, "cannot mmap '%s': %s", path_.c_str(), strerror(errno));
     }
     map_ = (const uint8_t *) addr;
     return map_;
+}
+
+void GgufFile::prefetch(size_t off, size_t n) const {
+    if (!map_ || n == 0) return;
+    const size_t page = (size_t) sysconf(_SC_PAGESIZE);
+    const size_t begin = off / page * page;
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   // Linux 5.14; older kernels say EINVAL and we fall back
+#endif
+    if (madvise((void *) (map_ + begin), off + n - begin, MADV_POPULATE_READ) != 0) {
+        madvise((void *) (map_ + begin), off + n - begin, MADV_WILLNEED);
+    }
 }
 
 void GgufFile::release(size_t off, size_t n) const {

@@ -30,8 +30,10 @@ public:
     // File offset of a tensor's data (already checked to lie inside the file).
     size_t tensor_file_offset(const char * name) const;
 
-    // Maps the whole file read-only; returns its base address.
-    const uint8_t * map(bool populate);
+    // Maps the whole file read-only, faulting nothing in; returns its base address.
+    const uint8_t * map();
+    // Faults the mapped bytes [off, off + n) in now rather than during the first evaluation.
+    void prefetch(size_t off, size_t n) const;
     const uint8_t * mapping() const { return map_; }
     // Tells the kernel this process no longer needs the mapped bytes [off, off + n) (their data
     // was copied elsewhere, e.g. repacked): they stop counting in its resident memory.

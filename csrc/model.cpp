@@ -131,7 +131,7 @@ void TensorLoader::load(bool use_mmap) {
         const bool mapped = use_mmap && buft == buft_cpu_;
         if (mapped) {
             // The weights stay in the page cache: the buffer wraps the mapping, tensors point into it.
-            uint8_t * base = (uint8_t *) f.map(/*populate =*/ true);
+            uint8_t * base = (uint8_t *) f.map();
             buf = ggml_backend_cpu_buffer_from_ptr(base, f.file_size());
             if (!buf) fail(PSL_ERR_OUT_OF_MEMORY, "cannot wrap the mapping of '%s'", f.path().c_str());
             m_.bufs.push_back(buf);
@@ -140,6 +140,7 @@ void TensorLoader::load(bool use_mmap) {
                 if (ggml_backend_tensor_alloc(buf, t, base + off) != GGML_STATUS_SUCCESS) {
                     fail(PSL_ERR_BACKEND, "cannot place tensor '%s'", ggml_get_name(t));
                 }
+                f.prefetch(off, ggml_nbytes(t));
             }
         } else {
             buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);

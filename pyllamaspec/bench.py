@@ -1,16 +1,22 @@
-"""Benchmark: prompt processing (ppN) and decoding (tgN) tokens/s, like llama-bench.
+"""Benchmark: prompt processing (ppN) and decoding (tgN) tokens/s, like llama-bench; the
+target's cost curve; speculative decoding against plain decoding.
 
     python -m pyllamaspec.bench -m MODEL.gguf [-m OTHER.gguf] -t 2 [-p 64] [-n 64] [-r 5] [--json]
     python -m pyllamaspec.bench -m MODEL.gguf -t 2 --llama-cpp /path/to/venv/bin/python
+    python -m pyllamaspec.bench -m MODEL.gguf --curve
+    python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf|ngram [-n 128] [--rounds 5] [--llama-cpp PY]
 
 With --llama-cpp, an interpreter that has llama-cpp-python installed (in its own environment)
 times llama.cpp's low-level decode loop on the same model in the same run, alternating rounds
-with ours, and the ratios are printed.
+with ours, and the ratios are printed; with -md it replays llama.cpp's speculative-simple loop
+on the same pair and prompt.
 
 ppN evaluates N random tokens in one call on an empty cache; tgN evaluates N tokens one call
 at a time (each producing logits), as llama-bench does. Each figure is the median of -r
 repetitions after one warm-up. The Python overhead of a one-token eval is the wall time of
-Model.eval minus the time the core itself reports for it.
+Model.eval minus the time the core itself reports for it. --curve times one call of n = 1..16
+tokens with all logits after 128 tokens of context. -md decodes greedily, plainly and with
+the drafter in turn, and reports medians, acceptance, the time split and peak RSS.
 """
 from __future__ import annotations
 
@@ -28,9 +34,42 @@ from ._native import system_info
 from .model import Model
 
 
-SPEC_PROMPT = ("<|im_start|>user\nRepeat this code exactly, adding a docstring to each function:\n"
-               "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
-               "<|im_end|>\n<|im_start|>assistant\n")
+# The speculative run's default request ("rewrite this code with one change"): an answer
+# that repeats much of the prompt, where drafting, by a model or by prompt lookup, can gain most.
+SPEC_CODE = (
+    'def load_config(path):\n'
+    '    with open(path) as f:\n'
+    '        data = json.load(f)\n'
+    '    if "name" not in data:\n'
+    '        raise ValueError("config has no name")\n'
+    '    return data\n'
+    '\n'
+    '\n'
+    'def save_config(path, data):\n'
+    '    with open(path, "w") as f:\n'
+    '        json.dump(data, f, indent=2)\n'
+    '\n'
+    '\n'
+    'def merge_configs(base, override):\n'
+    '    result = dict(base)\n'
+    '    for key, value in override.items():\n'
+    '        result[key] = value\n'
+    '    return result\n'
+)
+SPEC_MESSAGE = ("Rewrite this code with one change: rename the function merge_configs to combine_configs. "
+                "Output only the code.\n\n" + SPEC_CODE)
+
+# chat templates by the special token that opens a turn
+_TEMPLATES = {"<start_of_turn>": "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
+              "<|im_start|>": "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"}
+
+
+def chat_prompt(m: Model, message: str) -> str:
+    """`message` as a user turn in the model's chat format (Gemma or ChatML), or as is."""
+    for opener, template in _TEMPLATES.items():
+        if len(m.tokenize(opener, add_special=False, parse_special=True)) == 1:
+            return template.format(message)
+    return message
 
 
 @dataclass
@@ -182,43 +221,96 @@ def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[
     return out
 
 
-def bench_speculative(target_path: str, draft: str, prompt: str, threads: int, n_gen: int, n_draft: int,
-                      rounds: int, adaptive: bool, verbose: bool = True) -> dict:
+def _llama_cpp_spec(python: str, target: str, draft: str, threads: int, n_gen: int, n_draft: int,
+                    p_min: float, ids: list[int]) -> dict:
+    import subprocess
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llamacpp_probe.py")
+    proc = subprocess.run([python, probe, "--spec", target, draft, str(threads), str(n_gen), str(n_draft),
+                           str(p_min), ",".join(map(str, ids))], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"llama.cpp probe failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_speculative(target_path: str, draft: str, message: str, threads: int, n_gen: int, n_draft: int,
+                      p_min: float, rounds: int, adaptive: bool, llama_cpp: str | None = None,
+                      verbose: bool = True) -> dict:
     """Plain greedy decoding of the target against speculative decoding with `draft` (a model
     path or "ngram"), alternating `rounds` times in one process; medians, and the speculative
-    runs' acceptance, tokens per round and time split."""
+    runs' acceptance, tokens per round and time split. With `llama_cpp` (an interpreter with
+    llama-cpp-python) each round also times llama.cpp's plain decoding and its
+    speculative-simple loop on the same pair, prompt and draft settings."""
     import resource
     from .generate import generate
     with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
          (Model(draft, n_ctx=2048, n_threads=threads) if draft != "ngram" else _NoModel()) as dm:
         d = "ngram" if draft == "ngram" else dm
-        plain_tps, spec_tps, stats = [], [], []
-        for _ in range(rounds):
-            r = generate(prompt, target, max_tokens=n_gen, temperature=0)
+        ids = target.tokenize(chat_prompt(target, message), parse_special=True)
+        plain_tps, spec_tps, stats, same, lc_plain, lc_spec, lc_acc, lc_same = [], [], [], [], [], [], [], []
+        for i in range(rounds):
+            # alternate which goes first, so a machine that slows or speeds up within a round
+            # favours neither
+            runs = [lambda: generate(ids, target, max_tokens=n_gen, temperature=0),
+                    lambda: generate(ids, target, d, max_tokens=n_gen, temperature=0, n_draft=n_draft,
+                                     p_min=p_min, adaptive=adaptive)]
+            r, s = [f() for f in runs] if i % 2 == 0 else [f() for f in runs[::-1]][::-1]
             plain_tps.append(r.stats.generate_tps)
-            s = generate(prompt, target, d, max_tokens=n_gen, temperature=0, n_draft=n_draft, p_min=0.0,
-                         adaptive=adaptive)
-            if s.tokens != r.tokens:
-                raise SystemExit("speculative output differs from plain greedy output")
+            same.append(_first_difference(s.tokens, r.tokens))
             spec_tps.append(s.stats.generate_tps)
             stats.append(s.stats)
+            if llama_cpp and draft != "ngram":
+                got = _llama_cpp_spec(llama_cpp, target_path, draft, target.n_threads, n_gen, n_draft, p_min, ids)
+                lc_plain.append(got["plain_tps"])
+                lc_spec.append(got["spec_tps"])
+                lc_acc.append(got["accepted"] / max(1, got["drafted"]))
+                lc_same.append(got["tokens"] == r.tokens)
         st = stats[len(stats) // 2]
         kv = sum(_kv_bytes(m) for m in (target, dm) if isinstance(m, Model))
         files = sum(os.path.getsize(p) for p in (target_path, draft) if p != "ngram")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     row = dict(target=os.path.basename(target_path), draft=os.path.basename(draft), n_gen=n_gen,
+               n_prompt=len(ids), n_draft=n_draft, p_min=p_min, adaptive=adaptive,
                plain_tps=statistics.median(plain_tps), spec_tps=statistics.median(spec_tps),
-               acceptance=st.acceptance_rate, tokens_per_round=st.mean_accepted,
+               plain_runs=plain_tps, spec_runs=spec_tps,
+               acceptance=st.acceptance_rate, tokens_per_round=st.mean_accepted, rounds=st.rounds,
                t_draft=st.t_draft / st.t_generate, t_target=st.t_target / st.t_generate,
-               t_loop=st.t_loop / st.t_generate, peak_rss=peak, files_plus_kv=files + kv)
+               t_loop=st.t_loop / st.t_generate, peak_rss=peak, files_plus_kv=files + kv,
+               first_difference=min((x for x in same if x is not None), default=None),
+               runs_differing=sum(x is not None for x in same))
     row["ratio"] = row["spec_tps"] / row["plain_tps"]
+    if lc_spec:
+        row.update(llama_cpp_plain_tps=statistics.median(lc_plain), llama_cpp_spec_tps=statistics.median(lc_spec),
+                   llama_cpp_acceptance=statistics.median(lc_acc), llama_cpp_same_tokens=all(lc_same),
+                   llama_cpp_plain_runs=lc_plain, llama_cpp_spec_runs=lc_spec)
+        row["spec_vs_llama_cpp_spec"] = row["spec_tps"] / row["llama_cpp_spec_tps"]
+        row["plain_vs_llama_cpp_plain"] = row["plain_tps"] / row["llama_cpp_plain_tps"]
     if verbose:
+        print(f"{row['target']} + {row['draft']}: {len(ids)}-token prompt, {n_gen} tokens, greedy, "
+              f"n_draft {n_draft}, p_min {p_min}, {'cost model' if adaptive else 'fixed draft length'}; "
+              f"medians of {rounds}")
         print(f"plain {row['plain_tps']:.1f} t/s, speculative {row['spec_tps']:.1f} t/s, ratio {row['ratio']:.3f}; "
               f"acceptance {row['acceptance']:.2f}, {row['tokens_per_round']:.2f} tokens/round; time: draft "
               f"{100 * row['t_draft']:.1f}%, target {100 * row['t_target']:.1f}%, python loop {100 * row['t_loop']:.1f}%")
+        if lc_spec:
+            print(f"llama.cpp: plain {row['llama_cpp_plain_tps']:.1f} t/s, speculative-simple "
+                  f"{row['llama_cpp_spec_tps']:.1f} t/s (acceptance {row['llama_cpp_acceptance']:.2f}); "
+                  f"ours/theirs: plain {row['plain_vs_llama_cpp_plain']:.3f}, speculative "
+                  f"{row['spec_vs_llama_cpp_spec']:.3f}; same tokens: {row['llama_cpp_same_tokens']}")
+        diff = row["first_difference"]
+        print("greedy output identical to plain decoding in every run" if diff is None else
+              f"greedy output differs from plain decoding in {row['runs_differing']} of {rounds} runs, from "
+              f"token {diff} on (a near-tie that batched and one-token evaluation round differently)")
         print(f"peak RSS {peak / 2**20:.0f} MiB; model files + KV caches {row['files_plus_kv'] / 2**20:.0f} MiB "
               f"(ratio {peak / row['files_plus_kv']:.2f})")
     return row
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where a and b differ, or None if they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 class _NoModel:
@@ -260,8 +352,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="an interpreter with llama-cpp-python: compare with llama.cpp in the same run")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for --llama-cpp")
     ap.add_argument("-md", "--model-draft", help="speculative run: draft model, or 'ngram' (prompt lookup)")
-    ap.add_argument("--prompt", default=SPEC_PROMPT, help="prompt of the speculative run")
-    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--prompt", default=SPEC_MESSAGE,
+                    help="user message of the speculative run (put in the model's chat format)")
+    ap.add_argument("--draft-max", type=int, default=16, help="as llama.cpp's --draft-max")
+    ap.add_argument("--draft-p-min", type=float, default=0.75, help="as llama.cpp's --draft-p-min")
     ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
     ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -279,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.model_draft:
         row = bench_speculative(a.model[0], a.model_draft, a.prompt, a.threads, a.n_gen or 64, a.draft_max,
-                                a.rounds, not a.no_adaptive, verbose=not a.json)
+                                a.draft_p_min, a.rounds, not a.no_adaptive, a.llama_cpp, verbose=not a.json)
         if a.json:
             json.dump(row, sys.stdout, indent=1)
             print()

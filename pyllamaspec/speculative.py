@@ -14,8 +14,9 @@ k is, so k is free to optimize: a cost model picks it each round from the measur
 the running acceptance rate, and picks k = 0 (plain decoding) when speculation would not pay.
 
 Bookkeeping: `seq` holds every token so far. The target's cache holds seq[:-1] between rounds
-(the last token is fed with the next drafts); a draft model's cache holds a prefix of seq and
-is brought level with the tokens it has not seen at the start of its next round.
+(the last token is fed with the next drafts); a draft model's cache holds seq[:-1] but for
+tokens it has not seen yet, which it catches up on when it next drafts (the most recent 32
+at most, see ModelDrafter).
 """
 from __future__ import annotations
 
@@ -96,27 +97,40 @@ class DraftPolicy:
     With a per-token acceptance probability a, a round drafting k tokens yields
     E[k] = (1 - a^(k+1)) / (1 - a) tokens (accepted prefix + the target's token) and costs
     k * c_draft + c_target(k + 1). k = 0 is plain decoding: 1 token for c_target(1).
-    a is estimated from accepted prefixes (accepted tokens vs rejections, slowly forgetting);
-    the costs are running averages of measured times; c_target(n) between measured n is
-    interpolated linearly.
+    a is estimated from accepted prefixes (accepted tokens vs rejections, slowly forgetting),
+    one estimate per kind of proposal (see select); the costs are running averages of measured
+    times; c_target(n) between measured n is interpolated linearly, beyond them optimistically.
     """
 
     FORGET = 0.97          # weight of the past in the acceptance estimate, per round
-    PROBE_EVERY = 16       # while k = 0 wins, draft one token after this many plain rounds to
-    PROBE_MAX = 1024       # keep measuring a; the wait doubles after each probe, up to PROBE_MAX
+    START_K = 4            # the first round drafts this many tokens, to measure the draft's pace
+    EXPLORE = 0.02         # while k = 0 wins, probes (one drafted token, after the draft model
+    BACKOFF_MAX = 64       # catches up) may cost this fraction of the plain decoding time around
+                           # them; each probe that confirms plain decoding halves that, to 1/64
 
     def __init__(self, k_max: int, prior_alpha: float = 0.7, prior_weight: float = 2.0):
         self.k_max = k_max
-        self.acc = prior_alpha * prior_weight
-        self.rej = (1 - prior_alpha) * prior_weight
+        self.prior = (prior_alpha * prior_weight, (1 - prior_alpha) * prior_weight)
+        self.acc, self.rej = self.prior
+        self.key = None
+        self.counts: dict = {}
         self.c_draft: float | None = None
+        self.c_catch_up: float | None = None
         self.c_target: dict[int, float] = {}
-        self.plain_rounds = 0
-        self.probe_wait = self.PROBE_EVERY
+        self.plain_time = 0.0
+        self.backoff = 1
 
     @property
     def alpha(self) -> float:
         return self.acc / (self.acc + self.rej)
+
+    def select(self, key) -> None:
+        """Switches to the acceptance estimate kept for `key` (a drafter's kind of proposal:
+        the n-gram drafter's match length, whose reliability differs from one to another)."""
+        if key != self.key:
+            self.counts[self.key] = (self.acc, self.rej)
+            self.acc, self.rej = self.counts.get(key, self.prior)
+            self.key = key
 
     def observe_round(self, drafted: int, accepted: int) -> None:
         if drafted:
@@ -127,6 +141,11 @@ class DraftPolicy:
         if n_tokens > 0:
             c = seconds / n_tokens
             self.c_draft = c if self.c_draft is None else 0.8 * self.c_draft + 0.2 * c
+
+    def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
+        if n_tokens > 0:
+            c = seconds / n_tokens
+            self.c_catch_up = c if self.c_catch_up is None else 0.8 * self.c_catch_up + 0.2 * c
 
     def observe_target(self, n: int, seconds: float) -> None:
         old = self.c_target.get(n)
@@ -139,10 +158,16 @@ class DraftPolicy:
         if len(pts) == 1:                      # one point: assume cost grows slowly with n
             n0, c0 = pts[0]
             return c0 * (1 + 0.02 * (n - n0))
+        if n > pts[-1][0]:
+            # Beyond the largest batch measured, assume half the average growth so far: batches
+            # cost less per token as they grow, and an optimistic guess gets measured (then
+            # corrected) the first time it is chosen, where a pessimistic one would never be.
+            (n0, c0), (n1, c1) = pts[0], pts[-1]
+            return c1 + 0.5 * (c1 - c0) / (n1 - n0) * (n - n1)
         lo = max((p for p in pts if p[0] < n), default=pts[0])
         hi = min((p for p in pts if p[0] > n), default=pts[-1])
         if lo[0] == hi[0]:
-            lo, hi = pts[-2], pts[-1]
+            lo, hi = pts[0], pts[1]
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
         return max(1e-9, lo[1] + slope * (n - lo[0]))
 
@@ -163,26 +188,36 @@ class DraftPolicy:
                 best_k, best = k, rate
         return best_k
 
-    def choose(self, k_cap: int) -> int:
+    def probe_cost(self, n_catch_up: int) -> float:
+        """Seconds a probe adds to a plain round: the draft catching up on n_catch_up tokens,
+        drafting one, and the target verifying 2 tokens instead of 1."""
+        cd = self.c_draft or 0.0
+        cu = self.c_catch_up if self.c_catch_up is not None else cd
+        return cd + cu * n_catch_up + max(0.0, self.target_cost(2) - self.target_cost(1))
+
+    def choose(self, k_cap: int, n_catch_up: int = 0) -> int:
+        """The draft length for the next round (0: plain decoding). n_catch_up: the tokens a
+        draft model would evaluate before drafting."""
         k_cap = min(k_cap, self.k_max)
         if self.c_draft is None:
-            return k_cap                       # nothing measured yet: draft fully, then learn
+            return min(k_cap, self.START_K)    # nothing measured yet: a short draft measures it
         if 1 not in self.c_target:
             return 0                           # one plain round measures the target's own pace
         k = self.best_k(k_cap)
         if k > 0:
-            self.plain_rounds, self.probe_wait = 0, self.PROBE_EVERY
+            self.plain_time, self.backoff = 0.0, 1
             return k
         # Plain decoding wins. If it would win even were every draft accepted, no probe can
         # change that: the draft is just too slow for this target.
         if self.best_k(k_cap, alpha=1.0) == 0:
             return 0
-        # Otherwise probe now and then. A probe costs a verification of 2 tokens (and a draft
-        # model's catching up), so probes grow rarer while they keep confirming plain decoding.
-        self.plain_rounds += 1
-        if self.plain_rounds >= self.probe_wait:
-            self.plain_rounds = 0
-            self.probe_wait = min(2 * self.probe_wait, self.PROBE_MAX)
+        # Otherwise probe now and then, so a draft that does better is noticed, within a budget:
+        # a probe comes once the plain rounds since the last one took probe_cost / EXPLORE
+        # (times the backoff), so probing costs at most EXPLORE of the time, less as they repeat.
+        self.plain_time += self.target_cost(1)
+        if self.EXPLORE * self.plain_time >= self.backoff * self.probe_cost(n_catch_up):
+            self.plain_time = 0.0
+            self.backoff = min(2 * self.backoff, self.BACKOFF_MAX)
             return min(1, k_cap)
         return 0
 
@@ -194,7 +229,13 @@ def _seed_for_draft(seed: int) -> int:
 
 
 class ModelDrafter:
-    """A small model that samples drafts from its adjusted distribution q."""
+    """A small model that samples drafts from its adjusted distribution q.
+
+    Its cache holds seq[:-1] except for `skipped` tokens: after a long stretch of plain decoding
+    it catches up on the last CATCH_UP_MAX tokens only, placed right after what it holds (a
+    drafter may see any text; the target's verification keeps the output exact)."""
+
+    CATCH_UP_MAX = 32
 
     def __init__(self, model: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int]):
         self.model, self.params, self.eog = model, params, eog
@@ -202,19 +243,39 @@ class ModelDrafter:
         self.sampler = Sampler(V, replace(sampling, seed=_seed_for_draft(sampling.seed)))
         self.logits = np.empty((1, V), np.float32)
         self.q = None if sampling.greedy else np.empty((params.n_draft, V), np.float32)
+        self.skipped = 0
+        self.evals = 0                           # draft evaluations of the last propose()
 
     def prefill(self, head: np.ndarray) -> None:
         self.model.clear()
         self.model.eval(head, logits="none")
+        self.skipped = 0
+
+    def pending(self, seq: list[int]) -> int:
+        """Tokens catch_up() would evaluate."""
+        return min(len(seq) - 1 - self.model.n_past - self.skipped, self.CATCH_UP_MAX)
+
+    def catch_up(self, seq: list[int]) -> int:
+        """Evaluates the tokens of seq[:-1] the draft has not seen (the last CATCH_UP_MAX at
+        most); returns how many."""
+        d = self.model
+        gap = len(seq) - 1 - d.n_past - self.skipped
+        n = max(0, min(gap, self.CATCH_UP_MAX, d.n_ctx - d.n_past - 1))   # room for the last token
+        self.skipped += gap - n
+        if n:
+            d.eval(np.asarray(seq[len(seq) - 1 - n:-1], np.int32), logits="none")
+        return n
 
     def propose(self, seq: list[int], k_max: int, out: np.ndarray) -> int:
+        """Drafts up to k_max tokens after seq (call catch_up first)."""
         d, dp = self.model, self.params
-        pending = seq[d.n_past:]                 # tokens the draft has not seen, ending with the last
-        k_max = min(k_max, d.n_ctx - d.n_past - len(pending) + 1)
+        k_max = min(k_max, d.n_ctx - d.n_past)
         k = 0
-        toks = np.asarray(pending, np.int32)
+        self.evals = 0
+        toks = np.asarray(seq[-1:], np.int32)
         while k < k_max:
             logits = d.eval(toks, logits="last", out=self.logits)
+            self.evals += 1
             tok, p_max = self.sampler.sample(logits[0], None if self.q is None else self.q[k])
             if k >= dp.n_min and p_max < dp.p_min:
                 break
@@ -230,7 +291,7 @@ class ModelDrafter:
 
     def accepted(self, seq: list[int]) -> None:
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round
-        self.model.truncate(min(self.model.n_past, len(seq) - 1))
+        self.model.truncate(min(self.model.n_past, len(seq) - 1 - self.skipped))
 
 
 class NgramDrafter:
@@ -239,9 +300,16 @@ class NgramDrafter:
 
     def __init__(self, params: DraftParams):
         self.params = params
+        self.match = 0                           # length of the last proposal's match
 
     def prefill(self, head: np.ndarray) -> None:
         pass
+
+    def pending(self, seq: list[int]) -> int:
+        return 0
+
+    def catch_up(self, seq: list[int]) -> int:
+        return 0
 
     def propose(self, seq: list[int], k_max: int, out: np.ndarray) -> int:
         s = np.asarray(seq, np.int64)
@@ -256,7 +324,9 @@ class NgramDrafter:
                 start = int(idx[-1]) + n
                 k = min(k_max, len(s) - start)
                 out[:k] = s[start:start + k]
+                self.match = n
                 return k
+        self.match = 0
         return 0
 
     def q_rows(self, k: int) -> None:
@@ -343,13 +413,18 @@ class Decoder:
         k_cap = min(self.dp.n_draft, room - 1)
         k = 0
         if self.drafter is not None and k_cap > 0:
-            k_max = self.policy.choose(k_cap) if self.dp.adaptive else k_cap
-            if k_max > 0:
+            d = self.drafter
+            if isinstance(d, NgramDrafter):
+                k = self._propose_ngram(k_cap)
+            elif (k_max := self.policy.choose(k_cap, d.pending(self.seq)) if self.dp.adaptive else k_cap) > 0:
                 t0 = time.perf_counter()
-                k = self.drafter.propose(self.seq, k_max, self.drafts)
-                dt = time.perf_counter() - t0
-                self.stats.t_draft += dt
-                self.policy.observe_draft(dt, k)
+                n_up = d.catch_up(self.seq)
+                t1 = time.perf_counter()
+                k = d.propose(self.seq, k_max, self.drafts)
+                t2 = time.perf_counter()
+                self.stats.t_draft += t2 - t0
+                self.policy.observe_catch_up(t1 - t0, n_up)
+                self.policy.observe_draft(t2 - t1, d.evals)
 
         t0 = time.perf_counter()
         n_before = self.target.n_past
@@ -376,6 +451,20 @@ class Decoder:
             self.stats.accepted += n_acc
             self.stats.accepted_per_round.append(n_acc)
         return new
+
+    def _propose_ngram(self, k_cap: int) -> int:
+        """Looks the continuation up first (it costs next to nothing), then lets the cost model
+        cut it, with the acceptance it has seen for matches of that length."""
+        t0 = time.perf_counter()
+        found = self.drafter.propose(self.seq, k_cap, self.drafts)
+        k = found
+        if found and self.dp.adaptive:
+            self.policy.select(self.drafter.match)
+            k = min(found, self.policy.choose(found))
+        dt = time.perf_counter() - t0
+        self.stats.t_draft += dt
+        self.policy.observe_draft(dt, max(found, 1))
+        return k
 
     def tokens(self) -> Iterator[tuple[int, bool]]:
         """Yields (token, from_draft) forever (until the context is full)."""

@@ -375,19 +375,39 @@ def test_policy_falls_back_to_plain_when_the_draft_is_as_slow_as_the_target():
 
 def test_policy_learns_acceptance_and_interpolates_costs():
     p = DraftPolicy(16)
-    assert p.choose(16) == 16                              # nothing measured: draft fully
-    p.observe_draft(0.016, 16)
-    p.observe_target(17, 0.020)
+    assert p.choose(16) == DraftPolicy.START_K             # nothing measured: a short draft
+    p.observe_draft(0.004, 4)
+    p.observe_target(5, 0.012)
     assert p.choose(16) == 0                               # then measure the plain pace once
     p.observe_target(1, 0.010)
-    assert abs(p.target_cost(9) - 0.015) < 1e-12           # linear between measured points
+    assert abs(p.target_cost(3) - 0.011) < 1e-12           # linear between measured points
+    assert abs(p.target_cost(9) - 0.013) < 1e-12           # beyond them at half the slope
     for _ in range(50):
         p.observe_round(8, 0)                              # every draft rejected
     assert p.alpha < 0.1 and p.best_k(16) == 0
-    # k = 0 rounds still probe now and then, so a draft that improves can be noticed; the
-    # probes grow rarer (16, 32, 64 ... plain rounds apart) while they confirm plain decoding
-    picks = [p.choose(16) for _ in range(16 + 32 + 64)]
-    assert [i for i, k in enumerate(picks) if k] == [15, 15 + 32, 15 + 32 + 64]
+
+
+def test_policy_probes_within_its_exploration_budget():
+    # k = 0 rounds still probe now and then, so a draft that improves is noticed. A probe
+    # (catch-up + one draft token + a 2-token verification) comes once the plain rounds since
+    # the last took probe_cost / EXPLORE, and each probe that confirms plain decoding doubles
+    # the wait: probing costs at most EXPLORE of the time.
+    c_target = {n: 0.010 + 0.002 * (n - 1) for n in range(1, 18)}
+    p = _policy(0.05, 0.001, c_target)                     # cheap draft, poor acceptance
+    p.c_catch_up = 0.0005
+    assert p.best_k(16) == 0 and p.best_k(16, alpha=1.0) > 0
+    cost = p.probe_cost(8)
+    assert abs(cost - (0.001 + 8 * 0.0005 + 0.002)) < 1e-12
+    picks = [p.choose(16, n_catch_up=8) for _ in range(2000)]
+    probes = [i for i, k in enumerate(picks) if k]
+    gaps = np.diff([-1] + probes)
+    first = int(np.ceil(cost / DraftPolicy.EXPLORE / 0.010 - 1e-9))
+    assert gaps[0] == first and gaps[1] == 2 * first and gaps[2] == 4 * first
+    spent = len(probes) * cost
+    assert spent <= DraftPolicy.EXPLORE * 0.010 * len(picks)
+    # a round that speculates again resets the wait
+    p.acc, p.rej = 0.9e9, 0.1e9
+    assert p.choose(16) > 0 and p.backoff == 1
 
 
 def test_adaptive_greedy_is_identical_and_never_much_slower(smollm2_pair):
@@ -450,3 +470,30 @@ def test_eog_list_from_the_core_matches_per_token_checks(smollm2_path):
     with pyllamaspec.Tokenizer(smollm2_path) as tok:
         assert tok.eog_tokens == frozenset(i for i in range(tok.vocab_info.n_tokens) if tok.is_eog(i))
         assert tok.eog_tokens
+
+
+def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkeypatch):
+    """After a long plain stretch the draft evaluates only the last CATCH_UP_MAX tokens (placed
+    after what it holds); output stays identical and its cache stays in step with `skipped`."""
+    from pyllamaspec import speculative as sp
+    target, draft = smollm2_pair
+    prompt = "Write a list of ten fruits, one per line:"
+    plain = generate(prompt, target, max_tokens=160, temperature=0)
+    rounds = iter(range(10**6))
+    # plain for 40 rounds, then speculate (k = 4), then plain again for 50, then speculate
+    monkeypatch.setattr(sp.DraftPolicy, "choose",
+                        lambda self, k_cap, n=0: 0 if (r := next(rounds)) < 40 or 44 <= r < 94 else 4)
+    seen = []
+    orig = sp.ModelDrafter.catch_up
+
+    def spy(self, seq):
+        n = orig(self, seq)
+        seen.append((n, self.skipped, self.model.n_past, len(seq)))
+        return n
+    monkeypatch.setattr(sp.ModelDrafter, "catch_up", spy)
+    spec = generate(prompt, target, draft, max_tokens=160, temperature=0, n_draft=8, p_min=0.0)
+    assert spec.tokens == plain.tokens
+    assert seen[0][0] == sp.ModelDrafter.CATCH_UP_MAX and seen[0][1] > 0   # the window, not 60 tokens
+    for n, skipped, n_past, n_seq in seen:
+        assert n_past + skipped == n_seq - 1                                # level with seq[:-1]
+    assert seen[-1][1] > seen[0][1]                                         # skipped again later
