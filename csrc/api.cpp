@@ -88,6 +88,7 @@ psl_model_params psl_model_default_params(void) {
     p.n_threads = 0;
     p.use_mmap = true;
     p.use_repack = true;
+    p.load_vocab = true;
     return p;
 }
 

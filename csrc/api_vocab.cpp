@@ -26,7 +26,12 @@ namespace {
 
 const Vocab & vocab_of(const psl_model * m) {
     if (!m) fail(PSL_ERR_INVALID_ARGUMENT, "model is NULL");
-    if (!m->vocab) fail(PSL_ERR_NO_VOCAB, "the model file has no tokenizer (no tokenizer.ggml.model key)");
+    if (!m->vocab) {
+        if (m->arch && m->file->get_str("tokenizer.ggml.model", "") != "") {
+            fail(PSL_ERR_NO_VOCAB, "this model was loaded without its tokenizer (load_vocab / tokenizer=False)");
+        }
+        fail(PSL_ERR_NO_VOCAB, "the model file has no tokenizer (no tokenizer.ggml.model key)");
+    }
     return *m->vocab;
 }
 
@@ -163,8 +168,7 @@ bool psl_token_is_eog(const psl_model * model, int32_t id) {
 psl_status psl_vocab_eog_tokens(const psl_model * model, int32_t * out, int32_t cap, int32_t * n_out) {
     return guard([&] {
         if (!model || !n_out || (cap > 0 && !out)) fail(PSL_ERR_INVALID_ARGUMENT, "model, out or n_out is NULL");
-        if (!model->vocab) fail(PSL_ERR_NO_VOCAB, "the model file carries no tokenizer");
-        const auto & eog = model->vocab->eog_tokens();
+        const auto & eog = vocab_of(model).eog_tokens();
         *n_out = (int32_t) eog.size();
         if ((int32_t) eog.size() > cap) fail(PSL_ERR_BUFFER_TOO_SMALL, "%zu end-of-generation tokens, room for %d", eog.size(), cap);
         std::copy(eog.begin(), eog.end(), out);

@@ -195,11 +195,23 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
     }
     fill_inputs(tokens, n_past);
+    // In CPU memory the last node writes the logits straight into `out` rather than into the
+    // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node
+    // reads it, so its data may point elsewhere during this compute.
+    ggml_tensor * res = graph->result;
+    const bool direct = mode != PSL_LOGITS_NONE && res->buffer && !res->view_src &&
+                        ggml_backend_buffer_get_type(res->buffer) == ggml_backend_cpu_buffer_type();
+    struct Redirect {
+        ggml_tensor * t;
+        void * own;
+        ~Redirect() { if (t) t->data = own; }
+    } redirect{direct ? res : nullptr, res->data};
+    if (direct) res->data = out;
     const ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
     if (st == GGML_STATUS_ABORTED) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
-    if (mode != PSL_LOGITS_NONE) {
-        ggml_backend_tensor_get(graph->result, out, 0, ggml_nbytes(graph->result));
+    if (mode != PSL_LOGITS_NONE && !direct) {
+        ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
     kv->set_used(n_past + n_tokens);
 }

@@ -348,7 +348,7 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     m->arch->create_tensors(tl, *m);
     tl.load(params.use_mmap);
 
-    m->vocab = load_vocab(m->gguf);
+    if (params.load_vocab) m->vocab = load_vocab(m->gguf);
     return m.release();
 }
 

@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         prompt = _prompt(a, default_prompt)
         kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, n_threads=a.threads)
         with Model(target_path, n_gpu_layers=a.n_gpu_layers, **kw) as target, \
-             (Model(draft_path, n_gpu_layers=a.n_gpu_layers_draft, **kw) if draft_path else nullcontext()) as draft:
+             (Model(draft_path, n_gpu_layers=a.n_gpu_layers_draft, tokenizer=False, **kw) if draft_path
+              else nullcontext()) as draft:
             max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
             result: dict = {}
             sys.stdout.write(prompt)

@@ -157,7 +157,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
         with ExitStack() as stack:
             kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
             target = _open(model, stack, **kw)
-            dm = draft_model if draft_model is None or draft_model == "ngram" else _open(draft_model, stack, **kw)
+            dm = (draft_model if draft_model is None or draft_model == "ngram"
+                  else _open(draft_model, stack, tokenizer=False, **kw))
             result: dict = {}
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,

@@ -75,12 +75,14 @@ class Model(VocabMixin, _native.Closeable):
     ...     m.truncate(1)                             # roll the cache back to one token
 
     eval() returns a numpy array the core wrote into directly (no copy). The context's cache
-    advances with every eval; truncate(n) rolls it back in O(1).
+    advances with every eval; truncate(n) rolls it back in O(1). tokenizer=False loads the
+    weights without building the tokenizer (a draft model needs none: its target tokenizes, and
+    a 262k-token vocabulary takes ~20 MiB).
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
-                 type_k: str = "f16", type_v: str = "f16"):
+                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._ctx = ffi.NULL
@@ -102,6 +104,7 @@ class Model(VocabMixin, _native.Closeable):
         mp.n_threads = n_threads
         mp.use_mmap = bool(use_mmap)
         mp.use_repack = bool(use_repack)
+        mp.load_vocab = bool(tokenizer)
         out = ffi.new("psl_model **")
         self._check(lib.psl_model_load(path.encode(), ffi.addressof(mp), out))
         self._model = out[0]

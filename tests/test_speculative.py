@@ -497,3 +497,20 @@ def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkey
     for n, skipped, n_past, n_seq in seen:
         assert n_past + skipped == n_seq - 1                                # level with seq[:-1]
     assert seen[-1][1] > seen[0][1]                                         # skipped again later
+
+
+def test_a_draft_loads_without_its_tokenizer(smollm2_path):
+    """tokenizer=False skips building the vocabulary (what generate() and the CLI do for a draft
+    given as a path): the vocabulary check and drafting still work, tokenizing says why not."""
+    with Model(smollm2_path, n_ctx=256) as target, Model(smollm2_path, n_ctx=256, tokenizer=False) as draft:
+        with pytest.raises(pyllamaspec.NoVocabularyError, match="without its tokenizer"):
+            draft.tokenize("hello")
+        with pytest.raises(pyllamaspec.NoVocabularyError):
+            draft.eog_tokens
+        target.check_draft(draft)
+        plain = generate("The capital of France is", target, max_tokens=12, temperature=0)
+        spec = generate("The capital of France is", target, draft, max_tokens=12, temperature=0, adaptive=False)
+        assert spec.tokens == plain.tokens and spec.stats.accepted == spec.stats.drafted > 0
+    spec = generate("The capital of France is", smollm2_path, smollm2_path, max_tokens=12, temperature=0,
+                    adaptive=False, n_ctx=256)
+    assert spec.tokens == plain.tokens

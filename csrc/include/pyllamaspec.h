@@ -63,6 +63,8 @@ typedef struct psl_model_params {
     bool    use_mmap;       /* map the file instead of reading it (CPU weights)                     */
     bool    use_repack;     /* CPU weights in ggml's repacked layouts where it has faster kernels   *
                              * for them (a copy instead of the mapping), like llama.cpp's default  */
+    bool    load_vocab;     /* build the tokenizer; false for a draft model, whose target tokenizes *
+                             * (tokenizer calls then fail with PSL_ERR_NO_VOCAB)                    */
 } psl_model_params;
 
 PSL_API psl_model_params psl_model_default_params(void);
