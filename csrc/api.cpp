@@ -304,6 +304,22 @@ psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {
     });
 }
 
+psl_status psl_context_set_output_ids(psl_context * ctx, const int32_t * ids, int32_t n) {
+    return guard([&] {
+        PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        PSL_REQUIRE(n >= 0 && (n == 0 || ids), PSL_ERR_INVALID_ARGUMENT, "ids is NULL or n < 0");
+        ctx->set_output_ids(ids, n);
+    });
+}
+
+psl_status psl_context_add_output_ids(psl_context * ctx, const int32_t * ids, int32_t n) {
+    return guard([&] {
+        PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        PSL_REQUIRE(n >= 0 && (n == 0 || ids), PSL_ERR_INVALID_ARGUMENT, "ids is NULL or n < 0");
+        ctx->add_output_ids(ids, n);
+    });
+}
+
 void psl_context_clear(psl_context * ctx) {
     if (ctx) ctx->kv->clear();
 }

@@ -126,6 +126,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
 
 psl_context::~psl_context() {
     if (sched) ggml_backend_sched_free(sched);
+    free_head();
     graph.reset();
     if (graph_ctx) ggml_free(graph_ctx);
     kv.reset();
@@ -144,6 +145,9 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     gf = ggml_new_graph_custom(graph_ctx, graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx, gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
+    // the rows of the restricted head in use, if any
+    graph->head = head ? ggml_view_2d(graph_ctx, head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
+                       : nullptr;
     graph->result = model->arch->build(*graph);
     ggml_build_forward_expand(gf, graph->result);
 }
@@ -199,7 +203,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
     // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node
     // reads it, so its data may point elsewhere during this compute.
     ggml_tensor * res = graph->result;
-    const bool direct = mode != PSL_LOGITS_NONE && res->buffer && !res->view_src &&
+    const bool direct = mode != PSL_LOGITS_NONE && !head && res->buffer && !res->view_src &&
                         ggml_backend_buffer_get_type(res->buffer) == ggml_backend_cpu_buffer_type();
     struct Redirect {
         ggml_tensor * t;
@@ -210,7 +214,18 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
     const ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
     if (st == GGML_STATUS_ABORTED) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
-    if (mode != PSL_LOGITS_NONE && !direct) {
+    if (mode != PSL_LOGITS_NONE && head) {
+        // restricted head: spread each row's logits over the vocabulary, -inf elsewhere
+        const size_t n_sub = head_ids.size(), n_vocab = (size_t) model->hp.n_vocab;
+        head_logits.resize(ggml_nelements(res));
+        ggml_backend_tensor_get(res, head_logits.data(), 0, ggml_nbytes(res));
+        for (int64_t r = 0; r < res->ne[1]; ++r) {
+            float * dst = out + (size_t) r * n_vocab;
+            const float * src = head_logits.data() + (size_t) r * n_sub;
+            std::fill(dst, dst + n_vocab, -INFINITY);
+            for (size_t j = 0; j < n_sub; ++j) dst[head_ids[j]] = src[j];
+        }
+    } else if (mode != PSL_LOGITS_NONE && !direct) {
         ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
     kv->set_used(n_past + n_tokens);
@@ -262,6 +277,103 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
         throw;
     }
     n_rows = rows;
+}
+
+void psl_context::free_head() {
+    if (head_buf) ggml_backend_buffer_free(head_buf);
+    if (head_ctx) ggml_free(head_ctx);
+    head_buf = nullptr, head_ctx = nullptr, head = nullptr;
+    head_ids.clear();
+    head_has.clear();
+}
+
+// Copies the file's output rows of ids[0..n) into head rows first_row... (whatever layout the
+// full head was loaded into: repacked, on a GPU).
+void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row) {
+    const psl::GgufFile & f = *model->file;
+    const size_t row = head->nb[1];
+    const size_t base = f.tensor_file_offset(ggml_get_name(model->output));
+    std::vector<uint8_t> rows(row * (size_t) n);
+    for (int32_t i = 0; i < n; ++i) {
+        const size_t off = base + (size_t) ids[i] * row;
+        if (f.mapping()) {
+            memcpy(rows.data() + (size_t) i * row, f.mapping() + off, row);
+        } else {
+            f.read(off, rows.data() + (size_t) i * row, row);
+        }
+    }
+    ggml_backend_tensor_set(head, rows.data(), (size_t) first_row * row, rows.size());
+}
+
+void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
+    const int32_t n_vocab = model->hp.n_vocab;
+    std::vector<uint8_t> seen((size_t) n_vocab, 0);
+    for (int32_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", ids[i], i, n_vocab);
+        }
+        if (seen[ids[i]]++) fail(PSL_ERR_INVALID_ARGUMENT, "output id %d appears twice", ids[i]);
+    }
+    free_head();
+    graph_tokens = -1;                       // the next eval builds a graph with the new head
+    if (n == 0) return;
+
+    const ggml_tensor * src = model->output;
+    const int64_t room = std::min<int64_t>(n_vocab, (int64_t) n + std::max<int64_t>(1024, n / 8));
+    ggml_init_params ip = {ggml_tensor_overhead() * 2, nullptr, /*no_alloc =*/ true};
+    head_ctx = ggml_init(ip);
+    if (!head_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the output head's context");
+    head = ggml_new_tensor_2d(head_ctx, src->type, src->ne[0], room);
+    ggml_set_name(head, "output_ids.weight");
+    // next to the full head: on the GPU if it was offloaded, else in plain CPU memory
+    ggml_backend_buffer_type_t buft = model->output_on_gpu && model->dev_gpu
+                                          ? ggml_backend_dev_buffer_type(model->dev_gpu)
+                                          : ggml_backend_cpu_buffer_type();
+    head_buf = ggml_backend_alloc_ctx_tensors_from_buft(head_ctx, buft);
+    if (!head_buf) {
+        const double mib = ggml_nbytes(head) / 1048576.0;
+        free_head();
+        fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the output head", mib);
+    }
+    ggml_backend_buffer_set_usage(head_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    try {
+        copy_head_rows(ids, n, 0);
+    } catch (...) {
+        free_head();
+        throw;
+    }
+    head_ids.assign(ids, ids + n);
+    head_has = std::move(seen);
+}
+
+void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
+    if (!head) fail(PSL_ERR_INVALID_ARGUMENT, "the output head is not restricted (psl_context_set_output_ids)");
+    const int32_t n_vocab = model->hp.n_vocab;
+    std::vector<int32_t> fresh;
+    for (int32_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", ids[i], i, n_vocab);
+        }
+        if (!head_has[ids[i]]) {
+            head_has[ids[i]] = 1;             // also drops repeats within ids
+            fresh.push_back(ids[i]);
+        }
+    }
+    if (fresh.empty()) return;
+    if ((int64_t) (head_ids.size() + fresh.size()) > head->ne[1]) {
+        std::vector<int32_t> all = head_ids;  // out of room: rebuild with more
+        all.insert(all.end(), fresh.begin(), fresh.end());
+        set_output_ids(all.data(), (int32_t) all.size());
+        return;
+    }
+    try {
+        copy_head_rows(fresh.data(), (int32_t) fresh.size(), (int32_t) head_ids.size());
+    } catch (...) {
+        for (int32_t id : fresh) head_has[id] = 0;
+        throw;
+    }
+    head_ids.insert(head_ids.end(), fresh.begin(), fresh.end());
+    graph_tokens = -1;                       // the graph reads one more row
 }
 
 void psl_context::truncate(int32_t n_keep) {

@@ -38,6 +38,15 @@ struct psl_context {
     bool catch_sigint = false;               // SIGINT interrupts a running eval
     int sigint_mark = 0;
     psl_perf perf{0.0, 0, 0};
+    // A restricted output head (psl_context_set_output_ids): room for head->ne[1] rows of
+    // which the first head_ids.size() are used, which ids are in it, and scratch for the
+    // restricted logits before they are spread over n_vocab.
+    ggml_context * head_ctx = nullptr;
+    ggml_backend_buffer_t head_buf = nullptr;
+    ggml_tensor * head = nullptr;
+    std::vector<int32_t> head_ids;
+    std::vector<uint8_t> head_has;
+    std::vector<float> head_logits;
 
     psl_context(psl_model * m, const psl_context_params & p);
     ~psl_context();
@@ -45,8 +54,12 @@ struct psl_context {
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
     void truncate(int32_t n_keep);
     void set_threads(int32_t n);
+    void set_output_ids(const int32_t * ids, int32_t n);
+    void add_output_ids(const int32_t * ids, int32_t n);
 
 private:
+    void free_head();
+    void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
     void fill_inputs(const int32_t * tokens, int32_t n_past);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);

@@ -109,7 +109,7 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
     if (no_outputs) return x;
     x = keep_outputs(x);
     x = rms_norm(x, norm_w);
-    ggml_tensor * logits = ggml_mul_mat(ctx, m.output, x);
+    ggml_tensor * logits = ggml_mul_mat(ctx, head ? head : m.output, x);
     ggml_set_name(logits, "logits");
     ggml_set_output(logits);
     return logits;

@@ -19,6 +19,7 @@ struct Graph {
     bool all_outputs;            // logits for every token, else for the last only
     bool no_outputs = false;     // no logits at all: the graph ends at the last layer
     ggml_tensor * result = nullptr;
+    ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
 
     // inputs, filled by the context before compute
     ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]

@@ -1,13 +1,17 @@
-// Can a draft model speculate for a target? Only if both tokenize alike: same ids, same token
-// text, same special tokens. Compared on the GGUF tokenizer arrays, once per pair.
+// A draft and its target's vocabulary, on the GGUF tokenizer arrays: can the draft speculate
+// for the target (only if both tokenize alike: same ids, token text, special tokens), and which
+// ids a restricted draft head should cover.
 #include "error.h"
 #include "model.h"
 #include "pyllamaspec.h"
 
 #include "gguf.h"
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
+#include <vector>
 
 using psl::fail;
 
@@ -86,5 +90,60 @@ extern "C" psl_status psl_vocab_compatible(const psl_model * target, const psl_m
     return psl::guard([&] {
         if (!target || !draft) fail(PSL_ERR_INVALID_ARGUMENT, "model is NULL");
         check(target, draft);
+    });
+}
+
+namespace {
+
+// First code point of UTF-8 text (U+2581, SentencePiece's space, read as a space), and whether
+// the text is that one code point only.
+bool single_code_point(const char * s, uint32_t & cp) {
+    const auto * u = (const unsigned char *) s;
+    const size_t n = strlen(s);
+    if (n == 0) return false;
+    const size_t len = u[0] < 0x80 ? 1 : (u[0] >> 5) == 6 ? 2 : (u[0] >> 4) == 14 ? 3 : (u[0] >> 3) == 30 ? 4 : 0;
+    if (len == 0 || len != n) return false;
+    cp = len == 1 ? u[0] : u[0] & (0x7f >> len);
+    for (size_t i = 1; i < len; ++i) cp = (cp << 6) | (u[i] & 0x3f);
+    if (cp == 0x2581) cp = ' ';
+    return true;
+}
+
+}  // namespace
+
+extern "C" psl_status psl_vocab_draft_ids(const psl_model * m, int32_t n, int32_t * out, int32_t * n_out) {
+    return psl::guard([&] {
+        if (!m || !n_out || (n > 0 && !out)) fail(PSL_ERR_INVALID_ARGUMENT, "model, out or n_out is NULL");
+        if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n must be >= 0 (got %d)", n);
+        const gguf_context * g = m->gguf;
+        const int64_t kt = find_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
+        if (kt < 0) fail(PSL_ERR_NO_VOCAB, "the model has no tokenizer.ggml.tokens");
+        const int32_t nv = m->hp.n_vocab;
+        if ((int64_t) gguf_get_arr_n(g, kt) < nv) fail(PSL_ERR_FORMAT, "fewer token texts than logits");
+        const int64_t ks = find_arr(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32);
+        const int64_t ky = find_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
+        const float * score = ks >= 0 && (int64_t) gguf_get_arr_n(g, ks) >= nv ? (const float *) gguf_get_arr_data(g, ks) : nullptr;
+        const int32_t * type = ky >= 0 && (int64_t) gguf_get_arr_n(g, ky) >= nv ? (const int32_t *) gguf_get_arr_data(g, ky) : nullptr;
+
+        // Always: control, user-defined and byte tokens, and the single characters below U+2500
+        // (digits, punctuation, Latin, Greek, Cyrillic), which BPE vocabularies keep apart from
+        // the merges, often last. Then the merges in their order: a BPE merge's rank (its score
+        // in SentencePiece-style files, else its id) follows how common it was in training.
+        std::vector<int32_t> ids, rest;
+        for (int32_t i = 0; i < nv; ++i) {
+            uint32_t cp = 0;
+            const bool special = type && (type[i] == 3 || type[i] == 4 || type[i] == 6);
+            const bool basic = single_code_point(gguf_get_arr_str(g, kt, i), cp) && cp < 0x2500;
+            (special || basic ? ids : rest).push_back(i);
+        }
+        if (score) {
+            std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+        }
+        const size_t want = std::min<size_t>((size_t) n, (size_t) nv);
+        for (size_t i = 0; ids.size() < want && i < rest.size(); ++i) ids.push_back(rest[i]);
+        if (ids.size() > want) ids.resize(want);   // n below the always-kept set: the lowest ids
+        std::sort(ids.begin(), ids.end());
+        *n_out = (int32_t) ids.size();
+        std::copy(ids.begin(), ids.end(), out);
     });
 }

@@ -73,59 +73,62 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
     ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
            if isinstance(prompt, str) else [int(t) for t in prompt])
     dec = Decoder(model, draft_model, sampling, draft)
-    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy)
-    dec.prefill(ids)
-    if max_tokens == 0:
-        return
-    t0 = time.perf_counter()
-    text, emitted = "", 0        # all text so far; how much of it went out
-    out_tokens: list[int] = result["tokens"]
-    hit_stop_string = False
     try:
-        with model.detokenizer() as detok:
-            while not hit_stop_string:
-                if dec.room() < 1:
-                    result["finish_reason"] = "context_full"
-                    break
-                done = False
-                for tok, from_draft in dec.step():
-                    if model.is_eog(tok):
-                        result["finish_reason"], done = "stop", True
+        result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy)
+        dec.prefill(ids)
+        if max_tokens == 0:
+            return
+        t0 = time.perf_counter()
+        text, emitted = "", 0        # all text so far; how much of it went out
+        out_tokens: list[int] = result["tokens"]
+        hit_stop_string = False
+        try:
+            with model.detokenizer() as detok:
+                while not hit_stop_string:
+                    if dec.room() < 1:
+                        result["finish_reason"] = "context_full"
                         break
-                    out_tokens.append(tok)
-                    text += detok.push(tok)
-                    if stop:
-                        start = max(0, emitted - max(map(len, stop)))
-                        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
-                        if hits:                    # cut the text at the stop string
-                            text = text[:min(hits)]
-                            result["finish_reason"], hit_stop_string = "stop", True
-                    safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
-                    if safe > emitted:
-                        yield Piece(text[emitted:safe], tok, from_draft)
-                        emitted = safe
-                    if hit_stop_string:
+                    done = False
+                    for tok, from_draft in dec.step():
+                        if model.is_eog(tok):
+                            result["finish_reason"], done = "stop", True
+                            break
+                        out_tokens.append(tok)
+                        text += detok.push(tok)
+                        if stop:
+                            start = max(0, emitted - max(map(len, stop)))
+                            hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+                            if hits:                    # cut the text at the stop string
+                                text = text[:min(hits)]
+                                result["finish_reason"], hit_stop_string = "stop", True
+                        safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
+                        if safe > emitted:
+                            yield Piece(text[emitted:safe], tok, from_draft)
+                            emitted = safe
+                        if hit_stop_string:
+                            break
+                        if len(out_tokens) >= max_tokens:
+                            result["finish_reason"], done = "length", True
+                            break
+                    if done:
                         break
-                    if len(out_tokens) >= max_tokens:
-                        result["finish_reason"], done = "length", True
-                        break
-                if done:
-                    break
-            if not hit_stop_string:     # no stop string can complete any more: release the rest
-                text += detok.flush()
-                if len(text) > emitted:
-                    yield Piece(text[emitted:], out_tokens[-1] if out_tokens else -1, False)
-                    emitted = len(text)
+                if not hit_stop_string:     # no stop string can complete any more: release the rest
+                    text += detok.flush()
+                    if len(text) > emitted:
+                        yield Piece(text[emitted:], out_tokens[-1] if out_tokens else -1, False)
+                        emitted = len(text)
+        finally:
+            dec.stats.n_generated = len(out_tokens)
+            dec.stats.t_generate = time.perf_counter() - t0
+            result["text"] = text[:emitted]
     finally:
-        dec.stats.n_generated = len(out_tokens)
-        dec.stats.t_generate = time.perf_counter() - t0
-        result["text"] = text[:emitted]
+        dec.close()
 
 
 def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
              max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
              min_p: float = 0.05, seed: int | None = None, n_draft: int = 16, n_min: int = 0,
-             p_min: float = 0.75, adaptive: bool | None = None, ngram: int = 3,
+             p_min: float = 0.75, adaptive: bool | None = None, ngram: int = 3, draft_vocab: int = 32768,
              stop: str | Sequence[str] | None = None, stream: bool = False,
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              add_special: bool = True, parse_special: bool = True):
@@ -137,6 +140,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     decoding when speculation would not pay). Its choices follow measured times, and with
     sampling the exact sample drawn depends on them (its distribution never does), so by default
     (None) it is on unless a seed is given with temperature > 0: same seed, same output.
+    draft_vocab: a draft model with over twice as many tokens computes the logits of this many
+    common ones only, restored when the call ends (0 = all).
     temperature 0 is greedy. Returns a GenerationResult; with stream=True, a generator
     of text pieces instead (never a broken UTF-8 character). Parameters are checked before any
     work.
@@ -146,7 +151,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     if seed is None:
         seed = int.from_bytes(os.urandom(8), "little")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram)
+    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
+                        draft_vocab=draft_vocab)
     stops = _check_stop(stop)
     if not isinstance(max_tokens, int) or max_tokens < 0:
         raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")

@@ -34,12 +34,15 @@ from .sampling import Sampler, SamplingParams
 @dataclass
 class DraftParams:
     """llama.cpp's --draft-max, --draft-min, --draft-p-min; `adaptive` lets the cost model pick
-    the draft length (up to n_draft) each round; `ngram` is the n-gram drafter's longest match."""
+    the draft length (up to n_draft) each round; `ngram` is the n-gram drafter's longest match;
+    `draft_vocab`: a draft model with more than twice as many tokens computes logits for this
+    many common ones only (Model.common_token_ids; 0 = all of them)."""
     n_draft: int = 16
     n_min: int = 0
     p_min: float = 0.75
     adaptive: bool = True
     ngram: int = 3
+    draft_vocab: int = 32768
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_draft, int) or self.n_draft < 1:
@@ -50,6 +53,8 @@ class DraftParams:
             raise InvalidArgumentError(f"p_min must be in [0, 1], got {self.p_min!r}")
         if not isinstance(self.ngram, int) or self.ngram < 1:
             raise InvalidArgumentError(f"ngram must be an integer >= 1, got {self.ngram!r}")
+        if not isinstance(self.draft_vocab, int) or self.draft_vocab < 0:
+            raise InvalidArgumentError(f"draft_vocab must be an integer >= 0, got {self.draft_vocab!r}")
 
 
 @dataclass
@@ -237,9 +242,28 @@ class ModelDrafter:
 
     CATCH_UP_MAX = 32
 
-    def __init__(self, model: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int]):
+    def __init__(self, model: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int],
+                 target: Model):
         self.model, self.params, self.eog = model, params, eog
         V = model.n_vocab
+        # A large vocabulary's head is most of a small draft's cost (Gemma 3: 262k rows): the
+        # draft computes the common tokens' logits only. It proposes no rare token, which only
+        # costs acceptance; the target's verification keeps the output exact.
+        self.saved_head = model.output_ids
+        n = params.draft_vocab
+        if n and V > 2 * n:
+            cached = getattr(target, "_psl_common_ids", None)
+            if cached is None or cached[0] != n:
+                target._psl_common_ids = cached = (n, target.common_token_ids(n))
+            ids = np.union1d(cached[1], np.fromiter(eog, np.int32)).astype(np.int32)
+            if model.output_ids is None or not np.array_equal(model.output_ids, ids):
+                model.set_output_ids(ids)
+        # Tokens the text uses join the head as they appear (rare names, identifiers, a loop
+        # of odd tokens): texts repeat their own rare tokens.
+        self.in_head = None
+        if model.output_ids is not None and model.output_ids is not self.saved_head:
+            self.in_head = np.zeros(V, bool)
+            self.in_head[model.output_ids] = True
         self.sampler = Sampler(V, replace(sampling, seed=_seed_for_draft(sampling.seed)))
         self.logits = np.empty((1, V), np.float32)
         self.q = None if sampling.greedy else np.empty((params.n_draft, V), np.float32)
@@ -250,6 +274,16 @@ class ModelDrafter:
         self.model.clear()
         self.model.eval(head, logits="none")
         self.skipped = 0
+        self.learn(head)
+
+    def learn(self, tokens) -> None:
+        """Adds the tokens the restricted head lacks."""
+        if self.in_head is not None:
+            t = np.asarray(tokens, np.int64)
+            new = t[~self.in_head[t]]
+            if len(new):
+                self.model.add_output_ids(new)
+                self.in_head[new] = True
 
     def pending(self, seq: list[int]) -> int:
         """Tokens catch_up() would evaluate."""
@@ -289,9 +323,17 @@ class ModelDrafter:
     def q_rows(self, k: int) -> np.ndarray | None:
         return None if self.q is None else self.q[:k]
 
-    def accepted(self, seq: list[int]) -> None:
+    def accepted(self, seq: list[int], new: list[int]) -> None:
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round
         self.model.truncate(min(self.model.n_past, len(seq) - 1 - self.skipped))
+        if self.in_head is not None and not self.in_head[new[-1]]:
+            self.learn(new[-1:])                 # accepted drafts were in the head already
+
+    def close(self) -> None:
+        """Gives the draft model its head back as it was."""
+        m = self.model
+        if not m.closed and (m.output_ids is not self.saved_head):
+            m.set_output_ids(self.saved_head)
 
 
 class NgramDrafter:
@@ -332,7 +374,10 @@ class NgramDrafter:
     def q_rows(self, k: int) -> None:
         return None
 
-    def accepted(self, seq: list[int]) -> None:
+    def accepted(self, seq: list[int], new: list[int]) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
@@ -362,7 +407,7 @@ class Decoder:
         else:
             if draft.n_vocab != V:
                 raise InvalidArgumentError(f"draft has {draft.n_vocab} logits, target {V}")
-            self.drafter = ModelDrafter(draft, sampling, self.dp, eog)
+            self.drafter = ModelDrafter(draft, sampling, self.dp, eog, target)
         # Costs are properties of the models and the machine, not of one generation: the policy
         # starts from what earlier generations with the same target measured (its acceptance
         # estimate starts afresh, as the text may differ).
@@ -444,7 +489,7 @@ class Decoder:
         new = [(int(t), True) for t in self.drafts[:n_acc]] + [(int(nxt), False)]
         self.seq.extend(t for t, _ in new)
         if self.drafter is not None:
-            self.drafter.accepted(self.seq)
+            self.drafter.accepted(self.seq, [t for t, _ in new])
             self.policy.observe_round(k, n_acc)
             self.stats.rounds += 1
             self.stats.drafted += k
@@ -465,6 +510,11 @@ class Decoder:
         self.stats.t_draft += dt
         self.policy.observe_draft(dt, max(found, 1))
         return k
+
+    def close(self) -> None:
+        """Leaves the models as they were given (a draft model's head restored)."""
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.close()
 
     def tokens(self) -> Iterator[tuple[int, bool]]:
         """Yields (token, from_draft) forever (until the context is full)."""

@@ -78,14 +78,14 @@ def exact_marginals(target: Model, sp: SamplingParams, prompt: list[int] = PROMP
 
 
 def sample_first_two(target, draft, sp: SamplingParams, n: int, accept_all: bool = False,
-                     n_draft: int = 3, prompt: list[int] = PROMPT, ngram: int = 3
+                     n_draft: int = 3, prompt: list[int] = PROMPT, ngram: int = 3, draft_vocab: int = 0
                      ) -> tuple[np.ndarray, np.ndarray, float]:
     c1 = np.zeros(target.n_vocab, np.int64)
     c2 = np.zeros(target.n_vocab, np.int64)
     drafted = accepted = 0
     for seed in range(n):
         dec = Decoder(target, draft, SamplingParams(**{**sp.__dict__, "seed": seed}),
-                      DraftParams(n_draft=n_draft, p_min=0.0, adaptive=False, ngram=ngram))
+                      DraftParams(n_draft=n_draft, p_min=0.0, adaptive=False, ngram=ngram, draft_vocab=draft_vocab))
         if accept_all:     # the negative control: a broken verifier that takes every draft token
             ts = dec.t_sampler
             dec.t_sampler = type("AcceptAll", (), {"verify": lambda self, lg, d, q:
@@ -94,6 +94,7 @@ def sample_first_two(target, draft, sp: SamplingParams, n: int, accept_all: bool
         out = []
         while len(out) < 2:
             out += [t for t, _ in dec.step()]
+        dec.close()
         c1[out[0]] += 1
         c2[out[1]] += 1
         drafted += dec.stats.drafted
@@ -514,3 +515,84 @@ def test_a_draft_loads_without_its_tokenizer(smollm2_path):
     spec = generate("The capital of France is", smollm2_path, smollm2_path, max_tokens=12, temperature=0,
                     adaptive=False, n_ctx=256)
     assert spec.tokens == plain.tokens
+
+
+# ---- a restricted draft head ---------------------------------------------------------------------
+
+def test_restricted_head_computes_exactly_those_logits(smollm2_path):
+    with Model(smollm2_path, n_ctx=128, n_threads=1) as m:
+        toks = m.tokenize("A restricted head computes only some rows of the output matrix.")
+        full = m.eval(toks, logits="all").copy()
+        ids = m.common_token_ids(1000)
+        assert len(ids) == 1000 and (np.diff(ids) > 0).all()
+        m.set_output_ids(ids)
+        m.clear()
+        sub = m.eval(toks, logits="all").copy()
+        others = np.setdiff1d(np.arange(m.n_vocab), ids)
+        assert np.array_equal(sub[:, ids], full[:, ids])           # the same rows, the same maths
+        assert np.isneginf(sub[:, others]).all()
+        # growing it: rows appended in place, then (past the spare room) rebuilt larger
+        extra = others[::17][:800]
+        m.add_output_ids(extra)
+        m.add_output_ids(np.concatenate([extra[:5], others[1::17][:1500]]))   # repeats are skipped
+        got = np.sort(m.output_ids)
+        assert len(got) == len(np.unique(got)) == 1000 + 800 + 1500
+        m.clear()
+        sub = m.eval(toks, logits="all").copy()
+        assert np.array_equal(sub[:, got], full[:, got])
+        assert np.isneginf(sub[:, np.setdiff1d(np.arange(m.n_vocab), got)]).all()
+        m.set_output_ids(None)
+        m.clear()
+        assert np.array_equal(m.eval(toks, logits="all"), full)
+        with pytest.raises(pyllamaspec.InvalidArgumentError, match="not restricted"):
+            m.add_output_ids([1])
+        with pytest.raises(pyllamaspec.InvalidArgumentError, match="twice"):
+            m.set_output_ids([3, 4, 3])
+        with pytest.raises(pyllamaspec.PyllamaspecError, match="outside the vocabulary"):
+            m.set_output_ids([0, m.n_vocab])
+        assert m.output_ids is None
+
+
+def test_common_token_ids_keep_special_and_single_characters(smollm2_path):
+    with Model(smollm2_path, n_ctx=64, n_threads=1, tokenizer=True) as m:
+        ids = set(m.common_token_ids(2000).tolist())
+        for t in m.eog_tokens:
+            assert t in ids
+        for text in (".", "(", "a", "7", "\n"):
+            t = m.tokenize(text, add_special=False)
+            assert len(t) == 1 and t[0] in ids, text
+        assert len(m.common_token_ids(10**6)) == m.n_vocab
+
+
+def test_restricted_draft_head_keeps_greedy_output_and_learns_tokens(smollm2_pair):
+    target, draft = smollm2_pair
+    prompt = "<|im_start|>user\nName three Norwegian fjords and describe Geirangerfjord.<|im_end|>\n<|im_start|>assistant\n"
+    plain = generate(prompt, target, max_tokens=48, temperature=0)
+    assert len(plain.tokens) == 48
+    spec = generate(prompt, target, draft, max_tokens=48, temperature=0, n_draft=4, p_min=0.0, adaptive=False,
+                    draft_vocab=512)
+    assert spec.tokens == plain.tokens
+    assert draft.output_ids is None                      # given back as it was
+    # the head learned the text's rare tokens: drafts then cover them
+    from pyllamaspec.speculative import ModelDrafter
+    from pyllamaspec.sampling import SamplingParams as SP
+    d = ModelDrafter(draft, SP(temperature=0), DraftParams(n_draft=4, draft_vocab=512), frozenset(), target)
+    try:
+        rare = [t for t in plain.tokens if t not in set(draft.output_ids.tolist())]
+        assert rare, "the text should use tokens beyond the 512 common ones"
+        d.prefill(np.asarray(target.tokenize(prompt) + plain.tokens, np.int32))
+        assert set(rare) <= set(draft.output_ids.tolist())
+    finally:
+        d.close()
+    assert draft.output_ids is None
+
+
+def test_restricted_draft_head_preserves_the_distribution(pair):
+    target, draft = pair
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    p1, p2 = exact_marginals(target, sp)
+    c1, c2, rate = sample_first_two(target, draft, sp, n=3000, draft_vocab=16)   # 64 tokens, head of 16+
+    print(f"restricted draft head under sampling: acceptance {rate:.2f}")
+    assert rate > 0
+    assert chi2_pvalue(c1, p1)[0] > 1e-3 and chi2_pvalue(c2, p2)[0] > 1e-3
+    assert draft.output_ids is None

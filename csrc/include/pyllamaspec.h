@@ -150,6 +150,16 @@ PSL_API int32_t    psl_context_n_ctx(const psl_context * ctx);
 /* Keeps the first n_keep tokens of the cache, in O(1): the rollback speculation needs. */
 PSL_API psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep);
 PSL_API void       psl_context_clear(psl_context * ctx);
+/* Restricts the output head to the token ids ids[0..n): only those rows of the output matrix
+ * are computed, and the logits of every other id read -INFINITY. For a draft model with a large
+ * vocabulary, whose head costs most of a token (Gemma 3: 262k rows), a head of its likely
+ * tokens makes drafting several times cheaper; the target's verification keeps the output
+ * exact. The rows are copied from the file (n * row size bytes). n = 0 restores the full head.
+ * Ids must be distinct and in [0, n_vocab). */
+PSL_API psl_status psl_context_set_output_ids(psl_context * ctx, const int32_t * ids, int32_t n);
+/* Adds ids to a restricted head (those already in it are skipped): a draft learns the rare
+ * tokens its text uses. Cheap: one row copied per new id (room is kept for more). */
+PSL_API psl_status psl_context_add_output_ids(psl_context * ctx, const int32_t * ids, int32_t n);
 /* Time spent inside psl_context_eval (wall clock, microseconds) and the number of calls and
  * tokens since the context was made or the counters reset: lets callers measure their own
  * overhead around the core. */
@@ -250,6 +260,11 @@ PSL_API psl_status psl_pretokenize(const char * pre, const char * text, size_t l
 /* PSL_OK when draft can speculate for target: same ids, token text and types, special tokens
  * and tokenizer; otherwise PSL_ERR_UNSUPPORTED naming the first difference (csrc/vocab_compat.cpp). */
 PSL_API psl_status psl_vocab_compatible(const psl_model * target, const psl_model * draft);
+/* The n (at most) ids a restricted draft head (psl_context_set_output_ids) should cover, sorted:
+ * control, user-defined and byte tokens and single characters below U+2500 first, then tokens
+ * in BPE merge order (descending score where the file has scores, else ascending id), the
+ * order of how common they were in training. `out` holds n ids; *n_out = how many written. */
+PSL_API psl_status psl_vocab_draft_ids(const psl_model * model, int32_t n, int32_t * out, int32_t * n_out);
 
 /* ---- sampling and speculative acceptance (csrc/sampling.cpp) ----
  * Everything per vocabulary entry happens here, on the caller's logits buffers. The adjusted
