@@ -89,6 +89,7 @@ psl_model_params psl_model_default_params(void) {
     p.use_mmap = true;
     p.use_repack = true;
     p.load_vocab = true;
+    p.prefetch = true;
     return p;
 }
 

@@ -293,16 +293,19 @@ void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_r
     const psl::GgufFile & f = *model->file;
     const size_t row = head->nb[1];
     const size_t base = f.tensor_file_offset(ggml_get_name(model->output));
-    std::vector<uint8_t> rows(row * (size_t) n);
+    // straight into the head when it is in host memory, else through a staging copy
+    const bool host = ggml_backend_buffer_is_host(head_buf);
+    std::vector<uint8_t> staging(host ? 0 : row * (size_t) n);
+    uint8_t * dst = host ? (uint8_t *) head->data + (size_t) first_row * row : staging.data();
     for (int32_t i = 0; i < n; ++i) {
         const size_t off = base + (size_t) ids[i] * row;
         if (f.mapping()) {
-            memcpy(rows.data() + (size_t) i * row, f.mapping() + off, row);
+            memcpy(dst + (size_t) i * row, f.mapping() + off, row);
         } else {
-            f.read(off, rows.data() + (size_t) i * row, row);
+            f.read(off, dst + (size_t) i * row, row);
         }
     }
-    ggml_backend_tensor_set(head, rows.data(), (size_t) first_row * row, rows.size());
+    if (!host) ggml_backend_tensor_set(head, staging.data(), (size_t) first_row * row, staging.size());
 }
 
 void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
@@ -344,6 +347,14 @@ void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
     }
     head_ids.assign(ids, ids + n);
     head_has = std::move(seen);
+    // The full head's mapped pages need not stay resident: embedding lookups (a tied head)
+    // fault in the few rows they read, and the page cache keeps the rest at hand.
+    const ggml_tensor * full = model->output;
+    const psl::GgufFile & f = *model->file;
+    if (f.mapping() && full->data >= (const void *) f.mapping() &&
+        (const uint8_t *) full->data < f.mapping() + f.file_size()) {
+        f.release((size_t) ((const uint8_t *) full->data - f.mapping()), ggml_nbytes(full));
+    }
 }
 
 void psl_context::add_output_ids(const int32_t * ids, int32_t n) {

@@ -124,7 +124,7 @@ ggml_tensor * TensorLoader::layer_matrix(int il, const char * suffix, std::vecto
     return matrix("blk." + std::to_string(il) + "." + suffix, std::move(ne), Place::Layer, il, required);
 }
 
-void TensorLoader::load(bool use_mmap) {
+void TensorLoader::load(bool use_mmap, bool prefetch) {
     GgufFile & f = *m_.file;
     for (auto & [buft, ctx] : ctx_by_buft_) {
         ggml_backend_buffer_t buf = nullptr;
@@ -140,7 +140,7 @@ void TensorLoader::load(bool use_mmap) {
                 if (ggml_backend_tensor_alloc(buf, t, base + off) != GGML_STATUS_SUCCESS) {
                     fail(PSL_ERR_BACKEND, "cannot place tensor '%s'", ggml_get_name(t));
                 }
-                f.prefetch(off, ggml_nbytes(t));
+                if (prefetch) f.prefetch(off, ggml_nbytes(t));
             }
         } else {
             buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
@@ -346,7 +346,7 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     }
     TensorLoader tl(*m, buft_cpu, buft_gpu, extra);
     m->arch->create_tensors(tl, *m);
-    tl.load(params.use_mmap);
+    tl.load(params.use_mmap, params.prefetch);
 
     if (params.load_vocab) m->vocab = load_vocab(m->gguf);
     return m.release();

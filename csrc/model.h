@@ -131,8 +131,9 @@ public:
     ggml_tensor * layer_matrix(int il, const char * suffix, std::vector<int64_t> ne, bool required = true);
     // The buffer type a tensor goes to (see matrix()).
     ggml_backend_buffer_type_t home(const std::string & name, Place place, int il = -1, bool matrix = false) const;
-    // Loads the tensor data (mmap or read) into backend buffers.
-    void load(bool use_mmap);
+    // Loads the tensor data (mmap or read) into backend buffers; prefetch faults mapped
+    // tensors in now.
+    void load(bool use_mmap, bool prefetch);
 
 private:
     ggml_context * ctx_for(ggml_backend_buffer_type_t buft);

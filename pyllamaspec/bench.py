@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ._native import system_info
-from .model import Model
+from .model import DRAFT_OPTIONS, Model
 
 
 # The speculative run's default request ("rewrite this code with one change"): an answer
@@ -243,7 +243,7 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
     import resource
     from .generate import generate
     with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
-         (Model(draft, n_ctx=2048, n_threads=threads, tokenizer=False) if draft != "ngram" else _NoModel()) as dm:
+         (Model(draft, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS) if draft != "ngram" else _NoModel()) as dm:
         d = "ngram" if draft == "ngram" else dm
         ids = target.tokenize(chat_prompt(target, message), parse_special=True)
         plain_tps, spec_tps, stats, same, lc_plain, lc_spec, lc_acc, lc_same = [], [], [], [], [], [], [], []

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 
 from .errors import PyllamaspecError
 from .generate import iter_generate
-from .model import Model
+from .model import DRAFT_OPTIONS, Model
 from .sampling import SamplingParams
 from .speculative import DraftParams, Stats
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = _prompt(a, default_prompt)
         kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, n_threads=a.threads)
         with Model(target_path, n_gpu_layers=a.n_gpu_layers, **kw) as target, \
-             (Model(draft_path, n_gpu_layers=a.n_gpu_layers_draft, tokenizer=False, **kw) if draft_path
+             (Model(draft_path, n_gpu_layers=a.n_gpu_layers_draft, **DRAFT_OPTIONS, **kw) if draft_path
               else nullcontext()) as draft:
             max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
             result: dict = {}

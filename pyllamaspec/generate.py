@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
 
 from .errors import InvalidArgumentError, PyllamaspecError
-from .model import Model
+from .model import DRAFT_OPTIONS, Model
 from .sampling import SamplingParams
 from .speculative import Decoder, DraftParams, Stats
 
@@ -164,7 +164,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
             kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
             target = _open(model, stack, **kw)
             dm = (draft_model if draft_model is None or draft_model == "ngram"
-                  else _open(draft_model, stack, tokenizer=False, **kw))
+                  else _open(draft_model, stack, **DRAFT_OPTIONS, **kw))
             result: dict = {}
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,

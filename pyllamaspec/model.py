@@ -67,6 +67,10 @@ def _positive_or_zero(name: str, value: int) -> int:
     return int(value)
 
 
+# How generate(), the CLI and the benchmark load a draft model given as a path.
+DRAFT_OPTIONS = dict(tokenizer=False, prefetch=False)
+
+
 class Model(VocabMixin, _native.Closeable):
     """A GGUF model and one context (KV cache) to evaluate tokens with.
 
@@ -75,14 +79,17 @@ class Model(VocabMixin, _native.Closeable):
     ...     m.truncate(1)                             # roll the cache back to one token
 
     eval() returns a numpy array the core wrote into directly (no copy). The context's cache
-    advances with every eval; truncate(n) rolls it back in O(1). tokenizer=False loads the
-    weights without building the tokenizer (a draft model needs none: its target tokenizes, and
-    a 262k-token vocabulary takes ~20 MiB).
+    advances with every eval; truncate(n) rolls it back in O(1).
+
+    For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
+    a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
+    faulted in on first use (with a restricted head, most of a large vocabulary's output
+    matrix is never read). See DRAFT_OPTIONS.
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
-                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True):
+                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._ctx = ffi.NULL
@@ -105,6 +112,7 @@ class Model(VocabMixin, _native.Closeable):
         mp.use_mmap = bool(use_mmap)
         mp.use_repack = bool(use_repack)
         mp.load_vocab = bool(tokenizer)
+        mp.prefetch = bool(prefetch)
         out = ffi.new("psl_model **")
         self._check(lib.psl_model_load(path.encode(), ffi.addressof(mp), out))
         self._model = out[0]

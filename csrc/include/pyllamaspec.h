@@ -65,6 +65,8 @@ typedef struct psl_model_params {
                              * for them (a copy instead of the mapping), like llama.cpp's default  */
     bool    load_vocab;     /* build the tokenizer; false for a draft model, whose target tokenizes *
                              * (tokenizer calls then fail with PSL_ERR_NO_VOCAB)                    */
+    bool    prefetch;       /* fault mapped weights in at load; false: on first use, so weights    *
+                             * never used (a draft's full head) never take memory                  */
 } psl_model_params;
 
 PSL_API psl_model_params psl_model_default_params(void);
