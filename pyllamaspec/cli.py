@@ -2,7 +2,7 @@
 
     python -m pyllamaspec.cli -m TARGET.gguf -md DRAFT.gguf -p "prompt" -n 128
     python -m pyllamaspec.cli -hf user/repo:Q4_K_M -hfd user/small-repo -p "..."
-    python -m pyllamaspec.cli --demo          (an offline pair: SmolLM2-135M F16 + its Q4_1)
+    python -m pyllamaspec.cli --demo          (an offline pair: Gemma 3 270M F16 + its Q4_K_M)
 
 Streams the text (with --color, tokens the draft proposed and the target accepted are green),
 then prints a summary like llama-speculative. Ctrl-C stops cleanly with the summary so far.
@@ -21,8 +21,10 @@ from .sampling import SamplingParams
 from .speculative import DraftParams, Stats
 
 DEMO_QUESTION = "Write a short story about a robot who learns to paint."
-# SmolLM2-Instruct speaks ChatML; llama.cpp's CLI takes the prompt as given, so the demo spells it out.
+# llama.cpp's CLI takes the prompt as given, so the defaults spell the chat format out: ChatML
+# (SmolLM2, Qwen) for a model given without a prompt, Gemma's for the demo pair.
 DEMO_PROMPT = f"<|im_start|>user\n{DEMO_QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+DEMO_PROMPT_GEMMA = f"<start_of_turn>user\n{DEMO_QUESTION}<end_of_turn>\n<start_of_turn>model\n"
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
@@ -87,10 +89,10 @@ def _resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
     if a.lookup:
         raise PyllamaspecError("--lookup needs a target model (-m or -hf)")
     from .offline import demo_pair
-    print("pyllamaspec demo: target SmolLM2-135M-Instruct F16, draft SmolLM2-135M-Instruct Q4_1 "
-          "(from PyPI, cached)", file=sys.stderr)
+    print("pyllamaspec demo: target Gemma 3 270M F16, draft Gemma 3 270M Q4_K_M (from PyPI, cached)",
+          file=sys.stderr)
     target, draft = demo_pair()
-    return str(target), str(draft), DEMO_PROMPT
+    return str(target), str(draft), DEMO_PROMPT_GEMMA
 
 
 def _prompt(a: argparse.Namespace, default: str) -> str:

@@ -191,10 +191,10 @@ def real_model_path(name: str) -> pathlib.Path:
 
 
 def demo_pair() -> tuple[pathlib.Path, pathlib.Path]:
-    """(target, draft) for the demo: SmolLM2-135M-Instruct at F16 (converted once from the Q4_1
-    original, a higher-precision copy) as the target, the Q4_1 original as the draft."""
+    """(target, draft) for the demo: Gemma 3 270M at F16 (converted once from the Q4_K_M
+    original, a higher-precision copy) as the target, the Q4_K_M original as the draft."""
     from .convert import ensure_variant
 
-    draft = real_model_path("smollm2")
+    draft = real_model_path("gemma3")
     target = ensure_variant(draft, "f16")
     return target, draft

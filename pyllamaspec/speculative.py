@@ -109,9 +109,10 @@ class DraftPolicy:
 
     FORGET = 0.97          # weight of the past in the acceptance estimate, per round
     START_K = 4            # the first round drafts this many tokens, to measure the draft's pace
-    EXPLORE = 0.02         # while k = 0 wins, probes (one drafted token, after the draft model
+    EXPLORE = 0.02         # while k = 0 wins, probes (a few drafted tokens, after the draft model
     BACKOFF_MAX = 64       # catches up) may cost this fraction of the plain decoding time around
                            # them; each probe that confirms plain decoding halves that, to 1/64
+    PROBE_K = 4            # the longest probe
 
     def __init__(self, k_max: int, prior_alpha: float = 0.7, prior_weight: float = 2.0):
         self.k_max = k_max
@@ -193,12 +194,26 @@ class DraftPolicy:
                 best_k, best = k, rate
         return best_k
 
-    def probe_cost(self, n_catch_up: int) -> float:
-        """Seconds a probe adds to a plain round: the draft catching up on n_catch_up tokens,
-        drafting one, and the target verifying 2 tokens instead of 1."""
+    def probe_cost(self, n_catch_up: int, k: int = 1) -> float:
+        """Seconds a probe of k tokens adds to a plain round: the draft catching up on
+        n_catch_up tokens, drafting k, and the target verifying k + 1 tokens instead of 1."""
         cd = self.c_draft or 0.0
         cu = self.c_catch_up if self.c_catch_up is not None else cd
-        return cd + cu * n_catch_up + max(0.0, self.target_cost(2) - self.target_cost(1))
+        return k * cd + cu * n_catch_up + max(0.0, self.target_cost(k + 1) - self.target_cost(1))
+
+    def state(self) -> dict:
+        """The acceptance estimates, to start a later generation with the same pair from."""
+        counts = dict(self.counts)
+        counts[self.key] = (self.acc, self.rej)
+        return counts
+
+    def resume(self, counts: dict, weight: float = 8.0) -> None:
+        """Starts from estimates a generation with the same pair left (see state), worth at most
+        `weight` rounds of evidence, so that a different text soon has its own say."""
+        for key, (a, r) in counts.items():
+            scale = min(1.0, weight / max(a + r, 1e-9))
+            self.counts[key] = (a * scale, r * scale)
+        self.acc, self.rej = self.counts.pop(self.key, self.prior)
 
     def choose(self, k_cap: int, n_catch_up: int = 0) -> int:
         """The draft length for the next round (0: plain decoding). n_catch_up: the tokens a
@@ -219,11 +234,14 @@ class DraftPolicy:
         # Otherwise probe now and then, so a draft that does better is noticed, within a budget:
         # a probe comes once the plain rounds since the last one took probe_cost / EXPLORE
         # (times the backoff), so probing costs at most EXPLORE of the time, less as they repeat.
+        # It drafts what would pay were the draft always right (PROBE_K at most): a probe that
+        # succeeds then tells more than one token could.
+        k = min(self.best_k(k_cap, alpha=1.0), self.PROBE_K)
         self.plain_time += self.target_cost(1)
-        if self.EXPLORE * self.plain_time >= self.backoff * self.probe_cost(n_catch_up):
+        if self.EXPLORE * self.plain_time >= self.backoff * self.probe_cost(n_catch_up, k):
             self.plain_time = 0.0
             self.backoff = min(2 * self.backoff, self.BACKOFF_MAX)
-            return min(1, k_cap)
+            return k
         return 0
 
 
@@ -419,6 +437,12 @@ class Decoder:
             target._psl_costs = self.policy.c_target
         if isinstance(self.drafter, ModelDrafter):
             self.policy.c_draft = getattr(draft, "_psl_c_draft", None)
+        # so do acceptance estimates, a property of the pair more than of the text: kept on the
+        # drafter's model (the target for n-gram drafting), they start the next generation
+        self._keeper = draft if isinstance(self.drafter, ModelDrafter) else target
+        self._acc_attr = "_psl_acceptance" if isinstance(self.drafter, ModelDrafter) else "_psl_ngram_acceptance"
+        if self.drafter is not None and (known := getattr(self._keeper, self._acc_attr, None)):
+            self.policy.resume(known)
         self.stats = Stats()
         self.seq: list[int] = []
 
@@ -512,7 +536,10 @@ class Decoder:
         return k
 
     def close(self) -> None:
-        """Leaves the models as they were given (a draft model's head restored)."""
+        """Leaves the models as they were given (a draft model's head restored), keeping the
+        acceptance estimates for the next generation with the same pair."""
+        if self.drafter is not None and self.dp.adaptive and self.stats.rounds:
+            setattr(self._keeper, self._acc_attr, self.policy.state())
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.close()
 
