@@ -234,7 +234,7 @@ def _llama_cpp_spec(python: str, target: str, draft: str, threads: int, n_gen: i
 
 def bench_speculative(target_path: str, draft: str, message: str, threads: int, n_gen: int, n_draft: int,
                       p_min: float, rounds: int, adaptive: bool, llama_cpp: str | None = None,
-                      verbose: bool = True) -> dict:
+                      verbose: bool = True, chat: bool = True) -> dict:
     """Plain greedy decoding of the target against speculative decoding with `draft` (a model
     path or "ngram"), alternating `rounds` times in one process; medians, and the speculative
     runs' acceptance, tokens per round and time split. With `llama_cpp` (an interpreter with
@@ -245,7 +245,7 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
     with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
          (Model(draft, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS) if draft != "ngram" else _NoModel()) as dm:
         d = "ngram" if draft == "ngram" else dm
-        ids = target.tokenize(chat_prompt(target, message), parse_special=True)
+        ids = target.tokenize(chat_prompt(target, message) if chat else message, parse_special=True)
         plain_tps, spec_tps, stats, same, lc_plain, lc_spec, lc_acc, lc_same = [], [], [], [], [], [], [], []
         for i in range(rounds):
             # alternate which goes first, so a machine that slows or speeds up within a round
@@ -354,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-md", "--model-draft", help="speculative run: draft model, or 'ngram' (prompt lookup)")
     ap.add_argument("--prompt", default=SPEC_MESSAGE,
                     help="user message of the speculative run (put in the model's chat format)")
+    ap.add_argument("--raw-prompt", action="store_true", help="use --prompt as it is, without the chat format")
     ap.add_argument("--draft-max", type=int, default=16, help="as llama.cpp's --draft-max")
     ap.add_argument("--draft-p-min", type=float, default=0.75, help="as llama.cpp's --draft-p-min")
     ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
@@ -373,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.model_draft:
         row = bench_speculative(a.model[0], a.model_draft, a.prompt, a.threads, a.n_gen or 64, a.draft_max,
-                                a.draft_p_min, a.rounds, not a.no_adaptive, a.llama_cpp, verbose=not a.json)
+                                a.draft_p_min, a.rounds, not a.no_adaptive, a.llama_cpp, verbose=not a.json,
+                                chat=not a.raw_prompt)
         if a.json:
             json.dump(row, sys.stdout, indent=1)
             print()

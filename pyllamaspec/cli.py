@@ -21,10 +21,10 @@ from .sampling import SamplingParams
 from .speculative import DraftParams, Stats
 
 DEMO_QUESTION = "Write a short story about a robot who learns to paint."
-# llama.cpp's CLI takes the prompt as given, so the defaults spell the chat format out: ChatML
-# (SmolLM2, Qwen) for a model given without a prompt, Gemma's for the demo pair.
+# llama.cpp's CLI takes the prompt as given, so the default for a model given without a prompt
+# spells ChatML out (SmolLM2, Qwen). The demo's Gemma 3 270M is a base model: it continues text.
 DEMO_PROMPT = f"<|im_start|>user\n{DEMO_QUESTION}<|im_end|>\n<|im_start|>assistant\n"
-DEMO_PROMPT_GEMMA = f"<start_of_turn>user\n{DEMO_QUESTION}<end_of_turn>\n<start_of_turn>model\n"
+DEMO_PROMPT_GEMMA = "Once upon a time, a small robot named Pip wanted to learn to paint. One morning,"
 GREEN, RESET = "\033[32m", "\033[0m"
 
 

@@ -318,9 +318,11 @@ class ModelDrafter:
             d.eval(np.asarray(seq[len(seq) - 1 - n:-1], np.int32), logits="none")
         return n
 
-    def propose(self, seq: list[int], k_max: int, out: np.ndarray) -> int:
-        """Drafts up to k_max tokens after seq (call catch_up first)."""
+    def propose(self, seq: list[int], k_max: int, out: np.ndarray, p_min: float | None = None) -> int:
+        """Drafts up to k_max tokens after seq (call catch_up first), stopping early where the
+        draft's top probability is below p_min (default: the parameters')."""
         d, dp = self.model, self.params
+        p_min = dp.p_min if p_min is None else p_min
         k_max = min(k_max, d.n_ctx - d.n_past)
         k = 0
         self.evals = 0
@@ -329,7 +331,7 @@ class ModelDrafter:
             logits = d.eval(toks, logits="last", out=self.logits)
             self.evals += 1
             tok, p_max = self.sampler.sample(logits[0], None if self.q is None else self.q[k])
-            if k >= dp.n_min and p_max < dp.p_min:
+            if k >= dp.n_min and p_max < p_min:
                 break
             out[k] = tok
             k += 1
@@ -486,10 +488,12 @@ class Decoder:
             if isinstance(d, NgramDrafter):
                 k = self._propose_ngram(k_cap)
             elif (k_max := self.policy.choose(k_cap, d.pending(self.seq)) if self.dp.adaptive else k_cap) > 0:
+                # the cost model's first round measures a batch of START_K + 1: p_min may not cut it
+                first = self.dp.adaptive and self.policy.c_draft is None
                 t0 = time.perf_counter()
                 n_up = d.catch_up(self.seq)
                 t1 = time.perf_counter()
-                k = d.propose(self.seq, k_max, self.drafts)
+                k = d.propose(self.seq, k_max, self.drafts, p_min=0.0 if first else None)
                 t2 = time.perf_counter()
                 self.stats.t_draft += t2 - t0
                 self.policy.observe_catch_up(t1 - t0, n_up)
