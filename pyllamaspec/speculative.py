@@ -132,7 +132,8 @@ class DraftPolicy:
 
     def select(self, key) -> None:
         """Switches to the acceptance estimate kept for `key` (a drafter's kind of proposal:
-        the n-gram drafter's match length, whose reliability differs from one to another)."""
+        the n-gram drafter's match length and whether its last proposal was taken whole, as
+        their reliability differs)."""
         if key != self.key:
             self.counts[self.key] = (self.acc, self.rej)
             self.acc, self.rej = self.counts.get(key, self.prior)
@@ -343,7 +344,7 @@ class ModelDrafter:
     def q_rows(self, k: int) -> np.ndarray | None:
         return None if self.q is None else self.q[:k]
 
-    def accepted(self, seq: list[int], new: list[int]) -> None:
+    def accepted(self, seq: list[int], new: list[int], drafted: int = 0) -> None:
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round
         self.model.truncate(min(self.model.n_past, len(seq) - 1 - self.skipped))
         if self.in_head is not None and not self.in_head[new[-1]]:
@@ -363,6 +364,7 @@ class NgramDrafter:
     def __init__(self, params: DraftParams):
         self.params = params
         self.match = 0                           # length of the last proposal's match
+        self.copying = False                     # the last round took every drafted token
 
     def prefill(self, head: np.ndarray) -> None:
         pass
@@ -394,8 +396,8 @@ class NgramDrafter:
     def q_rows(self, k: int) -> None:
         return None
 
-    def accepted(self, seq: list[int], new: list[int]) -> None:
-        pass
+    def accepted(self, seq: list[int], new: list[int], drafted: int = 0) -> None:
+        self.copying = drafted > 0 and len(new) == drafted + 1
 
     def close(self) -> None:
         pass
@@ -517,7 +519,7 @@ class Decoder:
         new = [(int(t), True) for t in self.drafts[:n_acc]] + [(int(nxt), False)]
         self.seq.extend(t for t, _ in new)
         if self.drafter is not None:
-            self.drafter.accepted(self.seq, [t for t, _ in new])
+            self.drafter.accepted(self.seq, [t for t, _ in new], k)
             self.policy.observe_round(k, n_acc)
             self.stats.rounds += 1
             self.stats.drafted += k
@@ -527,12 +529,13 @@ class Decoder:
 
     def _propose_ngram(self, k_cap: int) -> int:
         """Looks the continuation up first (it costs next to nothing), then lets the cost model
-        cut it, with the acceptance it has seen for matches of that length."""
+        cut it, with the acceptance it has seen for matches of that length, apart for rounds
+        after one that took every drafted token: inside a copied passage, a copy goes on."""
         t0 = time.perf_counter()
         found = self.drafter.propose(self.seq, k_cap, self.drafts)
         k = found
         if found and self.dp.adaptive:
-            self.policy.select(self.drafter.match)
+            self.policy.select((self.drafter.match, self.drafter.copying))
             k = min(found, self.policy.choose(found))
         dt = time.perf_counter() - t0
         self.stats.t_draft += dt
