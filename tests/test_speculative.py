@@ -455,7 +455,11 @@ def test_ngram_drafter_proposes_the_continuation():
     assert d.propose(seq, 8, out) == 7 and list(out[:7]) == [9, 10, 1, 2, 6, 7, 8]   # up to the end
     assert d.propose([1, 2, 3, 4], 8, out) == 0
     seq = [1, 2, 3, 9, 9, 1, 2, 3, 7, 7, 2, 3]          # the latest match wins
-    assert d.propose(seq, 2, out) == 2 and list(out[:2]) == [7, 7]
+    assert d.propose(seq, 2, out) == 2 and list(out[:2]) == [7, 7] and d.match == 2
+    d.accepted(seq, [7, 7, 4], 2)                       # took every drafted token: copying
+    assert d.copying
+    d.accepted(seq, [7, 5], 2)
+    assert not d.copying
 
 
 def test_ngram_greedy_identity_on_repetition(smollm2_path):
