@@ -273,10 +273,15 @@ class ModelDrafter:
         if n and V > 2 * n:
             cached = getattr(target, "_psl_common_ids", None)
             if cached is None or cached[0] != n:
-                target._psl_common_ids = cached = (n, target.common_token_ids(n))
-            ids = np.union1d(cached[1], np.fromiter(eog, np.int32)).astype(np.int32)
-            if model.output_ids is None or not np.array_equal(model.output_ids, ids):
-                model.set_output_ids(ids)
+                try:
+                    common = target.common_token_ids(n)
+                except NoVocabularyError:             # no token texts to rank: the full head
+                    common = None
+                target._psl_common_ids = cached = (n, common)
+            if cached[1] is not None:
+                ids = np.union1d(cached[1], np.fromiter(eog, np.int32)).astype(np.int32)
+                if model.output_ids is None or not np.array_equal(model.output_ids, ids):
+                    model.set_output_ids(ids)
         # Tokens the text uses join the head as they appear (rare names, identifiers, a loop
         # of odd tokens): texts repeat their own rare tokens.
         self.in_head = None

@@ -623,3 +623,16 @@ def test_restricted_draft_head_preserves_the_distribution(pair):
     assert rate > 0
     assert chi2_pvalue(c1, p1)[0] > 1e-3 and chi2_pvalue(c2, p2)[0] > 1e-3
     assert draft.output_ids is None
+
+
+def test_restricted_head_needs_token_texts_else_the_full_head(synth_dir):
+    """Without token texts to rank, the draft keeps its full head (no error)."""
+    t, d = synth_dir / "notext_t.gguf", synth_dir / "notext_d.gguf"
+    models.write_llama_gguf(t, n_vocab=64, n_layer=2, seed=5, drop_keys=["tokenizer.ggml.tokens", "tokenizer.ggml.model"])
+    models.write_llama_gguf(d, n_vocab=64, n_layer=1, seed=5, drop_keys=["tokenizer.ggml.tokens", "tokenizer.ggml.model"])
+    with Model(t, n_ctx=32, n_threads=1) as target, Model(d, n_ctx=32, n_threads=1) as draft:
+        dec = Decoder(target, draft, SamplingParams(temperature=0), DraftParams(n_draft=3, draft_vocab=16))
+        assert draft.output_ids is None
+        dec.prefill([1, 2, 3])
+        assert len(dec.step()) >= 1
+        dec.close()
