@@ -279,6 +279,14 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
     n_rows = rows;
 }
 
+namespace {
+void check_output_id(int32_t id, int32_t i, int32_t n_vocab) {
+    if (id < 0 || id >= n_vocab) {
+        fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", id, i, n_vocab);
+    }
+}
+}  // namespace
+
 void psl_context::free_head() {
     if (head_buf) ggml_backend_buffer_free(head_buf);
     if (head_ctx) ggml_free(head_ctx);
@@ -312,9 +320,7 @@ void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
     const int32_t n_vocab = model->hp.n_vocab;
     std::vector<uint8_t> seen((size_t) n_vocab, 0);
     for (int32_t i = 0; i < n; ++i) {
-        if (ids[i] < 0 || ids[i] >= n_vocab) {
-            fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", ids[i], i, n_vocab);
-        }
+        check_output_id(ids[i], i, n_vocab);
         if (seen[ids[i]]++) fail(PSL_ERR_INVALID_ARGUMENT, "output id %d appears twice", ids[i]);
     }
     free_head();
@@ -362,9 +368,7 @@ void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
     const int32_t n_vocab = model->hp.n_vocab;
     std::vector<int32_t> fresh;
     for (int32_t i = 0; i < n; ++i) {
-        if (ids[i] < 0 || ids[i] >= n_vocab) {
-            fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", ids[i], i, n_vocab);
-        }
+        check_output_id(ids[i], i, n_vocab);
         if (!head_has[ids[i]]) {
             head_has[ids[i]] = 1;             // also drops repeats within ids
             fresh.push_back(ids[i]);

@@ -165,12 +165,19 @@ def bench_tokenizer(paths: list[str], reps: int, verbose: bool = True) -> list[R
     return out
 
 
+def _llama_cpp_probe(python: str, *args) -> dict:
+    """Runs _llamacpp_probe.py with `python` (an interpreter with llama-cpp-python); its JSON."""
+    import subprocess
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llamacpp_probe.py")
+    proc = subprocess.run([python, probe, *map(str, args)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"llama.cpp probe failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def compare_llama_cpp(paths: list[str], python: str, threads: int, n_prompt: int, n_gen: int, reps: int,
                       rounds: int = 3, verbose: bool = True) -> list[dict]:
     """Ours and llama.cpp's pp/tg on each model, alternating `rounds` times; medians and ratios."""
-    import os
-    import subprocess
-    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llamacpp_probe.py")
     rows = []
     for path in paths:
         ours = {"pp": [], "tg": []}
@@ -183,11 +190,7 @@ def compare_llama_cpp(paths: list[str], python: str, threads: int, n_prompt: int
                     ours["pp"] += bench_pp(m, n_prompt, reps, rng)
                 if n_gen:
                     ours["tg"] += bench_tg(m, n_gen, reps, rng)[0]
-                proc = subprocess.run([python, probe, path, str(m.n_threads), str(n_prompt), str(n_gen), str(reps)],
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise SystemExit(f"llama.cpp probe failed: {proc.stderr[-2000:]}")
-                got = json.loads(proc.stdout.strip().splitlines()[-1])
+                got = _llama_cpp_probe(python, path, m.n_threads, n_prompt, n_gen, reps)
                 for k in theirs:
                     theirs[k] += got[k]
             name = f"{m.info.arch} {m.info.file_type_name}"
@@ -221,17 +224,6 @@ def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[
     return out
 
 
-def _llama_cpp_spec(python: str, target: str, draft: str, threads: int, n_gen: int, n_draft: int,
-                    p_min: float, ids: list[int]) -> dict:
-    import subprocess
-    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llamacpp_probe.py")
-    proc = subprocess.run([python, probe, "--spec", target, draft, str(threads), str(n_gen), str(n_draft),
-                           str(p_min), ",".join(map(str, ids))], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"llama.cpp probe failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def bench_speculative(target_path: str, draft: str, message: str, threads: int, n_gen: int, n_draft: int,
                       p_min: float, rounds: int, adaptive: bool, llama_cpp: str | None = None,
                       verbose: bool = True, chat: bool = True) -> dict:
@@ -259,7 +251,8 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
             spec_tps.append(s.stats.generate_tps)
             stats.append(s.stats)
             if llama_cpp and draft != "ngram":
-                got = _llama_cpp_spec(llama_cpp, target_path, draft, target.n_threads, n_gen, n_draft, p_min, ids)
+                got = _llama_cpp_probe(llama_cpp, "--spec", target_path, draft, target.n_threads, n_gen, n_draft,
+                                       p_min, ",".join(map(str, ids)))
                 lc_plain.append(got["plain_tps"])
                 lc_spec.append(got["spec_tps"])
                 lc_acc.append(got["accepted"] / max(1, got["drafted"]))

@@ -73,55 +73,55 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
     ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
            if isinstance(prompt, str) else [int(t) for t in prompt])
     dec = Decoder(model, draft_model, sampling, draft)
+    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy)
+    t0 = None                    # when generation (after the prompt) started
+    text, emitted = "", 0        # all text so far; how much of it went out
+    out_tokens: list[int] = result["tokens"]
+    hit_stop_string = False
     try:
-        result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy)
         dec.prefill(ids)
         if max_tokens == 0:
             return
         t0 = time.perf_counter()
-        text, emitted = "", 0        # all text so far; how much of it went out
-        out_tokens: list[int] = result["tokens"]
-        hit_stop_string = False
-        try:
-            with model.detokenizer() as detok:
-                while not hit_stop_string:
-                    if dec.room() < 1:
-                        result["finish_reason"] = "context_full"
+        with model.detokenizer() as detok:
+            while not hit_stop_string:
+                if dec.room() < 1:
+                    result["finish_reason"] = "context_full"
+                    break
+                done = False
+                for tok, from_draft in dec.step():
+                    if model.is_eog(tok):
+                        result["finish_reason"], done = "stop", True
                         break
-                    done = False
-                    for tok, from_draft in dec.step():
-                        if model.is_eog(tok):
-                            result["finish_reason"], done = "stop", True
-                            break
-                        out_tokens.append(tok)
-                        text += detok.push(tok)
-                        if stop:
-                            start = max(0, emitted - max(map(len, stop)))
-                            hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
-                            if hits:                    # cut the text at the stop string
-                                text = text[:min(hits)]
-                                result["finish_reason"], hit_stop_string = "stop", True
-                        safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
-                        if safe > emitted:
-                            yield Piece(text[emitted:safe], tok, from_draft)
-                            emitted = safe
-                        if hit_stop_string:
-                            break
-                        if len(out_tokens) >= max_tokens:
-                            result["finish_reason"], done = "length", True
-                            break
-                    if done:
+                    out_tokens.append(tok)
+                    text += detok.push(tok)
+                    if stop:
+                        start = max(0, emitted - max(map(len, stop)))
+                        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+                        if hits:                    # cut the text at the stop string
+                            text = text[:min(hits)]
+                            result["finish_reason"], hit_stop_string = "stop", True
+                    safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
+                    if safe > emitted:
+                        yield Piece(text[emitted:safe], tok, from_draft)
+                        emitted = safe
+                    if hit_stop_string:
                         break
-                if not hit_stop_string:     # no stop string can complete any more: release the rest
-                    text += detok.flush()
-                    if len(text) > emitted:
-                        yield Piece(text[emitted:], out_tokens[-1] if out_tokens else -1, False)
-                        emitted = len(text)
-        finally:
+                    if len(out_tokens) >= max_tokens:
+                        result["finish_reason"], done = "length", True
+                        break
+                if done:
+                    break
+            if not hit_stop_string:     # no stop string can complete any more: release the rest
+                text += detok.flush()
+                if len(text) > emitted:
+                    yield Piece(text[emitted:], out_tokens[-1] if out_tokens else -1, False)
+                    emitted = len(text)
+    finally:
+        if t0 is not None:
             dec.stats.n_generated = len(out_tokens)
             dec.stats.t_generate = time.perf_counter() - t0
-            result["text"] = text[:emitted]
-    finally:
+        result["text"] = text[:emitted]
         dec.close()
 
 

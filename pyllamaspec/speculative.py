@@ -127,6 +127,11 @@ class DraftPolicy:
         self.backoff = 1
 
     @property
+    def measuring(self) -> bool:
+        """Nothing measured of the draft yet: the next round is the first, short, draft."""
+        return self.c_draft is None
+
+    @property
     def alpha(self) -> float:
         return self.acc / (self.acc + self.rej)
 
@@ -220,7 +225,7 @@ class DraftPolicy:
         """The draft length for the next round (0: plain decoding). n_catch_up: the tokens a
         draft model would evaluate before drafting."""
         k_cap = min(k_cap, self.k_max)
-        if self.c_draft is None:
+        if self.measuring:
             return min(k_cap, self.START_K)    # nothing measured yet: a short draft measures it
         if 1 not in self.c_target:
             return 0                           # one plain round measures the target's own pace
@@ -309,16 +314,22 @@ class ModelDrafter:
                 self.model.add_output_ids(new)
                 self.in_head[new] = True
 
+    def _unseen(self, seq: list[int]) -> tuple[int, int]:
+        """(tokens of seq[:-1] the draft has not seen, how many of them it would evaluate: the
+        last CATCH_UP_MAX at most, leaving room in its context for the last token)."""
+        d = self.model
+        gap = len(seq) - 1 - d.n_past - self.skipped
+        return gap, max(0, min(gap, self.CATCH_UP_MAX, d.n_ctx - d.n_past - 1))
+
     def pending(self, seq: list[int]) -> int:
         """Tokens catch_up() would evaluate."""
-        return min(len(seq) - 1 - self.model.n_past - self.skipped, self.CATCH_UP_MAX)
+        return self._unseen(seq)[1]
 
     def catch_up(self, seq: list[int]) -> int:
         """Evaluates the tokens of seq[:-1] the draft has not seen (the last CATCH_UP_MAX at
         most); returns how many."""
         d = self.model
-        gap = len(seq) - 1 - d.n_past - self.skipped
-        n = max(0, min(gap, self.CATCH_UP_MAX, d.n_ctx - d.n_past - 1))   # room for the last token
+        gap, n = self._unseen(seq)
         self.skipped += gap - n
         if n:
             d.eval(np.asarray(seq[len(seq) - 1 - n:-1], np.int32), logits="none")
@@ -373,12 +384,6 @@ class NgramDrafter:
 
     def prefill(self, head: np.ndarray) -> None:
         pass
-
-    def pending(self, seq: list[int]) -> int:
-        return 0
-
-    def catch_up(self, seq: list[int]) -> int:
-        return 0
 
     def propose(self, seq: list[int], k_max: int, out: np.ndarray) -> int:
         s = np.asarray(seq, np.int64)
@@ -447,10 +452,9 @@ class Decoder:
         if isinstance(self.drafter, ModelDrafter):
             self.policy.c_draft = getattr(draft, "_psl_c_draft", None)
         # so do acceptance estimates, a property of the pair more than of the text: kept on the
-        # drafter's model (the target for n-gram drafting), they start the next generation
-        self._keeper = draft if isinstance(self.drafter, ModelDrafter) else target
-        self._acc_attr = "_psl_acceptance" if isinstance(self.drafter, ModelDrafter) else "_psl_ngram_acceptance"
-        if self.drafter is not None and (known := getattr(self._keeper, self._acc_attr, None)):
+        # target by drafter ("ngram" or the draft's file), they start the next generation
+        self._pair = "ngram" if isinstance(self.drafter, NgramDrafter) else getattr(draft, "path", None)
+        if self.drafter is not None and (known := getattr(target, "_psl_acceptance", {}).get(self._pair)):
             self.policy.resume(known)
         self.stats = Stats()
         self.seq: list[int] = []
@@ -496,7 +500,7 @@ class Decoder:
                 k = self._propose_ngram(k_cap)
             elif (k_max := self.policy.choose(k_cap, d.pending(self.seq)) if self.dp.adaptive else k_cap) > 0:
                 # the cost model's first round measures a batch of START_K + 1: p_min may not cut it
-                first = self.dp.adaptive and self.policy.c_draft is None
+                first = self.dp.adaptive and self.policy.measuring
                 t0 = time.perf_counter()
                 n_up = d.catch_up(self.seq)
                 t1 = time.perf_counter()
@@ -551,7 +555,9 @@ class Decoder:
         """Leaves the models as they were given (a draft model's head restored), keeping the
         acceptance estimates for the next generation with the same pair."""
         if self.drafter is not None and self.dp.adaptive and self.stats.rounds:
-            setattr(self._keeper, self._acc_attr, self.policy.state())
+            if not hasattr(self.target, "_psl_acceptance"):
+                self.target._psl_acceptance = {}
+            self.target._psl_acceptance[self._pair] = self.policy.state()
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.close()
 

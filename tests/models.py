@@ -422,53 +422,15 @@ def write_gguf(
     return out
 
 
-def write_llama_gguf(
-    path,
-    *,
-    n_vocab: int = 64,
-    n_embd: int = 32,
-    n_layer: int = 2,
-    n_head: int = 4,
-    n_head_kv: int = 2,
-    n_ff: int = 48,
-    n_ctx_train: int = 128,
-    dtype: str = "F32",
-    tied: bool = False,
-    rope_base: float = 10000.0,
-    eps: float = 1e-5,
-    seed: int = 0,
-    arch: str = "llama",
-    name: str = "tiny-random-llama",
-    n_rot: int | None = None,
-    rope_scaling_linear: float | None = None,
-    token_embd_dtype: str | None = None,
-    output_dtype: str | None = None,
-    bos_id: int = 0,
-    eos_id: int = 1,
-    add_bos: bool | None = None,
-    drop_tensors: Iterable[str] = (),
-    drop_keys: Iterable[str] = (),
-    extra_kv: Mapping[str, object] | None = None,
-    return_weights: bool = False,
-    **kwargs,
-) -> dict:
+def write_llama_gguf(path, *, tied: bool = False, name: str = "tiny-random-llama", **kwargs) -> dict:
     """Write a tiny random llama-architecture GGUF and return its hyper-parameters.
 
-    ``write_gguf`` with the llama defaults (see there for every option; extra
-    keyword arguments such as ``head_dim`` pass through). ``arch`` prefixes
-    every hyper-parameter key (``arch="mamba9"`` gives a well-formed llama-layout
-    file of an unknown architecture; ``qwen2``, ``qwen3`` and ``gemma3`` get
-    their own layouts).
+    ``write_gguf`` with an untied head and a llama name by default (see there for every
+    option). ``arch`` prefixes every hyper-parameter key (``arch="mamba9"`` gives a
+    well-formed llama-layout file of an unknown architecture; ``qwen2``, ``qwen3`` and
+    ``gemma3`` get their own layouts).
     """
-    return write_gguf(
-        path, arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-        n_head_kv=n_head_kv, n_ff=n_ff, n_ctx_train=n_ctx_train, dtype=dtype, tied=tied,
-        rope_base=rope_base, eps=eps, seed=seed, name=name, n_rot=n_rot,
-        rope_scaling_linear=rope_scaling_linear, token_embd_dtype=token_embd_dtype,
-        output_dtype=output_dtype, bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
-        drop_tensors=drop_tensors, drop_keys=drop_keys, extra_kv=extra_kv,
-        return_weights=return_weights, **kwargs,
-    )
+    return write_gguf(path, tied=tied, name=name, **kwargs)
 
 
 def _add_kv(gguf, w, key: str, val) -> None:

@@ -504,3 +504,20 @@ def cached_oracle(path) -> Oracle:
     if o is None:
         o = _ORACLES[key] = Oracle(p)
     return o
+
+
+def distances_to_exact(model, path, refs) -> tuple[float, float]:
+    """Median |logit - exact| over the reference prompts' top-5 entries at every position:
+    ours (``model`` evaluating each prompt) and llama.cpp's (the logits stored in ``refs``),
+    both against float64 maths on the dequantized weights of ``path``."""
+    ex = cached_oracle(path)
+    ours, theirs = [], []
+    for r in refs:
+        model.clear()
+        lg = model.eval(r["ids"])
+        exact = ex.logits(r["ids"])
+        for i, top in enumerate(r["prompt_top"]):
+            for t, v in top:
+                ours.append(abs(float(lg[i, t]) - exact[i, t]))
+                theirs.append(abs(v - exact[i, t]))
+    return float(np.median(ours)), float(np.median(theirs))

@@ -138,17 +138,7 @@ def test_gemma3_matches_llama_cpp(gemma):
 
 
 def test_gemma3_distance_to_exact_maths(gemma, gemma3_path):
-    ex = oracle.cached_oracle(gemma3_path)
-    ours, theirs = [], []
-    for r in load_reference("gen", GEMMA_REF):
-        gemma.clear()
-        lg = gemma.eval(r["ids"])
-        exact = ex.logits(r["ids"])
-        for i, top in enumerate(r["prompt_top"]):
-            for t, v in top:
-                ours.append(abs(float(lg[i, t]) - exact[i, t]))
-                theirs.append(abs(v - exact[i, t]))
-    m_ours, m_ref = float(np.median(ours)), float(np.median(theirs))
+    m_ours, m_ref = oracle.distances_to_exact(gemma, gemma3_path, load_reference("gen", GEMMA_REF))
     print(f"Gemma 3 median distance to exact maths: ours {m_ours:.4f}, llama.cpp {m_ref:.4f}")
     assert m_ours <= 1.25 * m_ref
 

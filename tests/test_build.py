@@ -5,7 +5,6 @@ import importlib.util
 import io
 import shutil
 import subprocess
-import sys
 import tarfile
 
 import pytest

@@ -340,18 +340,7 @@ def test_smollm2_batched_equals_sequential(smollm2):
 def test_smollm2_distance_to_exact_maths(smollm2, smollm2_path):
     """Ours and llama.cpp's distance to float64 maths on the dequantized weights: ours must be
     no larger than 1.25x llama.cpp's."""
-    ex = oracle.cached_oracle(smollm2_path)
-    refs = load_reference("gen", "smollm2-135m-q4_1")
-    ours, theirs = [], []
-    for r in refs:
-        smollm2.clear()
-        lg = smollm2.eval(r["ids"])
-        exact = ex.logits(r["ids"])
-        for i, top in enumerate(r["prompt_top"]):
-            for t, v in top:
-                ours.append(abs(float(lg[i, t]) - exact[i, t]))
-                theirs.append(abs(v - exact[i, t]))
-    m_ours, m_ref = float(np.median(ours)), float(np.median(theirs))
+    m_ours, m_ref = oracle.distances_to_exact(smollm2, smollm2_path, load_reference("gen", "smollm2-135m-q4_1"))
     print(f"median distance to exact maths: ours {m_ours:.4f}, llama.cpp {m_ref:.4f}")
     assert m_ours <= 1.25 * m_ref
 
