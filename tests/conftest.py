@@ -12,17 +12,16 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import models  # noqa: E402
+from pypi_index import Index  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
-def reference_dir() -> pathlib.Path | None:
+def reference_dir() -> pathlib.Path:
+    """llama.cpp's outputs on the real models (tests/data/reference, copied from the team's
+    shared folder with its README), or $PYLLAMASPEC_REFERENCE."""
     env = os.environ.get("PYLLAMASPEC_REFERENCE")
-    for p in ([pathlib.Path(env)] if env else []) + [REPO.parent / "shared" / "reference",
-                                                        REPO / "shared" / "reference"]:
-        if p.is_dir():
-            return p
-    return None
+    return pathlib.Path(env) if env else REPO / "tests" / "data" / "reference"
 
 
 def _must_have() -> bool:
@@ -31,12 +30,9 @@ def _must_have() -> bool:
 
 
 def load_reference(kind: str, model: str) -> list[dict]:
-    d = reference_dir()
-    path = d / f"{kind}_shared_{model}.jsonl" if d else None
-    if path is None or not path.is_file():
-        if _must_have():
-            pytest.fail(f"reference file {kind}_shared_{model}.jsonl not found")
-        pytest.skip(f"reference file {kind}_shared_{model}.jsonl not found")
+    path = reference_dir() / f"{kind}_shared_{model}.jsonl"
+    if not path.is_file():
+        pytest.fail(f"reference file {path} not found")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -79,3 +75,14 @@ def synth_model(synth_dir):
             _SYNTH[key] = path
         return _SYNTH[key]
     return make
+
+
+@pytest.fixture(params=[True, False], ids=["pep691-json", "pep503-html"])
+def index(request, monkeypatch):
+    """A package index on loopback (PEP 691 JSON or PEP 503 HTML), the only one the registry
+    code may use during the test."""
+    idx = Index(json_api=request.param)
+    monkeypatch.setenv("PYLLAMASPEC_INDEX_URL", idx.url)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    yield idx
+    idx.server.shutdown()

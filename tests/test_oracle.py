@@ -13,7 +13,6 @@ itself checked two ways:
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import pathlib
@@ -32,6 +31,7 @@ from models import (  # noqa: E402
     write_not_gguf,
     write_unknown_arch_gguf,
 )
+from conftest import load_reference  # noqa: E402
 from oracle import LlamaOracle, rope  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -44,27 +44,11 @@ def _unavailable(msg: str):
     pytest.skip(msg)
 
 
-def reference_dir() -> pathlib.Path | None:
-    env = os.environ.get("PYLLAMASPEC_REFERENCE")
-    cand = pathlib.Path(env) if env else REPO.parent / "shared" / "reference"
-    return cand if cand.is_dir() else None
-
-
-def load_reference(name: str) -> list[dict]:
-    d = reference_dir()
-    if d is None:
-        _unavailable("reference dir absent (set PYLLAMASPEC_REFERENCE)")
-    f = d / name
-    if not f.is_file():
-        _unavailable(f"reference file {f} absent")
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-
-
 # ---------------------------------------------------------------------------
 # real model: SmolLM2-135M-Instruct Q4_1 against llama.cpp
 # ---------------------------------------------------------------------------
 
-SMOLLM2_GEN = "gen_shared_smollm2-135m-q4_1.jsonl"
+SMOLLM2 = "smollm2-135m-q4_1"
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +96,7 @@ def test_smollm2_conventions(smollm2_oracle):
 
 
 def test_smollm2_matches_llamacpp(smollm2_oracle):
-    records = load_reference(SMOLLM2_GEN)
+    records = load_reference("gen", SMOLLM2)
     diffs, argmaxes = _distances(smollm2_oracle, records)
     med, mx = float(np.median(diffs)), float(np.max(diffs))
     print(f"\noracle vs llama.cpp on SmolLM2 prompt_top: median |d| = {med:.4f}, "
@@ -127,7 +111,7 @@ def test_smollm2_matches_llamacpp(smollm2_oracle):
 
 def test_smollm2_wrong_rope_mode_is_detected(smollm2_oracle):
     """The comparison can fail: NEOX rope instead of ggml's NORMAL is far off."""
-    records = load_reference(SMOLLM2_GEN)[:1]
+    records = load_reference("gen", SMOLLM2)[:1]
     wrong = copy.copy(smollm2_oracle)  # shares the dequantized weight cache
     wrong.rope_neox = True
     diffs, _ = _distances(wrong, records)

@@ -1,16 +1,24 @@
 # Brings the pinned ggml into the build as static libraries (ggml, ggml-base, ggml-cpu, ...).
 # Source: -DPYLLAMASPEC_GGML_SOURCE_DIR=/path/to/ggml, else vendor/ggml/src, fetched by
-# fetch.py (pinned registry file, sha256-checked, cached) when absent.
+# fetch.py (pinned registry file, sha256-checked, cached) when absent. fetch.py needs nothing
+# but the standard library, so any Python 3.8+ runs it: inside pip's isolated build
+# environment scikit-build-core hands us that environment's interpreter.
 
 set(PYLLAMASPEC_GGML_SOURCE_DIR "" CACHE PATH "Use this ggml source tree instead of fetching the pinned one")
+
+file(READ "${CMAKE_CURRENT_LIST_DIR}/pin.json" _pin)
+string(JSON _pin_upstream GET "${_pin}" upstream)
+string(JSON _pin_package GET "${_pin}" package)
+string(JSON _pin_version GET "${_pin}" version)
 
 if (PYLLAMASPEC_GGML_SOURCE_DIR)
     set(_ggml_dir "${PYLLAMASPEC_GGML_SOURCE_DIR}")
     if (NOT EXISTS "${_ggml_dir}/include/ggml.h")
         message(FATAL_ERROR "PYLLAMASPEC_GGML_SOURCE_DIR=${_ggml_dir} is not a ggml source tree (no include/ggml.h)")
     endif()
+    set(PYLLAMASPEC_GGML_ORIGIN "source tree ${_ggml_dir}")
 else()
-    find_package(Python COMPONENTS Interpreter REQUIRED)
+    find_package(Python 3.8 COMPONENTS Interpreter REQUIRED)
     execute_process(
         COMMAND "${Python_EXECUTABLE}" "${CMAKE_CURRENT_LIST_DIR}/fetch.py" "${CMAKE_CURRENT_LIST_DIR}/src"
         RESULT_VARIABLE _fetch_rc
@@ -21,8 +29,9 @@ else()
                             "For an offline build pass -DPYLLAMASPEC_GGML_SOURCE_DIR=/path/to/ggml.")
     endif()
     set(_ggml_dir "${_fetch_out}")
+    set(PYLLAMASPEC_GGML_ORIGIN "${_pin_package} ${_pin_version}: ${_pin_upstream}")
 endif()
-message(STATUS "pyllamaspec: ggml from ${_ggml_dir}")
+message(STATUS "pyllamaspec: ggml from ${_ggml_dir} (${PYLLAMASPEC_GGML_ORIGIN})")
 
 # ggml is linked statically into our one shared library.
 set(BUILD_SHARED_LIBS OFF)
