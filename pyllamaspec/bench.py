@@ -3,13 +3,17 @@ target's cost curve; speculative decoding against plain decoding.
 
     python -m pyllamaspec.bench -m MODEL.gguf [-m OTHER.gguf] -t 2 [-p 64] [-n 64] [-r 5] [--json]
     python -m pyllamaspec.bench -m MODEL.gguf -t 2 --llama-cpp /path/to/venv/bin/python
+    python -m pyllamaspec.bench -m A.gguf -m B.gguf -t 2 --vs-lib OLD/libpyllamaspec.so --llama-bench BIN
+    python -m pyllamaspec.bench -m A.gguf -m B.gguf --fidelity [--vs-lib OLD/libpyllamaspec.so]
     python -m pyllamaspec.bench -m MODEL.gguf --curve
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf|ngram [-n 128] [--rounds 5] [--llama-cpp PY]
 
-With --llama-cpp, an interpreter that has llama-cpp-python installed (in its own environment)
-times llama.cpp's low-level decode loop on the same model in the same run, alternating rounds
-with ours, and the ratios are printed; with -md it replays llama.cpp's speculative-simple loop
-on the same pair and prompt.
+Other engines time the same models in the same run, alternating rounds with this build, and the
+ratios are printed (bench_engines.py): --vs-lib, another build of the core (say, on the previous
+ggml pin); --llama-bench, llama.cpp's own benchmark binary; --llama-cpp, an interpreter that has
+llama-cpp-python installed (in its own environment), which with -md also replays llama.cpp's
+speculative-simple loop on the same pair and prompt. --fidelity compares logits and greedy tokens
+with llama.cpp's reference outputs (tests/data/reference), for this build and each --vs-lib.
 
 ppN evaluates N random tokens in one call on an empty cache; tgN evaluates N tokens one call
 at a time (each producing logits), as llama-bench does. Each figure is the median of -r
@@ -30,7 +34,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from . import bench_engines as engines
 from ._native import system_info
+from .bench_engines import llama_cpp_probe
 from .model import DRAFT_OPTIONS, Model
 
 
@@ -149,6 +155,17 @@ def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_
     return results
 
 
+def ours(n_gpu_layers: int = 0) -> engines.Engine:
+    """This build as a benchmark engine (bench_engines.compare)."""
+    def time_model(path, threads, n_prompt, n_gen, reps):
+        rng = np.random.default_rng(0)
+        with Model(path, n_ctx=max(512, n_prompt + n_gen + 8), n_batch=max(512, n_prompt), n_threads=threads,
+                   n_gpu_layers=n_gpu_layers) as m:
+            return {"pp": bench_pp(m, n_prompt, reps, rng) if n_prompt else [],
+                    "tg": bench_tg(m, n_gen, reps, rng)[0] if n_gen else []}
+    return time_model
+
+
 def bench_tokenizer(paths: list[str], reps: int, verbose: bool = True) -> list[Result]:
     """Tokenization MB/s of each file's tokenizer (no weights loaded): the median of reps runs
     over ~1 MB of English after one warm-up run."""
@@ -163,46 +180,6 @@ def bench_tokenizer(paths: list[str], reps: int, verbose: bool = True) -> list[R
             if verbose:
                 print(f"tokenize {out[-1].model}: {mbs:.1f} MB/s ({info.type}, {info.n_tokens} tokens, 1 thread)")
     return out
-
-
-def _llama_cpp_probe(python: str, *args) -> dict:
-    """Runs _llamacpp_probe.py with `python` (an interpreter with llama-cpp-python); its JSON."""
-    import subprocess
-    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llamacpp_probe.py")
-    proc = subprocess.run([python, probe, *map(str, args)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"llama.cpp probe failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def compare_llama_cpp(paths: list[str], python: str, threads: int, n_prompt: int, n_gen: int, reps: int,
-                      rounds: int = 3, verbose: bool = True) -> list[dict]:
-    """Ours and llama.cpp's pp/tg on each model, alternating `rounds` times; medians and ratios."""
-    rows = []
-    for path in paths:
-        ours = {"pp": [], "tg": []}
-        theirs = {"pp": [], "tg": []}
-        with Model(path, n_ctx=max(512, n_prompt + n_gen + 8), n_batch=max(512, n_prompt),
-                   n_threads=threads) as m:
-            rng = np.random.default_rng(0)
-            for _ in range(rounds):
-                if n_prompt:
-                    ours["pp"] += bench_pp(m, n_prompt, reps, rng)
-                if n_gen:
-                    ours["tg"] += bench_tg(m, n_gen, reps, rng)[0]
-                got = _llama_cpp_probe(python, path, m.n_threads, n_prompt, n_gen, reps)
-                for k in theirs:
-                    theirs[k] += got[k]
-            name = f"{m.info.arch} {m.info.file_type_name}"
-        for test, n in (("pp", n_prompt), ("tg", n_gen)):
-            if not n:
-                continue
-            a, b = statistics.median(ours[test]), statistics.median(theirs[test])
-            rows.append(dict(model=name, test=f"{test}{n}", ours=a, llama_cpp=b, ratio=a / b,
-                             ours_runs=ours[test], llama_cpp_runs=theirs[test]))
-            if verbose:
-                print(f"| {name:<20} | {test}{n:<4} | {a:9.1f} | {b:9.1f} | {a / b:6.3f} |", flush=True)
-    return rows
 
 
 def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[tuple[int, float]]:
@@ -225,7 +202,7 @@ def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[
 
 
 def bench_speculative(target_path: str, draft: str, message: str, threads: int, n_gen: int, n_draft: int,
-                      p_min: float, rounds: int, adaptive: bool, llama_cpp: str | None = None,
+                      p_min: float | None, rounds: int, adaptive: bool, llama_cpp: str | None = None,
                       verbose: bool = True, chat: bool = True) -> dict:
     """Plain greedy decoding of the target against speculative decoding with `draft` (a model
     path or "ngram"), alternating `rounds` times in one process; medians, and the speculative
@@ -251,8 +228,8 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
             spec_tps.append(s.stats.generate_tps)
             stats.append(s.stats)
             if llama_cpp and draft != "ngram":
-                got = _llama_cpp_probe(llama_cpp, "--spec", target_path, draft, target.n_threads, n_gen, n_draft,
-                                       p_min, ",".join(map(str, ids)))
+                got = llama_cpp_probe(llama_cpp, "--spec", target_path, draft, target.n_threads, n_gen, n_draft,
+                                      0.75 if p_min is None else p_min, ",".join(map(str, ids)))
                 lc_plain.append(got["plain_tps"])
                 lc_spec.append(got["spec_tps"])
                 lc_acc.append(got["accepted"] / max(1, got["drafted"]))
@@ -279,7 +256,7 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
         row["plain_vs_llama_cpp_plain"] = row["plain_tps"] / row["llama_cpp_plain_tps"]
     if verbose:
         print(f"{row['target']} + {row['draft']}: {len(ids)}-token prompt, {n_gen} tokens, greedy, "
-              f"n_draft {n_draft}, p_min {p_min}, {'cost model' if adaptive else 'fixed draft length'}; "
+              f"n_draft {n_draft}, p_min {'auto' if p_min is None else p_min}, {'cost model' if adaptive else 'fixed draft length'}; "
               f"medians of {rounds}")
         print(f"plain {row['plain_tps']:.1f} t/s, speculative {row['spec_tps']:.1f} t/s, ratio {row['ratio']:.3f}; "
               f"acceptance {row['acceptance']:.2f}, {row['tokens_per_round']:.2f} tokens/round; time: draft "
@@ -343,13 +320,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="also measure tokenization throughput (MB/s, one thread, ~1 MB of English)")
     ap.add_argument("--llama-cpp", metavar="PYTHON",
                     help="an interpreter with llama-cpp-python: compare with llama.cpp in the same run")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for --llama-cpp")
+    ap.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary: compare in the same run")
+    ap.add_argument("--vs-lib", metavar="[LABEL=]LIB", action="append", default=[],
+                    help="another build of the core (libpyllamaspec.so): compare in the same run (repeatable)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for the comparisons")
+    ap.add_argument("--fidelity", action="store_true",
+                    help="logits and greedy tokens against llama.cpp's reference outputs (and --vs-lib's)")
+    ap.add_argument("--reference", default=str(engines.REFERENCE_DIR), help="folder of llama.cpp's gen_*.jsonl")
     ap.add_argument("-md", "--model-draft", help="speculative run: draft model, or 'ngram' (prompt lookup)")
     ap.add_argument("--prompt", default=SPEC_MESSAGE,
                     help="user message of the speculative run (put in the model's chat format)")
     ap.add_argument("--raw-prompt", action="store_true", help="use --prompt as it is, without the chat format")
     ap.add_argument("--draft-max", type=int, default=16, help="as llama.cpp's --draft-max")
-    ap.add_argument("--draft-p-min", type=float, default=0.75, help="as llama.cpp's --draft-p-min")
+    ap.add_argument("--draft-p-min", type=float, default=None,
+                    help="as llama.cpp's --draft-p-min (default: ours decides per token, llama.cpp's side 0.75)")
     ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
     ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -373,13 +357,33 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(row, sys.stdout, indent=1)
             print()
         return 0
+    if a.fidelity:
+        rows = engines.fidelity_rows(a.model, a.threads, a.reference)
+        if a.json:
+            json.dump(rows, sys.stdout, indent=1)
+            print()
+            return 0
+        print("| build      | model                            | median |dlogit| | max | argmax = llama.cpp | greedy tokens equal |")
+        engines.print_fidelity("this", rows)
+        for label, lib in map(engines.split_label, a.vs_lib):
+            engines.print_fidelity(label, engines.other_build_fidelity(lib, a.model, a.threads))
+        return 0
+    others = {}
+    for label, lib in map(engines.split_label, a.vs_lib):
+        others[label] = engines.other_build(lib)
+    if a.llama_bench:
+        others["llama-bench"] = engines.llama_bench(a.llama_bench)
     if a.llama_cpp:
+        others["llama-cpp-py"] = engines.llama_cpp_python(a.llama_cpp)
+    if others:
         if not a.json:
-            print(f"pyllamaspec vs llama.cpp | {system_info()} | medians of {a.rounds} x {a.repetitions} runs")
-            print(f"| {'model':<20} | {'test':<6} | {'ours t/s':>9} | {'llama.cpp':>9} | {'ratio':>6} |")
-            print("|" + "|".join("-" * w for w in (22, 8, 11, 11, 8)) + "|")
-        rows = compare_llama_cpp(a.model, a.llama_cpp, a.threads, a.n_prompt, a.n_gen, a.repetitions,
-                                 a.rounds, verbose=not a.json)
+            print(f"this build: {system_info()}")
+            for label, lib in map(engines.split_label, a.vs_lib):
+                print(f"{label} ({lib}): {engines.other_build_info(lib)}")
+            print(f"medians of {a.rounds} alternating rounds x {a.repetitions} runs, {a.threads or 'all'} threads")
+            engines.print_compare_header(list(others))
+        rows = engines.compare(a.model, ours(a.n_gpu_layers), others, a.threads or os.cpu_count(), a.n_prompt,
+                               a.n_gen, a.repetitions, a.rounds, verbose=not a.json)
         if a.json:
             json.dump(rows, sys.stdout, indent=1)
             print()
