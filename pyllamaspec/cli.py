@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-f", "--file", help="read the prompt from a file")
     g.add_argument("-n", "--n-predict", type=int, default=-1, help="tokens to generate (-1 = until end or context full)")
     g.add_argument("--color", action="store_true", help="colour accepted draft tokens")
+    g.add_argument("--compare", action=argparse.BooleanOptionalAction, default=None,
+                   help="then decode the same prompt plainly with the target and print both speeds "
+                        "(on by default with --demo)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--no-special", action="store_true", help="do not parse special tokens in the prompt")
     g = ap.add_argument_group("sampling")
@@ -55,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", "--draft-max", "--draft-n", dest="draft_max", type=int, default=16,
                    help="most tokens drafted per round")
     g.add_argument("--draft-min", type=int, default=0, help="fewest tokens drafted per round")
-    g.add_argument("--draft-p-min", type=float, default=0.75,
-                   help="stop drafting when the draft's top probability is below this")
+    g.add_argument("--draft-p-min", type=float, default=None,
+                   help="stop drafting when the draft's top probability is below this (default: the cost "
+                        "model decides token by token; 0.75 with --no-adaptive)")
     g.add_argument("--lookup", action="store_true",
                    help="draft without a model: copy what followed the last n-gram earlier in the text")
     g.add_argument("--draft-vocab", type=int, default=32768,
@@ -120,6 +124,22 @@ def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys
         p("plain decoding (no draft model)")
 
 
+def compare_plain(prompt: str, target: Model, sampling: SamplingParams, draft_params: DraftParams,
+                  spec: Stats, a: argparse.Namespace, file=sys.stderr) -> Stats:
+    """Decodes the prompt plainly with the same target, sampling and token budget as the
+    speculative run just made, and prints both speeds: the number speculation exists for."""
+    result: dict = {}
+    for _ in iter_generate(prompt, target, None, sampling=sampling, draft=draft_params,
+                           max_tokens=max(1, spec.n_generated), stop=a.stop, result=result,
+                           parse_special=not a.no_special):
+        pass
+    plain = result["stats"]
+    ratio = spec.generate_tps / plain.generate_tps if plain.generate_tps > 0 else float("nan")
+    print(f"\nplain decoding, same target and prompt: {plain.n_generated} tokens at {plain.generate_tps:.1f} t/s; "
+          f"speculative: {spec.n_generated} tokens at {spec.generate_tps:.1f} t/s -> {ratio:.2f}x", file=file)
+    return plain
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
@@ -134,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.verbose:
             from ._native import set_verbose
             set_verbose(True)
+        demo = a.demo or not (a.model or a.hf_repo or a.hf_repo_draft)
+        compare = a.compare if a.compare is not None else demo
         target_path, draft_path, default_prompt = _resolve_models(a)
         prompt = _prompt(a, default_prompt)
         kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, n_threads=a.threads)
@@ -173,11 +195,13 @@ def main(argv: list[str] | None = None) -> int:
                 pol = result.get("policy")
                 if draft is not None and pol is not None and adaptive and pol.c_draft is not None \
                         and 1 in pol.c_target:
-                    k = pol.best_k(a.draft_max)
+                    k = pol.best_k(a.draft_max, alpha=pol.alpha_upper)
                     print(f"cost model: draft {1e3 * pol.c_draft:.1f} ms/token, target {1e3 * pol.target_cost(1):.1f} ms "
                           f"for 1 token, {1e3 * pol.target_cost(a.draft_max + 1):.1f} ms for {a.draft_max + 1}; "
-                          f"acceptance ~{pol.alpha:.2f} -> " + (f"drafts {k} tokens" if k else
+                          f"acceptance ~{pol.alpha:.2f} (bound {pol.alpha_upper:.2f}) -> " + (f"drafts {k} tokens" if k else
                           "plain decoding pays best here"), file=sys.stderr)
+                if compare and draft is not None and not interrupted and stats.n_generated:
+                    compare_plain(prompt, target, sampling, draft_params, stats, a)
             return 130 if interrupted else 0
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)

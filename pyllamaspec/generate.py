@@ -128,7 +128,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
 def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
              max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
              min_p: float = 0.05, seed: int | None = None, n_draft: int = 16, n_min: int = 0,
-             p_min: float = 0.75, adaptive: bool | None = None, ngram: int = 3, draft_vocab: int = 32768,
+             p_min: float | None = None, adaptive: bool | None = None, ngram: int = 3, draft_vocab: int = 32768,
              stop: str | Sequence[str] | None = None, stream: bool = False,
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              add_special: bool = True, parse_special: bool = True):
@@ -137,7 +137,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     Models are paths (loaded for this call) or loaded Model objects (reused; their caches are
     reset); draft_model="ngram" drafts by prompt lookup (n-gram size `ngram`) instead of a model.
     adaptive lets a cost model pick the draft length each round (up to n_draft, 0 = plain
-    decoding when speculation would not pay). Its choices follow measured times, and with
+    decoding when speculation would not pay) and where each draft stops; p_min (a draft stops
+    where its top probability is below it) then defaults to none, else to llama.cpp's 0.75. Its choices follow measured times, and with
     sampling the exact sample drawn depends on them (its distribution never does), so by default
     (None) it is on unless a seed is given with temperature > 0: same seed, same output.
     draft_vocab: a draft model with over twice as many tokens computes the logits of this many

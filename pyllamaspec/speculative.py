@@ -2,7 +2,8 @@
 
 One round (Leviathan et al. 2023; Chen et al. 2023):
   1. the drafter proposes up to k tokens x_1..x_k: a draft model samples them from its adjusted
-     distribution q (stopping early when its top probability falls below p_min); an n-gram
+     distribution q (stopping early where the next token is not worth its cost, see
+     cost_model.py, or below a fixed p_min); an n-gram
      drafter copies what followed the last n tokens earlier in the text (q: a point mass);
   2. the target evaluates [last, x_1..x_k] in ONE call, giving p at k+1 positions;
   3. the core accepts x_i with probability min(1, p_i(x_i)/q_i(x_i)) (greedy: iff it is the
@@ -26,6 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .cost_model import DraftPolicy
 from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError
 from .model import Model
 from .sampling import Sampler, SamplingParams
@@ -34,12 +36,14 @@ from .sampling import Sampler, SamplingParams
 @dataclass
 class DraftParams:
     """llama.cpp's --draft-max, --draft-min, --draft-p-min; `adaptive` lets the cost model pick
-    the draft length (up to n_draft) each round; `ngram` is the n-gram drafter's longest match;
+    the draft length (up to n_draft) each round and, token by token, where a draft model's draft
+    stops; p_min (a draft stops where its top probability is below it) then defaults to none,
+    else to llama.cpp's 0.75; `ngram` is the n-gram drafter's longest match;
     `draft_vocab`: a draft model with more than twice as many tokens computes logits for this
     many common ones only (Model.common_token_ids; 0 = all of them)."""
     n_draft: int = 16
     n_min: int = 0
-    p_min: float = 0.75
+    p_min: float | None = None
     adaptive: bool = True
     ngram: int = 3
     draft_vocab: int = 32768
@@ -49,7 +53,7 @@ class DraftParams:
             raise InvalidArgumentError(f"n_draft must be an integer >= 1, got {self.n_draft!r}")
         if not isinstance(self.n_min, int) or not 0 <= self.n_min <= self.n_draft:
             raise InvalidArgumentError(f"n_min must be in [0, n_draft], got {self.n_min!r}")
-        if not isinstance(self.p_min, (int, float)) or not 0 <= self.p_min <= 1:
+        if self.p_min is not None and (not isinstance(self.p_min, (int, float)) or not 0 <= self.p_min <= 1):
             raise InvalidArgumentError(f"p_min must be in [0, 1], got {self.p_min!r}")
         if not isinstance(self.ngram, int) or self.ngram < 1:
             raise InvalidArgumentError(f"ngram must be an integer >= 1, got {self.ngram!r}")
@@ -92,163 +96,6 @@ class Stats:
     def t_loop(self) -> float:
         """Time in the Python loop: generation time neither model's core accounts for."""
         return max(0.0, self.t_generate - self.t_draft - self.t_target)
-
-
-# ---- the cost model ---------------------------------------------------------------------------
-
-class DraftPolicy:
-    """Picks the draft length k that maximizes expected tokens per second.
-
-    With a per-token acceptance probability a, a round drafting k tokens yields
-    E[k] = (1 - a^(k+1)) / (1 - a) tokens (accepted prefix + the target's token) and costs
-    k * c_draft + c_target(k + 1). k = 0 is plain decoding: 1 token for c_target(1).
-    a is estimated from accepted prefixes (accepted tokens vs rejections, slowly forgetting),
-    one estimate per kind of proposal (see select); the costs are running averages of measured
-    times; c_target(n) between measured n is interpolated linearly, beyond them optimistically.
-    """
-
-    FORGET = 0.97          # weight of the past in the acceptance estimate, per round
-    START_K = 4            # the first round drafts this many tokens, to measure the draft's pace
-    EXPLORE = 0.02         # while k = 0 wins, probes (a few drafted tokens, after the draft model
-    BACKOFF_MAX = 64       # catches up) may cost this fraction of the plain decoding time around
-                           # them; each probe that confirms plain decoding halves that, to 1/64
-    PROBE_K = 4            # the longest probe
-
-    def __init__(self, k_max: int, prior_alpha: float = 0.7, prior_weight: float = 2.0):
-        self.k_max = k_max
-        self.prior = (prior_alpha * prior_weight, (1 - prior_alpha) * prior_weight)
-        self.acc, self.rej = self.prior
-        self.key = None
-        self.counts: dict = {}
-        self.c_draft: float | None = None
-        self.c_catch_up: float | None = None
-        self.c_target: dict[int, float] = {}
-        self.plain_time = 0.0
-        self.backoff = 1
-
-    @property
-    def measuring(self) -> bool:
-        """Nothing measured of the draft yet: the next round is the first, short, draft."""
-        return self.c_draft is None
-
-    @property
-    def alpha(self) -> float:
-        return self.acc / (self.acc + self.rej)
-
-    def select(self, key) -> None:
-        """Switches to the acceptance estimate kept for `key` (a drafter's kind of proposal:
-        the n-gram drafter's match length and whether its last proposal was taken whole, as
-        their reliability differs)."""
-        if key != self.key:
-            self.counts[self.key] = (self.acc, self.rej)
-            self.acc, self.rej = self.counts.get(key, self.prior)
-            self.key = key
-
-    def observe_round(self, drafted: int, accepted: int) -> None:
-        if drafted:
-            self.acc = self.acc * self.FORGET + accepted
-            self.rej = self.rej * self.FORGET + (1 if accepted < drafted else 0)
-
-    def observe_draft(self, seconds: float, n_tokens: int) -> None:
-        if n_tokens > 0:
-            c = seconds / n_tokens
-            self.c_draft = c if self.c_draft is None else 0.8 * self.c_draft + 0.2 * c
-
-    def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
-        if n_tokens > 0:
-            c = seconds / n_tokens
-            self.c_catch_up = c if self.c_catch_up is None else 0.8 * self.c_catch_up + 0.2 * c
-
-    def observe_target(self, n: int, seconds: float) -> None:
-        old = self.c_target.get(n)
-        self.c_target[n] = seconds if old is None else 0.8 * old + 0.2 * seconds
-
-    def target_cost(self, n: int) -> float:
-        pts = sorted(self.c_target.items())
-        if n in self.c_target:
-            return self.c_target[n]
-        if len(pts) == 1:                      # one point: assume cost grows slowly with n
-            n0, c0 = pts[0]
-            return c0 * (1 + 0.02 * (n - n0))
-        if n > pts[-1][0]:
-            # Beyond the largest batch measured, assume half the average growth so far: batches
-            # cost less per token as they grow, and an optimistic guess gets measured (then
-            # corrected) the first time it is chosen, where a pessimistic one would never be.
-            (n0, c0), (n1, c1) = pts[0], pts[-1]
-            return c1 + 0.5 * (c1 - c0) / (n1 - n0) * (n - n1)
-        lo = max((p for p in pts if p[0] < n), default=pts[0])
-        hi = min((p for p in pts if p[0] > n), default=pts[-1])
-        if lo[0] == hi[0]:
-            lo, hi = pts[0], pts[1]
-        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        return max(1e-9, lo[1] + slope * (n - lo[0]))
-
-    @staticmethod
-    def expected_tokens(alpha: float, k: int) -> float:
-        if alpha >= 1.0:
-            return k + 1.0
-        return (1 - alpha ** (k + 1)) / (1 - alpha)
-
-    def best_k(self, k_cap: int, alpha: float | None = None) -> int:
-        """The k in [0, k_cap] with the most expected tokens per second (at the estimated
-        acceptance, or at `alpha`)."""
-        a, cd = self.alpha if alpha is None else alpha, self.c_draft or 0.0
-        best_k, best = 0, 1.0 / self.target_cost(1)
-        for k in range(1, k_cap + 1):
-            rate = self.expected_tokens(a, k) / (k * cd + self.target_cost(k + 1))
-            if rate > best * (1 + 1e-9):
-                best_k, best = k, rate
-        return best_k
-
-    def probe_cost(self, n_catch_up: int, k: int = 1) -> float:
-        """Seconds a probe of k tokens adds to a plain round: the draft catching up on
-        n_catch_up tokens, drafting k, and the target verifying k + 1 tokens instead of 1."""
-        cd = self.c_draft or 0.0
-        cu = self.c_catch_up if self.c_catch_up is not None else cd
-        return k * cd + cu * n_catch_up + max(0.0, self.target_cost(k + 1) - self.target_cost(1))
-
-    def state(self) -> dict:
-        """The acceptance estimates, to start a later generation with the same pair from."""
-        counts = dict(self.counts)
-        counts[self.key] = (self.acc, self.rej)
-        return counts
-
-    def resume(self, counts: dict, weight: float = 8.0) -> None:
-        """Starts from estimates a generation with the same pair left (see state), worth at most
-        `weight` rounds of evidence, so that a different text soon has its own say."""
-        for key, (a, r) in counts.items():
-            scale = min(1.0, weight / max(a + r, 1e-9))
-            self.counts[key] = (a * scale, r * scale)
-        self.acc, self.rej = self.counts.pop(self.key, self.prior)
-
-    def choose(self, k_cap: int, n_catch_up: int = 0) -> int:
-        """The draft length for the next round (0: plain decoding). n_catch_up: the tokens a
-        draft model would evaluate before drafting."""
-        k_cap = min(k_cap, self.k_max)
-        if self.measuring:
-            return min(k_cap, self.START_K)    # nothing measured yet: a short draft measures it
-        if 1 not in self.c_target:
-            return 0                           # one plain round measures the target's own pace
-        k = self.best_k(k_cap)
-        if k > 0:
-            self.plain_time, self.backoff = 0.0, 1
-            return k
-        # Plain decoding wins. If it would win even were every draft accepted, no probe can
-        # change that: the draft is just too slow for this target.
-        if self.best_k(k_cap, alpha=1.0) == 0:
-            return 0
-        # Otherwise probe now and then, so a draft that does better is noticed, within a budget:
-        # a probe comes once the plain rounds since the last one took probe_cost / EXPLORE
-        # (times the backoff), so probing costs at most EXPLORE of the time, less as they repeat.
-        # It drafts what would pay were the draft always right (PROBE_K at most): a probe that
-        # succeeds then tells more than one token could.
-        k = min(self.best_k(k_cap, alpha=1.0), self.PROBE_K)
-        self.plain_time += self.target_cost(1)
-        if self.EXPLORE * self.plain_time >= self.backoff * self.probe_cost(n_catch_up, k):
-            self.plain_time = 0.0
-            self.backoff = min(2 * self.backoff, self.BACKOFF_MAX)
-            return k
-        return 0
 
 
 # ---- drafters ---------------------------------------------------------------------------------
@@ -296,6 +143,7 @@ class ModelDrafter:
         self.sampler = Sampler(V, replace(sampling, seed=_seed_for_draft(sampling.seed)))
         self.logits = np.empty((1, V), np.float32)
         self.q = None if sampling.greedy else np.empty((params.n_draft, V), np.float32)
+        self.p_max = np.zeros(params.n_draft, np.float32)
         self.skipped = 0
         self.evals = 0                           # draft evaluations of the last propose()
 
@@ -335,24 +183,34 @@ class ModelDrafter:
             d.eval(np.asarray(seq[len(seq) - 1 - n:-1], np.int32), logits="none")
         return n
 
-    def propose(self, seq: list[int], k_max: int, out: np.ndarray, p_min: float | None = None) -> int:
+    def propose(self, seq: list[int], k_max: int, out: np.ndarray, p_min: float = 0.0,
+                policy: DraftPolicy | None = None) -> int:
         """Drafts up to k_max tokens after seq (call catch_up first), stopping early where the
-        draft's top probability is below p_min (default: the parameters')."""
-        d, dp = self.model, self.params
-        p_min = dp.p_min if p_min is None else p_min
+        draft's top probability is below p_min, or where the cost model (policy) says the next
+        token is not worth its cost. The top probabilities are kept in self.p_max."""
+        d, n_min = self.model, self.params.n_min
         k_max = min(k_max, d.n_ctx - d.n_past)
         k = 0
         self.evals = 0
+        p_all = 1.0                              # the chance that the whole draft is accepted
         toks = np.asarray(seq[-1:], np.int32)
         while k < k_max:
             logits = d.eval(toks, logits="last", out=self.logits)
             self.evals += 1
             tok, p_max = self.sampler.sample(logits[0], None if self.q is None else self.q[k])
-            if k >= dp.n_min and p_max < p_min:
-                break
+            keep = more = True
+            if k >= n_min:
+                if p_max < p_min:
+                    break
+                if policy is not None:
+                    p_all *= policy.token_alpha(p_max)
+                    keep, more = policy.keep_drafting(p_all, first=k == 0)
+                    if not keep:
+                        break
             out[k] = tok
+            self.p_max[k] = p_max
             k += 1
-            if tok in self.eog:                  # nothing worth drafting after the end
+            if tok in self.eog or not more:      # nothing worth drafting after the end
                 break
             toks = out[k - 1:k]
         return k
@@ -450,7 +308,7 @@ class Decoder:
         else:
             target._psl_costs = self.policy.c_target
         if isinstance(self.drafter, ModelDrafter):
-            self.policy.c_draft = getattr(draft, "_psl_c_draft", None)
+            self.policy.c_draft, self.policy.n_draft_obs = getattr(draft, "_psl_c_draft", (None, 0))
         # so do acceptance estimates, a property of the pair more than of the text: kept on the
         # target by drafter ("ngram" or the draft's file), they start the next generation
         self._pair = "ngram" if isinstance(self.drafter, NgramDrafter) else getattr(draft, "path", None)
@@ -494,17 +352,24 @@ class Decoder:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
         k_cap = min(self.dp.n_draft, room - 1)
         k = 0
+        t_round = time.perf_counter()
         if self.drafter is not None and k_cap > 0:
             d = self.drafter
             if isinstance(d, NgramDrafter):
                 k = self._propose_ngram(k_cap)
             elif (k_max := self.policy.choose(k_cap, d.pending(self.seq)) if self.dp.adaptive else k_cap) > 0:
-                # the cost model's first round measures a batch of START_K + 1: p_min may not cut it
+                # the cost model's first round measures a batch of START_K + 1: nothing may cut it
                 first = self.dp.adaptive and self.policy.measuring
+                p_min = self.dp.p_min if self.dp.p_min is not None else 0.0 if self.dp.adaptive else 0.75
                 t0 = time.perf_counter()
                 n_up = d.catch_up(self.seq)
                 t1 = time.perf_counter()
-                k = d.propose(self.seq, k_max, self.drafts, p_min=0.0 if first else None)
+                # with sampling, the draft's confidence in a token tells how likely it is to be
+                # accepted, and the cost model stops the draft token by token; greedy drafts carry
+                # no such signal (their top probability is 1 by construction)
+                per_token = self.dp.adaptive and not first and not self.sampling.greedy
+                k = d.propose(self.seq, k_max, self.drafts, p_min=0.0 if first else p_min,
+                              policy=self.policy if per_token else None)
                 t2 = time.perf_counter()
                 self.stats.t_draft += t2 - t0
                 self.policy.observe_catch_up(t1 - t0, n_up)
@@ -524,12 +389,15 @@ class Decoder:
         self.policy.observe_target(k + 1, dt)
 
         if isinstance(self.drafter, ModelDrafter):
-            self.drafter.model._psl_c_draft = self.policy.c_draft
+            self.drafter.model._psl_c_draft = (self.policy.c_draft, self.policy.n_draft_obs)
         new = [(int(t), True) for t in self.drafts[:n_acc]] + [(int(nxt), False)]
         self.seq.extend(t for t, _ in new)
         if self.drafter is not None:
             self.drafter.accepted(self.seq, [t for t, _ in new], k)
             self.policy.observe_round(k, n_acc)
+            if isinstance(self.drafter, ModelDrafter) and k:
+                self.policy.observe_tokens(self.drafter.p_max[:k], n_acc)
+                self.policy.observe_rate(time.perf_counter() - t_round, n_acc + 1)
             self.stats.rounds += 1
             self.stats.drafted += k
             self.stats.accepted += n_acc

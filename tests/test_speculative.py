@@ -488,10 +488,50 @@ def test_ngram_sampling_preserves_the_distribution(pair):
 
 
 def test_policy_does_not_probe_a_draft_that_cannot_pay():
-    # a draft as slow as the target never pays, even at acceptance 1: no probes at all
+    # a draft measured (often enough to be believed) as slow as the target never pays, even at
+    # acceptance 1: no probes at all
     c_target = {n: 0.010 + 0.0004 * (n - 1) for n in range(1, 18)}
     p = _policy(0.5, 0.011, c_target)
+    p.n_draft_obs = DraftPolicy.CONFIDENT
     assert all(p.choose(16) == 0 for _ in range(200))
+
+
+def test_policy_recovers_from_one_slow_draft_measurement():
+    """One slow first measurement of the draft (a page fault, a busy machine) made it look as slow
+    as the target, and plain decoding was then chosen for good (issue 10: a demo run decoded
+    plainly for 127 rounds). Now it is not believed until measured again: a probe comes, and its
+    faster measurement is believed at once."""
+    c_target = {n: 0.010 + 0.0004 * (n - 1) for n in range(1, 18)}
+    p = DraftPolicy(16)
+    p.c_target = dict(c_target)
+    p.observe_draft(0.012 * 4, 4)                          # the first round's draft: a slow outlier
+    p.observe_round(4, 4)
+    picks = [p.choose(16) for _ in range(200)]
+    first = next(i for i, k in enumerate(picks) if k)      # a probe within the 2% budget
+    assert first < 100
+    p.observe_draft(0.001 * picks[first], picks[first])    # its true pace
+    assert p.c_draft == 0.001 and p.choose(16) > 0
+
+
+def test_policy_keeps_drafting_after_one_unlucky_first_round():
+    """The first round drafts 4 and 1 is accepted: the acceptance mean falls from the prior's 0.7
+    to 0.6, where these costs no longer pay; its upper bound still does, so the next rounds
+    speculate, and on a pair that is right 95% of the time the estimate soon says so. A draft
+    that is right 20% of the time is dropped within a few rounds."""
+    c_target = {n: 0.010 + 0.0015 * (n - 1) for n in range(1, 18)}
+    rng = np.random.default_rng(0)
+    for true_alpha, speculating in ((0.95, True), (0.2, False)):
+        p = DraftPolicy(16)
+        p.c_target = dict(c_target)
+        p.observe_draft(0.005 * 4, 4)
+        p.observe_round(4, 1)
+        assert p.best_k(16) == 0 < p.choose(16)            # the mean alone would stop here
+        for _ in range(12):
+            k = p.choose(16)
+            if k:
+                right = rng.random(k) < true_alpha
+                p.observe_round(k, k if right.all() else int(np.argmin(right)))
+        assert (p.choose(16) > 0) == speculating, (true_alpha, p.alpha, p.alpha_upper)
 
 
 def test_eog_list_from_the_core_matches_per_token_checks(smollm2_path):
@@ -636,3 +676,75 @@ def test_restricted_head_needs_token_texts_else_the_full_head(synth_dir):
         dec.prefill([1, 2, 3])
         assert len(dec.step()) >= 1
         dec.close()
+
+
+def test_policy_learns_acceptance_by_draft_confidence_and_stops_drafts_that_do_not_pay():
+    """The per-token stopping rule (in place of a fixed p_min): tokens the draft is unsure of
+    are learned to be rejected, so a draft stops before them; tokens it is sure of go on while
+    their expected gain covers what verifying (and drafting) them costs."""
+    p = DraftPolicy(16)
+    p.c_target = {n: 0.010 + 0.001 * (n - 1) for n in range(1, 18)}
+    p.observe_draft(0.002, 1)
+    for _ in range(60):
+        p.observe_tokens(np.array([0.99, 0.99, 0.99, 0.4], np.float32), 3)   # the unsure 4th: rejected
+    assert p.token_alpha(0.99) > 0.95 and p.token_alpha(0.4) < 0.2
+    assert p.keep_drafting(0.01) == (True, True)           # no speculative round timed yet: no cut
+    p.observe_rate(0.012 * 4, 4)                           # rounds make a token every 12 ms
+    # a run of sure tokens is kept and continued while P(all accepted) stays high ...
+    p_all = 1.0
+    for i in range(4):
+        p_all *= p.token_alpha(0.99)
+        assert p.keep_drafting(p_all) == (True, True)
+    # ... an unsure one makes P collapse: not kept, no further draft evaluation
+    assert p.keep_drafting(p_all * p.token_alpha(0.4)) == (False, False)
+    # with a draft as dear as a token, a token is kept but no further one is drafted
+    p.c_draft = p.token_time
+    assert p.keep_drafting(0.9) == (True, False)
+    # the verification slope is the cheapest measured from two tokens on: the step from one
+    # token to two (a change of kernel) is not in it, nor does one slow batch shorten drafts
+    p.c_target = {1: 0.010, 2: 0.016, 3: 0.017, 5: 0.019}
+    assert abs(p.verify_slope() - 0.001) < 1e-12
+    p.observe_target(4, 0.030)
+    assert abs(p.verify_slope() - 0.001) < 1e-12
+
+
+def test_cost_rule_stops_without_a_wasted_draft_evaluation(pair):
+    """A draft stopped by the cost model evaluated exactly the tokens it proposed (a fixed
+    p_min pays one evaluation more for the token it throws away), and the output is unchanged."""
+    target, draft = pair
+    sp = SamplingParams(temperature=0.7, seed=1)
+    dec = Decoder(target, draft, sp, DraftParams(n_draft=8))
+    dec.prefill([1, 5, 9])
+    pol = dec.policy
+    for _ in range(6):
+        dec.step()
+    pol.calib = [(99.0, 1.0)] * len(pol.calib)            # drafts are right 99% of the time
+    pol.acc, pol.rej = 99.0, 1.0                          # (whatever the timed rounds saw)
+    pol.c_target = {n: 0.010 + 0.001 * (n - 1) for n in range(1, 18)}
+    pol.c_draft = pol.token_time = 0.010                  # but drafting costs as much as a token
+    dec.drafter.catch_up(dec.seq)
+    k = dec.drafter.propose(dec.seq, 8, dec.drafts, policy=pol)
+    assert k == 1 and dec.drafter.evals == 1
+    pol.c_draft = 0.0                                     # free drafts: it goes on to k_max
+    k = dec.drafter.propose(dec.seq, 8, dec.drafts, policy=pol)
+    assert k == 8 and dec.drafter.evals == 8
+
+
+def test_policy_probes_often_while_evidence_is_thin():
+    """A few unlucky rounds at the start put the acceptance (and its optimistic bound) below
+    break-even, but on little evidence: probes then come sooner than the 2% budget alone would
+    let them (the budget follows the chance that speculation pays after all). On a draft known
+    to be as poor, the 2% budget holds."""
+    c_target = {n: 0.010 + 0.001 * (n - 1) for n in range(1, 18)}
+
+    def first_probe(acc: float, rej: float) -> int:
+        p = DraftPolicy(16)
+        p.c_target, p.c_draft, p.c_catch_up = dict(c_target), 0.006, 0.001
+        p.acc, p.rej = acc, rej
+        assert p.best_k(16, alpha=p.alpha_upper) == 0 < p.best_k(16, alpha=1.0)   # plain, but a draft could pay
+        return next(i for i in range(1, 10_000) if p.choose(16, n_catch_up=4) > 0)
+
+    thin = first_probe(1.0, 1.6)                 # mean 0.38 on ~3 rounds of evidence
+    known = first_probe(10.0, 16.0)              # the same mean on ~26
+    print(f"first probe after {thin} plain rounds (thin evidence), {known} (known poor draft)")
+    assert 2 * thin <= known
