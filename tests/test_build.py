@@ -150,12 +150,18 @@ def test_unreachable_registry_is_a_clear_error(tmp_path):
     assert not (tmp_path / "src").exists()
 
 
-def test_cached_archive_is_verified_and_unpacked(fetch, monkeypatch, tmp_path):
+def _pinned_archive(fetch, monkeypatch, tmp_path):
+    """A fake sdist that the pin accepts, and an empty cache folder for it."""
     archive = tmp_path / "x.tar.gz"
     _fake_sdist(archive, GOOD_TREE)
     monkeypatch.setitem(fetch.PIN, "sha256", fetch.pypi.sha256_of(archive))
     cache = tmp_path / "cache" / "ggml"
     cache.mkdir(parents=True)
+    return archive, cache
+
+
+def test_cached_archive_is_verified_and_unpacked(fetch, monkeypatch, tmp_path):
+    archive, cache = _pinned_archive(fetch, monkeypatch, tmp_path)
     shutil.copy(archive, cache / fetch.PIN["filename"])
     monkeypatch.setattr(fetch, "download", lambda dest: pytest.fail("the cached archive must be used"))
     dest = tmp_path / "src"
@@ -165,11 +171,7 @@ def test_cached_archive_is_verified_and_unpacked(fetch, monkeypatch, tmp_path):
 
 
 def test_corrupt_cached_archive_is_fetched_again(fetch, monkeypatch, tmp_path):
-    archive = tmp_path / "x.tar.gz"
-    _fake_sdist(archive, GOOD_TREE)
-    monkeypatch.setitem(fetch.PIN, "sha256", fetch.pypi.sha256_of(archive))
-    cache = tmp_path / "cache" / "ggml"
-    cache.mkdir(parents=True)
+    archive, cache = _pinned_archive(fetch, monkeypatch, tmp_path)
     (cache / fetch.PIN["filename"]).write_bytes(b"half a download")
     fetched = []
 
