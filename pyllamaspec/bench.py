@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             print()
         return 0
     if a.fidelity:
-        rows = engines.fidelity_rows(a.model, a.threads, a.reference)
+        rows = engines.fidelity_rows(a.model, a.threads, a.reference, a.n_gpu_layers)
         if a.json:
             json.dump(rows, sys.stdout, indent=1)
             print()

@@ -162,10 +162,11 @@ def fidelity(m: Model, refs: list[dict]) -> dict:
                 argmax_agree=agree / total, greedy_same=same, greedy_of=[len(r["gen"]) for r in refs])
 
 
-def fidelity_rows(paths: list[str], threads: int, ref_dir: Path = REFERENCE_DIR) -> list[dict]:
+def fidelity_rows(paths: list[str], threads: int, ref_dir: Path = REFERENCE_DIR,
+                  n_gpu_layers: int = 0) -> list[dict]:
     rows = []
     for path in paths:
-        with Model(path, n_ctx=512, n_threads=threads) as m:
+        with Model(path, n_ctx=512, n_threads=threads, n_gpu_layers=n_gpu_layers) as m:
             refs = reference_for(m, ref_dir)
             if refs is not None:
                 rows.append(dict(model=os.path.basename(path), **fidelity(m, refs)))

@@ -17,6 +17,24 @@ from pypi_index import Index  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
+def _offload_by_default() -> None:
+    """PYLLAMASPEC_TEST_GPU_LAYERS=N runs the suite with N layers on the GPU (-1: all) wherever
+    a test does not choose (scripts/gpu_check.sh): every Model defaults to n_gpu_layers=N."""
+    n = os.environ.get("PYLLAMASPEC_TEST_GPU_LAYERS")
+    if not n:
+        return
+    from pyllamaspec import model
+    init = model.Model.__init__
+
+    def offloaded(self, path, **kwargs):
+        kwargs.setdefault("n_gpu_layers", int(n))
+        init(self, path, **kwargs)
+    model.Model.__init__ = offloaded
+
+
+_offload_by_default()
+
+
 def reference_dir() -> pathlib.Path:
     """llama.cpp's outputs on the real models (tests/data/reference, copied from the team's
     shared folder with its README), or $PYLLAMASPEC_REFERENCE."""

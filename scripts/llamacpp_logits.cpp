@@ -1,0 +1,69 @@
+// Prints llama.cpp's top-5 logits at every position of token-id prompts, to compare its
+// numerics with ours on a device (e.g. CUDA vs CPU). Not part of the build or of CI.
+//
+//   g++ -O2 -std=c++17 llamacpp_logits.cpp -I LLAMA/include -I LLAMA/ggml/include -L BUILD/bin -lllama -o probe
+//   probe MODEL N_GPU_LAYERS < prompts.txt     (one prompt a line: space-separated token ids)
+// Output: one line a prompt position: "p i id:logit id:logit ..." (the 5 largest logits).
+#include "llama.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+static void quiet(ggml_log_level, const char *, void *) {}
+
+int main(int argc, char ** argv) {
+    if (argc < 3) {
+        std::fprintf(stderr, "usage: %s MODEL N_GPU_LAYERS < prompts.txt\n", argv[0]);
+        return 2;
+    }
+    llama_log_set(quiet, nullptr);
+    llama_backend_init();
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = std::atoi(argv[2]);
+    llama_model * model = llama_model_load_from_file(argv[1], mp);
+    if (!model) return 1;
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = cp.n_ubatch = 512;
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) return 1;
+    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+
+    std::string line;
+    for (int p = 0; std::getline(std::cin, line); ++p) {
+        std::istringstream in(line);
+        std::vector<llama_token> ids;
+        for (llama_token t; in >> t;) ids.push_back(t);
+        llama_memory_clear(llama_get_memory(ctx), true);
+        llama_batch batch = llama_batch_init((int) ids.size(), 0, 1);
+        for (size_t i = 0; i < ids.size(); ++i) {
+            batch.token[i] = ids[i];
+            batch.pos[i] = (llama_pos) i;
+            batch.n_seq_id[i] = 1;
+            batch.seq_id[i][0] = 0;
+            batch.logits[i] = 1;
+        }
+        batch.n_tokens = (int) ids.size();
+        if (llama_decode(ctx, batch) != 0) return 1;
+        std::vector<int> order(n_vocab);
+        for (size_t i = 0; i < ids.size(); ++i) {
+            const float * lg = llama_get_logits_ith(ctx, (int) i);
+            std::iota(order.begin(), order.end(), 0);
+            std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                              [&](int a, int b) { return lg[a] > lg[b]; });
+            std::printf("%d %zu", p, i);
+            for (int k = 0; k < 5; ++k) std::printf(" %d:%.6f", order[k], lg[order[k]]);
+            std::printf("\n");
+        }
+        llama_batch_free(batch);
+    }
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
