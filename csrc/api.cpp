@@ -332,6 +332,12 @@ void psl_context_interrupt(psl_context * ctx) {
     if (ctx) ctx->interrupt = true;
 }
 
+void psl_context_clear_interrupt(psl_context * ctx) {
+    if (ctx) ctx->interrupt = false;
+}
+
+int32_t psl_max_threads(void) { return psl::max_threads(); }
+
 void psl_context_set_catch_sigint(psl_context * ctx, bool on) {
     if (ctx) ctx->catch_sigint = on;
 }

@@ -19,6 +19,12 @@ using namespace psl;
 
 namespace {
 
+void check_threads(int32_t n) {
+    if (n < 0 || n > psl::max_threads()) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be in [0, %d] (0 = default), got %d", psl::max_threads(), n);
+    }
+}
+
 int32_t default_threads() {
     const unsigned hw = std::thread::hardware_concurrency();
     return hw == 0 ? 4 : (int32_t) std::min(hw, 16u);
@@ -76,13 +82,19 @@ bool abort_requested(void * data) {
 
 }  // namespace
 
+int32_t psl::max_threads() {
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    return (int32_t) std::min(4u * hw, 512u);
+}
+
 psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m), params(p) {
     const HParams & hp = m->hp;
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0) {
         fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx, n_batch and n_threads must be >= 0 (got %d, %d, %d)", p.n_ctx,
              p.n_batch, p.n_threads);
     }
-    if (p.n_ctx > (1 << 22)) fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx %d is too large", p.n_ctx);
+    if (p.n_ctx > (1 << 22)) fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx %d is too large (at most %d)", p.n_ctx, 1 << 22);
+    check_threads(p.n_threads);
     if (!is_kv_type(p.type_k) || !is_kv_type(p.type_v)) {
         fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
              "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
@@ -98,26 +110,26 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
 
     kv = std::make_unique<KvCache>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
 
-    backend_cpu = ggml_backend_dev_init(m->dev_cpu, nullptr);
+    backend_cpu.reset(ggml_backend_dev_init(m->dev_cpu, nullptr));
     if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
-    ggml_backend_cpu_set_n_threads(backend_cpu, params.n_threads);
-    ggml_backend_cpu_set_abort_callback(backend_cpu, abort_requested, this);
+    ggml_backend_cpu_set_n_threads(backend_cpu.get(), params.n_threads);
+    ggml_backend_cpu_set_abort_callback(backend_cpu.get(), abort_requested, this);
     std::vector<ggml_backend_t> backends;
     if (m->dev_gpu) {
-        backend_gpu = ggml_backend_dev_init(m->dev_gpu, nullptr);
+        backend_gpu.reset(ggml_backend_dev_init(m->dev_gpu, nullptr));
         if (!backend_gpu) fail(PSL_ERR_BACKEND, "cannot start the %s backend", ggml_backend_dev_name(m->dev_gpu));
-        backends.push_back(backend_gpu);
+        backends.push_back(backend_gpu.get());
     }
-    backends.push_back(backend_cpu);   // the CPU last: the scheduler's fallback
+    backends.push_back(backend_cpu.get());   // the CPU last: the scheduler's fallback
 
     graph_size = std::max<size_t>(2048, 10 * (size_t) gguf_get_n_tensors(m->gguf));
     graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
-    sched = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size, false, true);
+    sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size, false, true));
     if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
 
     // Reserve compute memory once, for the largest graph: a full batch attending to the whole cache.
     build_graph(params.n_batch, kv->size(), PSL_LOGITS_ALL);
-    if (!ggml_backend_sched_reserve(sched, gf)) {
+    if (!ggml_backend_sched_reserve(sched.get(), gf)) {
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
              params.n_ctx);
     }
@@ -125,28 +137,28 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
 }
 
 psl_context::~psl_context() {
-    if (sched) ggml_backend_sched_free(sched);
+    sched.reset();
     free_head();
     graph.reset();
-    if (graph_ctx) ggml_free(graph_ctx);
+    graph_ctx.reset();
     kv.reset();
-    if (backend_gpu) ggml_backend_free(backend_gpu);
-    if (backend_cpu) ggml_backend_free(backend_cpu);
+    backend_gpu.reset();
+    backend_cpu.reset();
     psl::release(model);
 }
 
 void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph_tokens = -1;
     graph.reset();
-    if (graph_ctx) ggml_free(graph_ctx);
+    graph_ctx.reset();
     ggml_init_params p = {graph_buf.size(), graph_buf.data(), /*no_alloc =*/ true};
-    graph_ctx = ggml_init(p);
+    graph_ctx.reset(ggml_init(p));
     if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
-    gf = ggml_new_graph_custom(graph_ctx, graph_size, false);
-    graph = std::make_unique<Graph>(graph_ctx, gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
+    gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
+    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
     // the rows of the restricted head in use, if any
-    graph->head = head ? ggml_view_2d(graph_ctx, head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
+    graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
                        : nullptr;
     graph->result = model->arch->build(*graph);
     ggml_build_forward_expand(gf, graph->result);
@@ -192,8 +204,8 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
     const int32_t n_kv = kv->n_kv_for(n_past + n_tokens);
     if (n_tokens != graph_tokens || n_kv != graph_kv || mode != graph_mode) {
         build_graph(n_tokens, n_kv, mode);
-        ggml_backend_sched_reset(sched);
-        if (!ggml_backend_sched_alloc_graph(sched, gf)) {
+        ggml_backend_sched_reset(sched.get());
+        if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
             fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n_tokens);
         }
         graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
@@ -211,8 +223,11 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         ~Redirect() { if (t) t->data = own; }
     } redirect{direct ? res : nullptr, res->data};
     if (direct) res->data = out;
-    const ggml_status st = ggml_backend_sched_graph_compute(sched, gf);
-    if (st == GGML_STATUS_ABORTED) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
+    const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
+    if (st == GGML_STATUS_ABORTED) {
+        interrupt = false;   // consumed (a SIGINT leaves it as it was)
+        fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
+    }
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
     if (mode != PSL_LOGITS_NONE && head) {
         // restricted head: spread each row's logits over the vocabulary, -inf elsewhere
@@ -259,13 +274,15 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
         out = logits.data();
     }
     n_rows = 0;
-    interrupt = false;
     SigintScope sigint(catch_sigint);
     sigint_mark = g_sigint_count.load();
 
     const int32_t n_past0 = kv->used();
     try {
         for (int32_t off = 0; off < n; off += params.n_batch) {
+            // an interrupt asked for before this eval or between its batches (a GPU backend
+            // polls no abort callback) stops it here
+            if (interrupt.exchange(false)) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
             const int32_t nb = std::min(params.n_batch, n - off);
             const bool last = off + nb == n;
             const int32_t m = mode == PSL_LOGITS_ALL ? PSL_LOGITS_ALL
@@ -288,9 +305,9 @@ void check_output_id(int32_t id, int32_t i, int32_t n_vocab) {
 }  // namespace
 
 void psl_context::free_head() {
-    if (head_buf) ggml_backend_buffer_free(head_buf);
-    if (head_ctx) ggml_free(head_ctx);
-    head_buf = nullptr, head_ctx = nullptr, head = nullptr;
+    head = nullptr;
+    head_buf.reset();
+    head_ctx.reset();
     head_ids.clear();
     head_has.clear();
 }
@@ -302,7 +319,7 @@ void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_r
     const size_t row = head->nb[1];
     const size_t base = f.tensor_file_offset(ggml_get_name(model->output));
     // straight into the head when it is in host memory, else through a staging copy
-    const bool host = ggml_backend_buffer_is_host(head_buf);
+    const bool host = ggml_backend_buffer_is_host(head_buf.get());
     std::vector<uint8_t> staging(host ? 0 : row * (size_t) n);
     uint8_t * dst = host ? (uint8_t *) head->data + (size_t) first_row * row : staging.data();
     for (int32_t i = 0; i < n; ++i) {
@@ -330,21 +347,21 @@ void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
     const ggml_tensor * src = model->output;
     const int64_t room = std::min<int64_t>(n_vocab, (int64_t) n + std::max<int64_t>(1024, n / 8));
     ggml_init_params ip = {ggml_tensor_overhead() * 2, nullptr, /*no_alloc =*/ true};
-    head_ctx = ggml_init(ip);
+    head_ctx.reset(ggml_init(ip));
     if (!head_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the output head's context");
-    head = ggml_new_tensor_2d(head_ctx, src->type, src->ne[0], room);
+    head = ggml_new_tensor_2d(head_ctx.get(), src->type, src->ne[0], room);
     ggml_set_name(head, "output_ids.weight");
     // next to the full head: on the GPU if it was offloaded, else in plain CPU memory
     ggml_backend_buffer_type_t buft = model->output_on_gpu && model->dev_gpu
                                           ? ggml_backend_dev_buffer_type(model->dev_gpu)
                                           : ggml_backend_cpu_buffer_type();
-    head_buf = ggml_backend_alloc_ctx_tensors_from_buft(head_ctx, buft);
+    head_buf.reset(ggml_backend_alloc_ctx_tensors_from_buft(head_ctx.get(), buft));
     if (!head_buf) {
         const double mib = ggml_nbytes(head) / 1048576.0;
         free_head();
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the output head", mib);
     }
-    ggml_backend_buffer_set_usage(head_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    ggml_backend_buffer_set_usage(head_buf.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     try {
         copy_head_rows(ids, n, 0);
     } catch (...) {
@@ -399,7 +416,7 @@ void psl_context::truncate(int32_t n_keep) {
 }
 
 void psl_context::set_threads(int32_t n) {
-    if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (got %d)", n);
+    check_threads(n);
     params.n_threads = n > 0 ? n : default_threads();
-    ggml_backend_cpu_set_n_threads(backend_cpu, params.n_threads);
+    ggml_backend_cpu_set_n_threads(backend_cpu.get(), params.n_threads);
 }

@@ -5,6 +5,7 @@
 #include "pyllamaspec.h"
 
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 
 #include <atomic>
 #include <memory>
@@ -18,12 +19,14 @@ struct psl_context {
     psl_model * model;                       // holds a reference (psl::retain)
     psl_context_params params;               // with defaults resolved
     std::unique_ptr<psl::KvCache> kv;
-    ggml_backend_t backend_cpu = nullptr;
-    ggml_backend_t backend_gpu = nullptr;
-    ggml_backend_sched_t sched = nullptr;
+    // Owned handles: members are destroyed in reverse order, so a constructor that throws half
+    // way frees what it made (the scheduler before the backends it drives).
+    ggml_backend_ptr backend_cpu;
+    ggml_backend_ptr backend_gpu;
+    ggml_backend_sched_ptr sched;
     size_t graph_size = 0;
     std::vector<uint8_t> graph_buf;          // metadata of the current graph
-    ggml_context * graph_ctx = nullptr;
+    ggml_context_ptr graph_ctx;
     ggml_cgraph * gf = nullptr;
     std::unique_ptr<psl::Graph> graph;
     // The current graph is reused, allocation included, while these stay the same.
@@ -41,8 +44,8 @@ struct psl_context {
     // A restricted output head (psl_context_set_output_ids): room for head->ne[1] rows of
     // which the first head_ids.size() are used, which ids are in it, and scratch for the
     // restricted logits before they are spread over n_vocab.
-    ggml_context * head_ctx = nullptr;
-    ggml_backend_buffer_t head_buf = nullptr;
+    ggml_context_ptr head_ctx;
+    ggml_backend_buffer_ptr head_buf;
     ggml_tensor * head = nullptr;
     std::vector<int32_t> head_ids;
     std::vector<uint8_t> head_has;

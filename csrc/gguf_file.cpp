@@ -29,44 +29,56 @@ bool is_int_type(gguf_type t) {
 
 }  // namespace
 
-GgufFile::GgufFile(const std::string & path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
+Fd::~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+Mapping::~Mapping() {
+    if (data_) munmap((void *) data_, size_);
+}
+
+void Mapping::map(int fd, size_t size) {
+    // No MAP_POPULATE: pages of tensors that get copied (repacked, or sent to a GPU) must never
+    // count in RSS; the tensors used in place are prefaulted one by one (prefetch).
+    void * addr = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) fail(PSL_ERR_IO, "cannot mmap: %s", strerror(errno));
+    data_ = (const uint8_t *) addr;
+    size_ = size;
+}
+
+GgufFile::GgufFile(const std::string & path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_.get() < 0) {
         fail(PSL_ERR_IO, "cannot open model file '%s': %s", path.c_str(), strerror(errno));
     }
     struct stat st{};
-    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd_);
-        fd_ = -1;
+    if (fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
         fail(PSL_ERR_IO, "'%s' is not a regular file", path.c_str());
     }
     file_size_ = (size_t) st.st_size;
 
     char magic[4] = {0, 0, 0, 0};
-    if (file_size_ < 4 || ::pread(fd_, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0) {
-        ::close(fd_);
-        fd_ = -1;
+    if (file_size_ < 4 || ::pread(fd_.get(), magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0) {
         fail(PSL_ERR_FORMAT, "'%s' is not a GGUF file (bad magic)", path.c_str());
     }
 
     take_ggml_error();
-    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta_};
-    gguf_ = gguf_init_from_file(path.c_str(), params);
+    ggml_context * meta = nullptr;
+    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
+    gguf_.reset(gguf_init_from_file(path.c_str(), params));
+    meta_.reset(meta);
     if (!gguf_) {
         std::string why = take_ggml_error();
-        ::close(fd_);
-        fd_ = -1;
         fail(PSL_ERR_FORMAT, "'%s' is not a valid GGUF file%s%s", path.c_str(), why.empty() ? "" : ": ",
              why.c_str());
     }
 
     // gguf checks offsets against each other, not against the file: a truncated file is ours to catch.
-    data_offset_ = gguf_get_data_offset(gguf_);
-    const int64_t n_tensors = gguf_get_n_tensors(gguf_);
+    data_offset_ = gguf_get_data_offset(gguf());
+    const int64_t n_tensors = gguf_get_n_tensors(gguf());
     for (int64_t i = 0; i < n_tensors; ++i) {
-        const char * name = gguf_get_tensor_name(gguf_, i);
-        const ggml_tensor * t = ggml_get_tensor(meta_, name);
-        const size_t off = gguf_get_tensor_offset(gguf_, i);
+        const char * name = gguf_get_tensor_name(gguf(), i);
+        const ggml_tensor * t = ggml_get_tensor(meta_.get(), name);
+        const size_t off = gguf_get_tensor_offset(gguf(), i);
         const size_t end = data_offset_ + off + (t ? ggml_nbytes(t) : 0);
         if (!t || end > file_size_ || end < off) {
             fail(PSL_ERR_FORMAT, "'%s' is truncated: tensor '%s' ends at byte %zu but the file has %zu bytes",
@@ -75,66 +87,48 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
     }
 }
 
-GgufFile::~GgufFile() {
-    if (map_) {
-        munmap((void *) map_, file_size_);
-    }
-    if (fd_ >= 0) {
-        ::close(fd_);
-    }
-    if (gguf_) {
-        gguf_free(gguf_);
-    }
-    if (meta_) {
-        ggml_free(meta_);
-    }
-}
-
 size_t GgufFile::tensor_file_offset(const char * name) const {
-    const int64_t id = gguf_find_tensor(gguf_, name);
+    const int64_t id = gguf_find_tensor(gguf(), name);
     if (id < 0) {
         fail(PSL_ERR_FORMAT, "tensor '%s' not found", name);
     }
-    return data_offset_ + gguf_get_tensor_offset(gguf_, id);
+    return data_offset_ + gguf_get_tensor_offset(gguf(), id);
 }
 
 const uint8_t * GgufFile::map() {
-    if (map_) {
-        return map_;
+    if (!map_.data()) {
+        try {
+            map_.map(fd_.get(), file_size_);
+        } catch (const Error & e) {
+            fail(e.status, "'%s': %s", path_.c_str(), e.what());
+        }
     }
-    // No MAP_POPULATE: pages of tensors that get copied (repacked, or sent to a GPU) must never
-    // count in RSS; the tensors used in place are prefaulted one by one (prefetch).
-    void * addr = mmap(nullptr, file_size_, PROT_READ, MAP_SHARED, fd_, 0);
-    if (addr == MAP_FAILED) {
-        fail(PSL_ERR_IO, "cannot mmap '%s': %s", path_.c_str(), strerror(errno));
-    }
-    map_ = (const uint8_t *) addr;
-    return map_;
+    return map_.data();
 }
 
 void GgufFile::prefetch(size_t off, size_t n) const {
-    if (!map_ || n == 0) return;
+    if (!mapping() || n == 0) return;
     const size_t page = (size_t) sysconf(_SC_PAGESIZE);
     const size_t begin = off / page * page;
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22   // Linux 5.14; older kernels say EINVAL and we fall back
 #endif
-    if (madvise((void *) (map_ + begin), off + n - begin, MADV_POPULATE_READ) != 0) {
-        madvise((void *) (map_ + begin), off + n - begin, MADV_WILLNEED);
+    if (madvise((void *) (mapping() + begin), off + n - begin, MADV_POPULATE_READ) != 0) {
+        madvise((void *) (mapping() + begin), off + n - begin, MADV_WILLNEED);
     }
 }
 
 void GgufFile::release(size_t off, size_t n) const {
-    if (!map_) return;
+    if (!mapping()) return;
     const size_t page = (size_t) sysconf(_SC_PAGESIZE);
     const size_t begin = (off + page - 1) / page * page, end = (off + n) / page * page;
-    if (end > begin) madvise((void *) (map_ + begin), end - begin, MADV_DONTNEED);
+    if (end > begin) madvise((void *) (mapping() + begin), end - begin, MADV_DONTNEED);
 }
 
 void GgufFile::read(size_t off, void * dst, size_t n) const {
     uint8_t * p = (uint8_t *) dst;
     while (n > 0) {
-        const ssize_t got = ::pread(fd_, p, n, (off_t) off);
+        const ssize_t got = ::pread(fd_.get(), p, n, (off_t) off);
         if (got <= 0) {
             fail(PSL_ERR_IO, "read of '%s' failed at byte %zu: %s", path_.c_str(), off,
                  got == 0 ? "unexpected end of file" : strerror(errno));
@@ -145,24 +139,24 @@ void GgufFile::read(size_t off, void * dst, size_t n) const {
     }
 }
 
-bool GgufFile::has(const std::string & key) const { return gguf_find_key(gguf_, key.c_str()) >= 0; }
+bool GgufFile::has(const std::string & key) const { return gguf_find_key(gguf(), key.c_str()) >= 0; }
 
 int64_t GgufFile::get_int(const std::string & key) const {
-    const int64_t id = gguf_find_key(gguf_, key.c_str());
+    const int64_t id = gguf_find_key(gguf(), key.c_str());
     if (id < 0) {
         fail(PSL_ERR_FORMAT, "'%s': required key '%s' is missing", path_.c_str(), key.c_str());
     }
-    const gguf_type t = gguf_get_kv_type(gguf_, id);
+    const gguf_type t = gguf_get_kv_type(gguf(), id);
     switch (t) {
-        case GGUF_TYPE_UINT8:  return gguf_get_val_u8(gguf_, id);
-        case GGUF_TYPE_INT8:   return gguf_get_val_i8(gguf_, id);
-        case GGUF_TYPE_UINT16: return gguf_get_val_u16(gguf_, id);
-        case GGUF_TYPE_INT16:  return gguf_get_val_i16(gguf_, id);
-        case GGUF_TYPE_UINT32: return gguf_get_val_u32(gguf_, id);
-        case GGUF_TYPE_INT32:  return gguf_get_val_i32(gguf_, id);
-        case GGUF_TYPE_UINT64: return (int64_t) gguf_get_val_u64(gguf_, id);
-        case GGUF_TYPE_INT64:  return gguf_get_val_i64(gguf_, id);
-        case GGUF_TYPE_BOOL:   return gguf_get_val_bool(gguf_, id) ? 1 : 0;
+        case GGUF_TYPE_UINT8:  return gguf_get_val_u8(gguf(), id);
+        case GGUF_TYPE_INT8:   return gguf_get_val_i8(gguf(), id);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(gguf(), id);
+        case GGUF_TYPE_INT16:  return gguf_get_val_i16(gguf(), id);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(gguf(), id);
+        case GGUF_TYPE_INT32:  return gguf_get_val_i32(gguf(), id);
+        case GGUF_TYPE_UINT64: return (int64_t) gguf_get_val_u64(gguf(), id);
+        case GGUF_TYPE_INT64:  return gguf_get_val_i64(gguf(), id);
+        case GGUF_TYPE_BOOL:   return gguf_get_val_bool(gguf(), id) ? 1 : 0;
         default: break;
     }
     (void) is_int_type;
@@ -173,27 +167,27 @@ int64_t GgufFile::get_int(const std::string & key) const {
 int64_t GgufFile::get_int(const std::string & key, int64_t dflt) const { return has(key) ? get_int(key) : dflt; }
 
 double GgufFile::get_float(const std::string & key, double dflt) const {
-    const int64_t id = gguf_find_key(gguf_, key.c_str());
+    const int64_t id = gguf_find_key(gguf(), key.c_str());
     if (id < 0) {
         return dflt;
     }
-    const gguf_type t = gguf_get_kv_type(gguf_, id);
-    if (t == GGUF_TYPE_FLOAT32) return gguf_get_val_f32(gguf_, id);
-    if (t == GGUF_TYPE_FLOAT64) return gguf_get_val_f64(gguf_, id);
+    const gguf_type t = gguf_get_kv_type(gguf(), id);
+    if (t == GGUF_TYPE_FLOAT32) return gguf_get_val_f32(gguf(), id);
+    if (t == GGUF_TYPE_FLOAT64) return gguf_get_val_f64(gguf(), id);
     if (is_int_type(t)) return (double) get_int(key);
     fail(PSL_ERR_FORMAT, "'%s': key '%s' should be a number but has GGUF type %d", path_.c_str(), key.c_str(),
          (int) t);
 }
 
 std::string GgufFile::get_str(const std::string & key) const {
-    const int64_t id = gguf_find_key(gguf_, key.c_str());
+    const int64_t id = gguf_find_key(gguf(), key.c_str());
     if (id < 0) {
         fail(PSL_ERR_FORMAT, "'%s': required key '%s' is missing", path_.c_str(), key.c_str());
     }
-    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_STRING) {
+    if (gguf_get_kv_type(gguf(), id) != GGUF_TYPE_STRING) {
         fail(PSL_ERR_FORMAT, "'%s': key '%s' should be a string", path_.c_str(), key.c_str());
     }
-    return gguf_get_val_str(gguf_, id);
+    return gguf_get_val_str(gguf(), id);
 }
 
 std::string GgufFile::get_str(const std::string & key, const std::string & dflt) const {

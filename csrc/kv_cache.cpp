@@ -18,38 +18,32 @@ KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_ty
     }
     // Each layer's cache sits on the device that runs the layer.
     auto ctx_for = [&](bool gpu) -> ggml_context * {
-        const size_t i = gpu ? 1 : 0;
-        if (ctxs_.size() < 2) ctxs_.resize(2, nullptr);
-        if (!ctxs_[i]) {
+        ggml_context_ptr & ctx = ctxs_[gpu ? 1 : 0];
+        if (!ctx) {
             ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 2), nullptr, true};
-            ctxs_[i] = ggml_init(p);
-            if (!ctxs_[i]) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
+            ctx.reset(ggml_init(p));
+            if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
         }
-        return ctxs_[i];
+        return ctx.get();
     };
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_context * ctx = ctx_for(m.layer_on_gpu(il));
         k_.push_back(ggml_new_tensor_2d(ctx, type_k, hp.n_embd_k_gqa(), n_cells_));
         v_.push_back(ggml_new_tensor_2d(ctx, type_v, hp.n_embd_v_gqa(), n_cells_));
     }
-    for (size_t i = 0; i < ctxs_.size(); ++i) {
+    for (size_t i = 0; i < 2; ++i) {
         if (!ctxs_[i]) continue;
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(i == 1 ? m.dev_gpu : m.dev_cpu);
-        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[i], buft);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[i].get(), buft);
         if (!buf) {
             fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the KV cache (%d cells)",
-                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctxs_[i], buft) / 1048576.0, n_cells_);
+                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctxs_[i].get(), buft) / 1048576.0, n_cells_);
         }
+        bufs_.emplace_back(buf);
         // Masked cells are still read by the attention: zeros, never NaN garbage.
         ggml_backend_buffer_clear(buf, 0);
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
-        bufs_.push_back(buf);
     }
-}
-
-KvCache::~KvCache() {
-    for (auto b : bufs_) ggml_backend_buffer_free(b);
-    for (auto c : ctxs_) if (c) ggml_free(c);
 }
 
 void KvCache::clear() { n_used_ = 0; }
@@ -58,7 +52,7 @@ int32_t KvCache::n_kv_for(int32_t n) const { return std::min(n_cells_, (int32_t)
 
 size_t KvCache::bytes() const {
     size_t n = 0;
-    for (auto b : bufs_) n += ggml_backend_buffer_get_size(b);
+    for (const auto & b : bufs_) n += ggml_backend_buffer_get_size(b.get());
     return n;
 }
 

@@ -5,6 +5,7 @@
 
 #include "ggml.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 
 #include <vector>
 
@@ -15,7 +16,6 @@ namespace psl {
 class KvCache {
 public:
     KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v);
-    ~KvCache();
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
@@ -36,8 +36,9 @@ private:
     int32_t n_cells_;
     int32_t n_used_ = 0;
     std::vector<ggml_tensor *> k_, v_;
-    std::vector<ggml_context *> ctxs_;
-    std::vector<ggml_backend_buffer_t> bufs_;
+    // owned: a constructor that throws half way frees what it made
+    ggml_context_ptr ctxs_[2];                      // [0] CPU, [1] GPU
+    std::vector<ggml_backend_buffer_ptr> bufs_;
 };
 
 }  // namespace psl

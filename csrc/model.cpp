@@ -304,7 +304,9 @@ void pick_devices(psl_model & m, int32_t n_gpu_layers) {
 
 psl_model * load_model(const std::string & path, const psl_model_params & params) {
     if (params.n_gpu_layers < -1) fail(PSL_ERR_INVALID_ARGUMENT, "n_gpu_layers must be >= -1 (got %d)", params.n_gpu_layers);
-    if (params.n_threads < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (got %d)", params.n_threads);
+    if (params.n_threads < 0 || params.n_threads > max_threads()) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be in [0, %d] (got %d)", max_threads(), params.n_threads);
+    }
 
     auto m = std::make_unique<psl_model>();
     m->file = std::make_unique<GgufFile>(path);

@@ -102,6 +102,7 @@ struct psl_model {
 namespace psl {
 // Loads path; throws psl::Error.
 psl_model * load_model(const std::string & path, const psl_model_params & params);
+int32_t max_threads();   // for a context or for loading: 4x the hardware threads, at most 512
 void retain(psl_model * m);
 void release(psl_model * m);
 }  // namespace psl

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from ._native import set_verbose, system_info
+from .cancel import Cancel
 from .errors import (BackendError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
-                     ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
+                     ModelClosedError, ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
                      OutOfMemoryError, PyllamaspecError, TokenOutOfRangeError, UnsupportedModelError)
 from .generate import GenerationResult, generate
 from .model import Model, ModelInfo
@@ -14,9 +15,9 @@ from .vocab import Detokenizer, Tokenizer
 __version__ = "0.1.0"
 
 __all__ = [
-    "generate", "GenerationResult", "Model", "ModelInfo", "SamplingParams", "DraftParams", "Decoder",
+    "generate", "GenerationResult", "Cancel", "Model", "ModelInfo", "SamplingParams", "DraftParams", "Decoder",
     "Stats", "Detokenizer", "Tokenizer", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
     "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",
     "TokenOutOfRangeError", "ContextFullError", "BackendError", "OutOfMemoryError",
-    "EvaluationInterrupted", "NoVocabularyError",
+    "EvaluationInterrupted", "NoVocabularyError", "ModelClosedError",
 ]

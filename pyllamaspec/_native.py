@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 from cffi import FFI
 
-from .errors import BY_STATUS, PyllamaspecError
+from .errors import BY_STATUS, ModelClosedError, PyllamaspecError
 
 _HERE = Path(__file__).resolve().parent
 _LIBNAMES = {"darwin": "libpyllamaspec.dylib", "win32": "pyllamaspec.dll"}
@@ -104,3 +105,73 @@ class Closeable:
             self.close()
         except Exception:
             pass
+
+
+class Users:
+    """The calls in flight on a core handle that threads share. Each call runs inside
+    `with users:`; close(free) refuses new calls, asks the running ones to stop (stop()), waits
+    until none is left, then frees the handle: no call can run on freed memory, and a call on a
+    closed handle raises ModelClosedError. A call that mutates what the handle owns also holds
+    `users.exclusive` (see Exclusive)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.closing = False
+        self.exclusive = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())
+        self._n = 0
+
+    def __enter__(self) -> "Users":
+        with self._cv:
+            if self.closing:
+                raise ModelClosedError(f"the {self.what} is closed")
+            self._n += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cv:
+            self._n -= 1
+            if self._n == 0:
+                self._cv.notify_all()
+
+    def signal(self, fn) -> None:
+        """Runs fn() (a thread-safe core call such as an interrupt) unless the handle is closing:
+        never waits for the calls in flight, and the handle cannot be freed meanwhile."""
+        with self._cv:
+            if not self.closing:
+                fn()
+
+    def close(self, free, stop=None) -> None:
+        """Frees the handle (free()) once no call uses it; safe to call twice and from several
+        threads (the later ones wait for the first)."""
+        with self._cv:
+            first = not self.closing
+            self.closing = True
+            if first and stop is not None:
+                stop()
+            self._cv.wait_for(lambda: self._n == 0)
+            if first:
+                free()
+
+
+class Exclusive:
+    """`with Exclusive(users):` one call at a time on the handle, and none once it is closing
+    (a call that waited for the lock while close() was called does not start)."""
+
+    __slots__ = ("users",)
+
+    def __init__(self, users: Users):
+        self.users = users
+
+    def __enter__(self) -> None:
+        u = self.users
+        u.__enter__()
+        u.exclusive.acquire()
+        if u.closing:
+            u.exclusive.release()
+            u.__exit__()
+            raise ModelClosedError(f"the {u.what} is closed")
+
+    def __exit__(self, *exc: object) -> None:
+        self.users.exclusive.release()
+        self.users.__exit__()

@@ -74,6 +74,11 @@ class InternalError(PyllamaspecError, RuntimeError):
     status = 12
 
 
+class ModelClosedError(InvalidArgumentError):
+    """A Model (or Tokenizer, Detokenizer) was used after close(), or while closing: like I/O
+    on a closed file, a ValueError."""
+
+
 BY_STATUS: dict[int, type[PyllamaspecError]] = {
     cls.status: cls
     for cls in (InvalidArgumentError, ModelIOError, ModelFormatError, UnsupportedModelError,

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
 
-from .errors import InvalidArgumentError, PyllamaspecError
+from . import _args
+from .cancel import Cancel
+from .errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError
 from .model import DRAFT_OPTIONS, Model
 from .sampling import SamplingParams
 from .speculative import Decoder, DraftParams, Stats
@@ -20,7 +22,7 @@ class GenerationResult:
     text: str
     tokens: list[int]            # generated ids (end-of-generation token excluded)
     prompt_tokens: list[int]
-    finish_reason: str           # "stop" (eog token or stop string), "length", "context_full"
+    finish_reason: str           # "stop" (eog token or stop string), "length", "context_full", "cancelled"
     stats: Stats
     seed: int
 
@@ -41,6 +43,11 @@ def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
     if isinstance(m, (str, os.PathLike)):
         return stack.enter_context(Model(m, **kwargs))
     raise InvalidArgumentError(f"a model is a path or a Model, got {type(m).__name__}")
+
+
+def _max_threads() -> int:
+    from ._native import lib
+    return lib.psl_max_threads()
 
 
 def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
@@ -66,25 +73,48 @@ def _held_back(text: str, stops: list[str]) -> int:
 def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | str | None, *,
                   sampling: SamplingParams, draft: DraftParams, max_tokens: int,
                   stop: list[str], result: dict, add_special: bool = True,
-                  parse_special: bool = True) -> Iterator[Piece]:
+                  parse_special: bool = True, cancel: Cancel | None = None) -> Iterator[Piece]:
     """The generation loop. Yields Pieces; fills result with tokens, finish reason and stats."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
-           if isinstance(prompt, str) else [int(t) for t in prompt])
+           if isinstance(prompt, str) else _args.token_ids("prompt", prompt, model.n_vocab).tolist())
     dec = Decoder(model, draft_model, sampling, draft)
-    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy)
+    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy,
+                  text="")
     t0 = None                    # when generation (after the prompt) started
-    text, emitted = "", 0        # all text so far; how much of it went out
+    try:
+        with cancel.watching(model, dec.draft) if cancel is not None else nullcontext():
+            dec.prefill(ids)
+            if max_tokens == 0:
+                return
+            t0 = time.perf_counter()
+            yield from _decode(dec, max_tokens, stop, result, cancel)
+    except EvaluationInterrupted:
+        if cancel is None or not cancel.is_set():
+            raise
+        result["finish_reason"] = "cancelled"
+    finally:
+        if t0 is not None:
+            dec.stats.n_generated = len(result["tokens"])
+            dec.stats.t_generate = time.perf_counter() - t0
+        dec.close()
+
+
+def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
+            cancel: Cancel | None) -> Iterator[Piece]:
+    """Rounds of dec until a stop: yields the text as it becomes final (held back while it could
+    still be the start of a stop string); result["text"] is what went out."""
+    model = dec.target
     out_tokens: list[int] = result["tokens"]
+    text, emitted = "", 0        # all text so far; how much of it went out
     hit_stop_string = False
     try:
-        dec.prefill(ids)
-        if max_tokens == 0:
-            return
-        t0 = time.perf_counter()
         with model.detokenizer() as detok:
             while not hit_stop_string:
+                if cancel is not None and cancel.is_set():
+                    result["finish_reason"] = "cancelled"
+                    break
                 if dec.room() < 1:
                     result["finish_reason"] = "context_full"
                     break
@@ -118,11 +148,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
                     yield Piece(text[emitted:], out_tokens[-1] if out_tokens else -1, False)
                     emitted = len(text)
     finally:
-        if t0 is not None:
-            dec.stats.n_generated = len(out_tokens)
-            dec.stats.t_generate = time.perf_counter() - t0
         result["text"] = text[:emitted]
-        dec.close()
 
 
 def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
@@ -131,7 +157,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              p_min: float | None = None, adaptive: bool | None = None, ngram: int = 3, draft_vocab: int = 32768,
              stop: str | Sequence[str] | None = None, stream: bool = False,
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
-             add_special: bool = True, parse_special: bool = True):
+             add_special: bool = True, parse_special: bool = True, cancel: Cancel | None = None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Models are paths (loaded for this call) or loaded Model objects (reused; their caches are
@@ -144,8 +170,9 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     draft_vocab: a draft model with over twice as many tokens computes the logits of this many
     common ones only, restored when the call ends (0 = all).
     temperature 0 is greedy. Returns a GenerationResult; with stream=True, a generator
-    of text pieces instead (never a broken UTF-8 character). Parameters are checked before any
-    work.
+    of text pieces instead (never a broken UTF-8 character). cancel (a pyllamaspec.Cancel)
+    stops the generation from another thread: finish_reason "cancelled", the tokens so far
+    kept. Parameters are checked before any work (InvalidArgumentError).
     """
     if adaptive is None:
         adaptive = seed is None or temperature == 0
@@ -155,10 +182,18 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
                         draft_vocab=draft_vocab)
     stops = _check_stop(stop)
-    if not isinstance(max_tokens, int) or max_tokens < 0:
-        raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    max_tokens = _args.integer("max_tokens", max_tokens)
+    _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
+    _args.integer("n_gpu_layers", n_gpu_layers, -1)
+    if n_threads is not None:
+        _args.integer("n_threads", n_threads, 0, _max_threads())
     if not isinstance(prompt, (str, list, tuple)) or (not isinstance(prompt, str) and not prompt):
         raise InvalidArgumentError("prompt must be a string or a non-empty list of token ids")
+    if cancel is not None and not isinstance(cancel, Cancel):
+        raise InvalidArgumentError(f"cancel must be a pyllamaspec.Cancel, got {type(cancel).__name__}")
+    for name, m in (("model", model), ("draft_model", draft_model)):
+        if not isinstance(m, (str, os.PathLike, Model)) and not (m is None and name == "draft_model"):
+            raise InvalidArgumentError(f"{name} must be a path or a Model, got {type(m).__name__}")
 
     def run() -> Iterator[Piece]:
         with ExitStack() as stack:
@@ -169,7 +204,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
             result: dict = {}
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
-                                     add_special=add_special, parse_special=parse_special)
+                                     add_special=add_special, parse_special=parse_special, cancel=cancel)
             run.result = GenerationResult(text=result["text"], tokens=result["tokens"],
                                           prompt_tokens=result["prompt_tokens"],
                                           finish_reason=result["finish_reason"],

@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _native
-from ._native import ffi, lib
-from .errors import InvalidArgumentError, ModelNotFoundError, PyllamaspecError
+from . import _args, _native
+from ._native import Exclusive, Users, ffi, lib
+from .errors import InvalidArgumentError, ModelNotFoundError
 from .vocab import VocabMixin
 
 # ggml_type ids accepted for the KV cache.
@@ -59,14 +59,6 @@ class ModelInfo:
         return FILE_TYPES.get(self.file_type, f"type {self.file_type}")
 
 
-def _positive_or_zero(name: str, value: int) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
-    if value < 0:
-        raise InvalidArgumentError(f"{name} must be >= 0, got {value}")
-    return int(value)
-
-
 # How generate(), the CLI and the benchmark load a draft model given as a path.
 DRAFT_OPTIONS = dict(tokenizer=False, prefetch=False)
 
@@ -81,6 +73,12 @@ class Model(VocabMixin, _native.Closeable):
     eval() returns a numpy array the core wrote into directly (no copy). The context's cache
     advances with every eval; truncate(n) rolls it back in O(1).
 
+    Threads: a Model may be shared. Calls that use its context (eval, truncate, n_past, ...)
+    run one at a time, in the order they get its lock; tokenizer and metadata calls run
+    alongside them. close() interrupts a running eval, waits for the calls in flight, then
+    frees the model; any call after that raises ModelClosedError. interrupt() stops an eval from
+    any thread (EvaluationInterrupted). Ctrl-C stops an eval at once (KeyboardInterrupt).
+
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
@@ -93,14 +91,19 @@ class Model(VocabMixin, _native.Closeable):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._ctx = ffi.NULL
+        self._users = Users("model")
+        self._excl = Exclusive(self._users)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError(f"a model path is a str or os.PathLike, got {type(path).__name__}")
         path = os.fspath(path)
-        n_ctx = _positive_or_zero("n_ctx", n_ctx)
-        n_batch = _positive_or_zero("n_batch", n_batch)
-        n_threads = _positive_or_zero("n_threads", 0 if n_threads is None else n_threads)
-        if not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
-            raise InvalidArgumentError(f"n_gpu_layers must be an integer >= -1, got {n_gpu_layers!r}")
+        if not isinstance(path, str):
+            raise InvalidArgumentError(f"a model path is a str or os.PathLike, got {path!r}")
+        n_ctx = _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
+        n_batch = _args.integer("n_batch", n_batch)
+        n_threads = _args.integer("n_threads", 0 if n_threads is None else n_threads, 0, lib.psl_max_threads())
+        n_gpu_layers = _args.integer("n_gpu_layers", n_gpu_layers, -1)
         for name, t in (("type_k", type_k), ("type_v", type_v)):
-            if t not in KV_TYPES:
+            if not isinstance(t, str) or t not in KV_TYPES:
                 raise InvalidArgumentError(f"{name} must be one of {sorted(KV_TYPES)}, got {t!r}")
         if not os.path.exists(path):
             raise ModelNotFoundError(f"model file not found: {path}")
@@ -114,7 +117,7 @@ class Model(VocabMixin, _native.Closeable):
         mp.load_vocab = bool(tokenizer)
         mp.prefetch = bool(prefetch)
         out = ffi.new("psl_model **")
-        self._check(lib.psl_model_load(path.encode(), ffi.addressof(mp), out))
+        self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
         self._model = out[0]
 
         cp = lib.psl_context_default_params()
@@ -139,7 +142,17 @@ class Model(VocabMixin, _native.Closeable):
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Free the context and the model. Safe to call twice."""
+        """Free the context and the model: a running eval (on another thread) is interrupted,
+        the calls in flight end first. Safe to call twice, from any thread."""
+        if "_users" not in self.__dict__:          # __init__ failed before there was anything
+            return
+        self._users.close(self._free, stop=self._stop)
+
+    def _stop(self) -> None:
+        if self._ctx != ffi.NULL:
+            lib.psl_context_interrupt(self._ctx)
+
+    def _free(self) -> None:
         if self._ctx != ffi.NULL:
             lib.psl_context_free(self._ctx)
             self._ctx = ffi.NULL
@@ -149,7 +162,7 @@ class Model(VocabMixin, _native.Closeable):
 
     @property
     def closed(self) -> bool:
-        return self._ctx == ffi.NULL
+        return self._users.closing or self._ctx == ffi.NULL
 
     def __repr__(self) -> str:
         if self.closed:
@@ -161,11 +174,6 @@ class Model(VocabMixin, _native.Closeable):
     @staticmethod
     def _check(status: int) -> None:
         _native.check(status)
-
-    def _live_ctx(self):
-        if self._ctx == ffi.NULL:
-            raise PyllamaspecError("the model is closed")
-        return self._ctx
 
     # -- information ------------------------------------------------------------------------
     def _read_info(self) -> ModelInfo:
@@ -183,12 +191,13 @@ class Model(VocabMixin, _native.Closeable):
     def metadata(self) -> dict[str, Any]:
         """All GGUF key/values: numbers, strings, and arrays (numpy arrays or lists of str)."""
         if self._metadata is None:
-            self._live_ctx()
-            self._metadata = {}
-            for i in range(lib.psl_model_meta_count(self._model)):
-                key = ffi.new("char **")
-                self._check(lib.psl_model_meta_key(self._model, i, key))
-                self._metadata[ffi.string(key[0]).decode("utf-8", "replace")] = self._meta_value(i)
+            with self._users:
+                meta = {}
+                for i in range(lib.psl_model_meta_count(self._model)):
+                    key = ffi.new("char **")
+                    self._check(lib.psl_model_meta_key(self._model, i, key))
+                    meta[ffi.string(key[0]).decode("utf-8", "replace")] = self._meta_value(i)
+                self._metadata = meta
         return self._metadata
 
     def _meta_value(self, i: int) -> Any:
@@ -224,51 +233,59 @@ class Model(VocabMixin, _native.Closeable):
 
     def meta(self, key: str, default: Any = None) -> Any:
         """One GGUF metadata value (without reading all of them)."""
-        self._live_ctx()
-        i = lib.psl_model_meta_find(self._model, key.encode())
-        return default if i < 0 else self._meta_value(i)
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"a metadata key is a str, got {key!r}")
+        with self._users:
+            i = lib.psl_model_meta_find(self._model, key.encode())
+            return default if i < 0 else self._meta_value(i)
 
     # -- evaluation -------------------------------------------------------------------------
     @property
     def n_past(self) -> int:
         """Tokens in the KV cache."""
-        return lib.psl_context_n_past(self._live_ctx())
+        with self._excl:
+            return lib.psl_context_n_past(self._ctx)
 
     def eval(self, tokens: Sequence[int] | np.ndarray, logits: str = "all",
              out: np.ndarray | None = None) -> np.ndarray:
         """Evaluate tokens at positions [n_past, n_past + n) in one call and append them to the cache.
 
+        tokens: integers in [0, n_vocab) (a list or an integer numpy array).
         logits: "all" → [n, n_vocab], "last" → [1, n_vocab], "none" → [0, n_vocab].
         out: an optional float32 C-contiguous array to write into (reused across calls).
-        Ctrl-C stops a long evaluation at once: KeyboardInterrupt, the cache as it was.
+        Ctrl-C stops a long evaluation at once: KeyboardInterrupt, the cache as it was; so does
+        interrupt() from another thread, with EvaluationInterrupted.
         Returns the logits array, written by the core in place.
         """
-        ctx = self._live_ctx()
-        mode = _LOGITS_MODES.get(logits)
+        mode = _LOGITS_MODES.get(logits) if isinstance(logits, str) else None
         if mode is None:
             raise InvalidArgumentError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
-        toks = np.ascontiguousarray(tokens, dtype=np.int32)
-        if toks.ndim != 1:
-            raise InvalidArgumentError(f"tokens must be one-dimensional, got shape {toks.shape}")
+        toks = _args.token_ids("tokens", tokens, self.n_vocab)
         n = toks.shape[0]
         rows = n if mode == 2 else (1 if mode == 1 and n else 0)
         if out is None:
             out = np.empty((rows, self.n_vocab), dtype=np.float32)
-        elif out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
-            raise InvalidArgumentError("out must be a writeable C-contiguous float32 array")
-        self._check(lib.psl_context_eval(ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
-                                         ffi.from_buffer("float[]", out, require_writable=True), out.size))
+        elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+                or not out.flags.writeable:
+            raise InvalidArgumentError("out must be a writeable C-contiguous float32 numpy array")
+        with self._excl:
+            self._check(lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
+                                             ffi.from_buffer("float[]", out, require_writable=True), out.size))
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
 
     def check_draft(self, draft: "Model") -> None:
         """Raise UnsupportedModelError unless `draft` tokenizes exactly as this model (same ids,
         token text and types, special tokens), naming the first difference."""
-        draft._live_ctx()
-        self._check(lib.psl_vocab_compatible(self._model, draft._model))
+        if not isinstance(draft, Model):
+            raise InvalidArgumentError(f"a draft is a Model, got {type(draft).__name__}")
+        with self._users, draft._users:
+            self._check(lib.psl_vocab_compatible(self._model, draft._model))
 
     def truncate(self, n_keep: int) -> None:
         """Keep the first n_keep tokens of the cache (O(1) rollback)."""
-        self._check(lib.psl_context_truncate(self._live_ctx(), int(n_keep)))
+        n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)
+        with self._excl:
+            self._check(lib.psl_context_truncate(self._ctx, n_keep))
 
     def set_output_ids(self, ids: "np.ndarray | list[int] | None") -> None:
         """Compute logits only for these token ids (the others read -inf); None: all of them.
@@ -276,49 +293,62 @@ class Model(VocabMixin, _native.Closeable):
         A draft model's head over its likely tokens drafts several times faster when the
         vocabulary is large (Gemma 3: 262k rows, most of a token's cost); the target's
         verification keeps the output exact."""
-        a = np.empty(0, np.int32) if ids is None else np.ascontiguousarray(ids, dtype=np.int32)
-        if a.ndim != 1:
-            raise InvalidArgumentError("output ids must be a 1-D sequence of token ids")
-        self._check(lib.psl_context_set_output_ids(self._live_ctx(), ffi.from_buffer("int32_t[]", a), len(a)))
-        self.output_ids = None if ids is None or len(a) == 0 else a.copy()
+        a = np.empty(0, np.int32) if ids is None else _args.token_ids("output ids", ids, self.n_vocab)
+        with self._excl:
+            self._check(lib.psl_context_set_output_ids(self._ctx, ffi.from_buffer("int32_t[]", a), len(a)))
+            self.output_ids = None if len(a) == 0 else a.copy()
 
     def add_output_ids(self, ids: "np.ndarray | list[int]") -> None:
         """Add ids to the restricted head (those in it already are skipped): one row copied
         for each new one."""
-        if self.output_ids is None:
-            raise InvalidArgumentError("the output head is not restricted (set_output_ids first)")
-        a = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
-        self._check(lib.psl_context_add_output_ids(self._live_ctx(), ffi.from_buffer("int32_t[]", a), len(a)))
-        new = np.setdiff1d(np.unique(a), self.output_ids, assume_unique=True)
-        self.output_ids = np.concatenate([self.output_ids, new.astype(np.int32)])
+        a = _args.token_ids("output ids", np.asarray(ids).reshape(-1) if isinstance(ids, np.ndarray) else ids,
+                            self.n_vocab)
+        with self._excl:
+            if self.output_ids is None:
+                raise InvalidArgumentError("the output head is not restricted (set_output_ids first)")
+            self._check(lib.psl_context_add_output_ids(self._ctx, ffi.from_buffer("int32_t[]", a), len(a)))
+            new = np.setdiff1d(np.unique(a), self.output_ids, assume_unique=True)
+            self.output_ids = np.concatenate([self.output_ids, new.astype(np.int32)])
 
     def common_token_ids(self, n: int) -> np.ndarray:
         """Up to n token ids a restricted draft head should cover, sorted (from this model's
         vocabulary: special, byte and single-character tokens, then BPE merges by rank)."""
-        n = _positive_or_zero("n", n)
+        n = min(_args.integer("n", n), self.n_vocab)        # more than n_vocab: all of them
         out = np.empty(n, np.int32)
         got = ffi.new("int32_t *")
-        self._live_ctx()
-        self._check(lib.psl_vocab_draft_ids(self._model, n, ffi.from_buffer("int32_t[]", out), got))
+        with self._users:
+            self._check(lib.psl_vocab_draft_ids(self._model, n, ffi.from_buffer("int32_t[]", out), got))
         return out[:got[0]]
 
     def clear(self) -> None:
         """Empty the KV cache."""
-        lib.psl_context_clear(self._live_ctx())
+        with self._excl:
+            lib.psl_context_clear(self._ctx)
 
     def perf(self, reset: bool = False) -> dict[str, float]:
         """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset."""
         raw = ffi.new("psl_perf *")
-        self._check(lib.psl_context_get_perf(self._live_ctx(), raw))
-        if reset:
-            lib.psl_context_reset_perf(self._ctx)
+        with self._excl:
+            self._check(lib.psl_context_get_perf(self._ctx, raw))
+            if reset:
+                lib.psl_context_reset_perf(self._ctx)
         return {"t_eval": raw.t_eval_us * 1e-6, "n_evals": int(raw.n_evals), "n_tokens": int(raw.n_tokens)}
 
     def interrupt(self) -> None:
-        """Ask a running eval (on another thread) to stop; it raises EvaluationInterrupted."""
-        if self._ctx != ffi.NULL:
-            lib.psl_context_interrupt(self._ctx)
+        """Stops the eval running now on another thread or, if none is, the next one to start:
+        it raises EvaluationInterrupted, the cache as it was. Safe from any thread (a server's
+        per-request cancel; see pyllamaspec.Cancel, which also withdraws a late request)."""
+        self._users.signal(lambda: lib.psl_context_interrupt(self._ctx))
+
+    def clear_interrupt(self) -> None:
+        """Withdraws an interrupt() that no eval has consumed yet."""
+        self._users.signal(lambda: lib.psl_context_clear_interrupt(self._ctx))
 
     def set_threads(self, n_threads: int) -> None:
-        self._check(lib.psl_context_set_threads(self._live_ctx(), _positive_or_zero("n_threads", n_threads)))
-        self.n_threads = int(n_threads) or self.n_threads
+        """CPU threads for evaluation: 1 to 4x the hardware threads (0: the default)."""
+        n = _args.integer("n_threads", n_threads, 0, lib.psl_max_threads())
+        with self._excl:
+            self._check(lib.psl_context_set_threads(self._ctx, n))
+            got = ffi.new("psl_context_params *")
+            self._check(lib.psl_context_get_params(self._ctx, got))
+            self.n_threads = got.n_threads

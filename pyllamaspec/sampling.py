@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _native
+from . import _args, _native
 from ._native import ffi, lib
 from .errors import InvalidArgumentError
 
@@ -24,17 +24,11 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
-                or self.temperature < 0:
-            raise InvalidArgumentError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise InvalidArgumentError(f"top_k must be an integer >= 0, got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise InvalidArgumentError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.min_p, (int, float)) or not 0 <= self.min_p < 1:
-            raise InvalidArgumentError(f"min_p must be in [0, 1), got {self.min_p!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
-            raise InvalidArgumentError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
+        _args.real("temperature", self.temperature, 0.0, math.inf, hi_open=True)
+        _args.integer("top_k", self.top_k)
+        _args.real("top_p", self.top_p, 0.0, 1.0, lo_open=True)
+        _args.real("min_p", self.min_p, 0.0, 1.0, hi_open=True)
+        _args.integer("seed", self.seed, 0, 2**64 - 1)
 
     @property
     def greedy(self) -> bool:

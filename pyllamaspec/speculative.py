@@ -27,6 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import _args
 from .cost_model import DraftPolicy
 from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError
 from .model import Model
@@ -49,16 +50,14 @@ class DraftParams:
     draft_vocab: int = 32768
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n_draft, int) or self.n_draft < 1:
-            raise InvalidArgumentError(f"n_draft must be an integer >= 1, got {self.n_draft!r}")
-        if not isinstance(self.n_min, int) or not 0 <= self.n_min <= self.n_draft:
-            raise InvalidArgumentError(f"n_min must be in [0, n_draft], got {self.n_min!r}")
-        if self.p_min is not None and (not isinstance(self.p_min, (int, float)) or not 0 <= self.p_min <= 1):
-            raise InvalidArgumentError(f"p_min must be in [0, 1], got {self.p_min!r}")
-        if not isinstance(self.ngram, int) or self.ngram < 1:
-            raise InvalidArgumentError(f"ngram must be an integer >= 1, got {self.ngram!r}")
-        if not isinstance(self.draft_vocab, int) or self.draft_vocab < 0:
-            raise InvalidArgumentError(f"draft_vocab must be an integer >= 0, got {self.draft_vocab!r}")
+        _args.integer("n_draft", self.n_draft, 1, _args.MAX_DRAFT)
+        _args.integer("n_min", self.n_min, 0, self.n_draft)
+        if self.p_min is not None:
+            _args.real("p_min", self.p_min, 0.0, 1.0)
+        if not isinstance(self.adaptive, (bool, np.bool_)):
+            raise InvalidArgumentError(f"adaptive must be True or False, got {self.adaptive!r}")
+        _args.integer("ngram", self.ngram, 1, 64)
+        _args.integer("draft_vocab", self.draft_vocab)
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import _native
-from .errors import InvalidArgumentError, ModelNotFoundError
+from . import _args, _native
+from .errors import InvalidArgumentError, ModelNotFoundError, TokenOutOfRangeError
 
 __all__ = ["VocabMixin", "VocabInfo", "TokenAttr", "Detokenizer", "Tokenizer", "pretokenize",
            "tokenizer_throughput", "english_sample_text"]
@@ -70,25 +70,28 @@ def _as_bytes(text: str | bytes | bytearray | memoryview) -> bytes:
     raise InvalidArgumentError(f"text must be str or bytes, got {type(text).__name__}")
 
 
+def _token(name: str, token) -> int:
+    """A token id argument: an integer (range checked by the core), never a silent cast."""
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+        raise InvalidArgumentError(f"{name} must be an integer token id, got {token!r}")
+    token = int(token)
+    if not -2**31 <= token < 2**31:
+        raise TokenOutOfRangeError(f"token id {token} is outside the vocabulary")
+    return token
+
+
 def _as_ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
+    """Token ids as int32 (their range is the core's to check); floats and bools are refused."""
     if isinstance(ids, np.ndarray):
-        arr = ids
+        arr = ids.reshape(-1)
     else:
-        if not isinstance(ids, (list, tuple)):
-            ids = list(ids)
-        try:
-            arr = np.asarray(ids, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise InvalidArgumentError(f"token ids must be integers: {e}") from None
-    if arr.ndim != 1:
-        arr = arr.reshape(-1)
+        lazy = hasattr(ids, "__iter__") and not hasattr(ids, "__len__")     # a generator
+        arr = _args.int_sequence("token ids", list(ids) if lazy else ids)
     if arr.size and arr.dtype.kind not in "iu":
         raise InvalidArgumentError(f"token ids must be integers, got dtype {arr.dtype}")
-    if arr.dtype != np.int32:
-        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
-            raise InvalidArgumentError("token id outside the int32 range")
-        arr = arr.astype(np.int32)
-    return np.ascontiguousarray(arr)
+    if arr.size and (int(arr.min()) < -2**31 or int(arr.max()) >= 2**31):
+        raise TokenOutOfRangeError("a token id is outside the vocabulary (and the int32 range)")
+    return np.ascontiguousarray(arr, dtype=np.int32)
 
 
 class VocabMixin:
@@ -96,10 +99,8 @@ class VocabMixin:
 
     _vocab_info_cache: VocabInfo | None = None
 
-    def _handle(self):
-        if self._model == self._ffi.NULL:
-            raise InvalidArgumentError(f"{type(self).__name__} is closed")
-        return self._model
+    # Every call on self._model runs inside `with self._users:` (see _native.Users), so that a
+    # close() on another thread waits for it.
 
     # -- information -------------------------------------------------------------------------
     @property
@@ -107,7 +108,8 @@ class VocabMixin:
         """Kind, size and special tokens of the vocabulary (NoVocabularyError without one)."""
         if self._vocab_info_cache is None:
             out = self._ffi.new("psl_vocab_info *")
-            self._check(self._lib.psl_vocab_get_info(self._handle(), out))
+            with self._users:
+                self._check(self._lib.psl_vocab_get_info(self._model, out))
             self._vocab_info_cache = VocabInfo(
                 type=_VOCAB_TYPES.get(out.type, str(out.type)), n_tokens=out.n_tokens,
                 bos=_opt(out.bos), eos=_opt(out.eos), eot=_opt(out.eot), eom=_opt(out.eom), unk=_opt(out.unk),
@@ -131,7 +133,9 @@ class VocabMixin:
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, end of turn, ...)."""
         self.vocab_info  # raises without a vocabulary
-        return bool(self._lib.psl_token_is_eog(self._handle(), int(token)))
+        token = _token("token", token)
+        with self._users:
+            return bool(self._lib.psl_token_is_eog(self._model, token))
 
     @property
     def eog_tokens(self) -> frozenset[int]:
@@ -140,10 +144,12 @@ class VocabMixin:
         if cached is None:
             n = self._ffi.new("int32_t *")
             buf = np.empty(64, np.int32)
-            st = self._lib.psl_vocab_eog_tokens(self._handle(), self._ffi.from_buffer("int32_t[]", buf), len(buf), n)
-            if st == _PSL_ERR_BUFFER_TOO_SMALL:
-                buf = np.empty(n[0], np.int32)
-                st = self._lib.psl_vocab_eog_tokens(self._handle(), self._ffi.from_buffer("int32_t[]", buf), len(buf), n)
+            with self._users:
+                st = self._lib.psl_vocab_eog_tokens(self._model, self._ffi.from_buffer("int32_t[]", buf), len(buf), n)
+                if st == _PSL_ERR_BUFFER_TOO_SMALL:
+                    buf = np.empty(n[0], np.int32)
+                    st = self._lib.psl_vocab_eog_tokens(self._model, self._ffi.from_buffer("int32_t[]", buf),
+                                                        len(buf), n)
             self._check(st)
             cached = frozenset(int(t) for t in buf[:n[0]])
             self._eog_cache = cached
@@ -152,12 +158,16 @@ class VocabMixin:
     def token_attr(self, token: int) -> TokenAttr:
         """The GGUF token type of a token as the tokenizer treats it."""
         attr = self._ffi.new("int32_t *")
-        self._check(self._lib.psl_token_get_attr(self._handle(), int(token), attr, self._ffi.NULL))
+        token = _token("token", token)
+        with self._users:
+            self._check(self._lib.psl_token_get_attr(self._model, token, attr, self._ffi.NULL))
         return TokenAttr(attr[0]) if attr[0] in TokenAttr._value2member_map_ else attr[0]
 
     def token_score(self, token: int) -> float:
         score = self._ffi.new("float *")
-        self._check(self._lib.psl_token_get_attr(self._handle(), int(token), self._ffi.NULL, score))
+        token = _token("token", token)
+        with self._users:
+            self._check(self._lib.psl_token_get_attr(self._model, token, self._ffi.NULL, score))
         return float(score[0])
 
     # -- text to tokens ----------------------------------------------------------------------
@@ -168,8 +178,9 @@ class VocabMixin:
         n_out = self._ffi.new("int32_t *")
         while True:
             buf = np.empty(cap, dtype=np.int32)
-            st = self._lib.psl_tokenize(self._handle(), data, len(data), bool(add_special), bool(parse_special),
-                                        self._ffi.from_buffer("int32_t[]", buf), cap, n_out)
+            with self._users:
+                st = self._lib.psl_tokenize(self._model, data, len(data), bool(add_special), bool(parse_special),
+                                            self._ffi.from_buffer("int32_t[]", buf), cap, n_out)
             if st == _PSL_ERR_BUFFER_TOO_SMALL and n_out[0] > cap:
                 cap = n_out[0]
                 continue
@@ -190,9 +201,11 @@ class VocabMixin:
         """The bytes one token stands for (b"" for control tokens unless render_special)."""
         cap = 64
         n_out = self._ffi.new("size_t *")
+        token = _token("token", token)
         while True:
             buf = self._ffi.new("char[]", cap)
-            st = self._lib.psl_token_to_piece(self._handle(), int(token), bool(render_special), buf, cap, n_out)
+            with self._users:
+                st = self._lib.psl_token_to_piece(self._model, token, bool(render_special), buf, cap, n_out)
             if st == _PSL_ERR_BUFFER_TOO_SMALL and n_out[0] > cap:
                 cap = n_out[0]
                 continue
@@ -207,7 +220,8 @@ class VocabMixin:
         ids_p = self._ffi.from_buffer("int32_t[]", arr)
         while True:
             buf = self._ffi.new("char[]", cap)
-            st = self._lib.psl_detokenize(self._handle(), ids_p, len(arr), bool(render_special), buf, cap, n_out)
+            with self._users:
+                st = self._lib.psl_detokenize(self._model, ids_p, len(arr), bool(render_special), buf, cap, n_out)
             if st == _PSL_ERR_BUFFER_TOO_SMALL and n_out[0] > cap:
                 cap = n_out[0]
                 continue
@@ -244,8 +258,11 @@ class Detokenizer(_native.Closeable):
     def __init__(self, model: VocabMixin, render_special: bool = False):
         self._lib, self._ffi, self._check = model._lib, model._ffi, model._check
         self._d = self._ffi.NULL
+        self._users = _native.Users("detokenizer")
+        self._excl = _native.Exclusive(self._users)
         out = self._ffi.new("psl_detok **")
-        self._check(self._lib.psl_detok_new(model._handle(), bool(render_special), out))
+        with model._users:          # the detokenizer keeps the core model alive from here on
+            self._check(self._lib.psl_detok_new(model._model, bool(render_special), out))
         self._d = out[0]
         self._text = self._ffi.new("char **")
         self._len = self._ffi.new("size_t *")
@@ -256,22 +273,25 @@ class Detokenizer(_native.Closeable):
 
     def push(self, token: int) -> str:
         """Adds one token; returns the newly completed text (may be "")."""
-        if self._d == self._ffi.NULL:
-            raise InvalidArgumentError("the detokenizer is closed")
-        self._check(self._lib.psl_detok_push(self._d, int(token), self._text, self._len))
-        return self._result()
+        token = _token("token", token)
+        with self._excl:
+            self._check(self._lib.psl_detok_push(self._d, token, self._text, self._len))
+            return self._result()
 
     def push_many(self, tokens: Iterable[int]) -> str:
         return "".join(self.push(t) for t in tokens)
 
     def flush(self) -> str:
         """Returns the bytes held back (an incomplete character), as text."""
-        if self._d == self._ffi.NULL:
-            raise InvalidArgumentError("the detokenizer is closed")
-        self._check(self._lib.psl_detok_flush(self._d, self._text, self._len))
-        return self._result()
+        with self._excl:
+            self._check(self._lib.psl_detok_flush(self._d, self._text, self._len))
+            return self._result()
 
     def close(self) -> None:
+        if "_users" in self.__dict__:
+            self._users.close(self._free)
+
+    def _free(self) -> None:
         if self._d != self._ffi.NULL:
             self._lib.psl_detok_free(self._d)
             self._d = self._ffi.NULL
@@ -290,6 +310,7 @@ class Tokenizer(VocabMixin, _native.Closeable):
     def __init__(self, path: str | os.PathLike):
         self._lib, self._ffi = _native.lib, _native.ffi
         self._model = self._ffi.NULL
+        self._users = _native.Users("tokenizer")
         path = os.fspath(path)
         if not os.path.exists(path):
             raise ModelNotFoundError(f"model file not found: {path}")
@@ -303,10 +324,13 @@ class Tokenizer(VocabMixin, _native.Closeable):
         _native.check(status)
 
     def close(self) -> None:
+        if "_users" in self.__dict__:
+            self._users.close(self._free)
+
+    def _free(self) -> None:
         if self._model != self._ffi.NULL:
             self._lib.psl_model_free(self._model)
             self._model = self._ffi.NULL
-
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.path!r})"

@@ -136,6 +136,8 @@ PSL_API psl_status psl_context_new(psl_model * model, const psl_context_params *
 PSL_API void       psl_context_free(psl_context * ctx);
 PSL_API psl_status psl_context_get_params(const psl_context * ctx, psl_context_params * out);
 PSL_API psl_status psl_context_set_threads(psl_context * ctx, int32_t n_threads);
+/* The most CPU threads a context takes: 4x the hardware threads, at most ggml's 512. */
+PSL_API int32_t    psl_max_threads(void);
 
 /* Evaluates tokens[0..n) at positions [n_past, n_past + n), causally over the cache, and
  * appends them to it; batches longer than n_batch are split. The logits of the requested rows
@@ -172,9 +174,13 @@ typedef struct psl_perf {
 } psl_perf;
 PSL_API psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out);
 PSL_API void       psl_context_reset_perf(psl_context * ctx);
-/* Asks a running eval on ctx to stop (thread-safe; for Ctrl-C). It returns PSL_ERR_INTERRUPTED
- * with the cache unchanged. The flag clears when the next eval starts. */
+/* Asks the eval running on ctx to stop, or if none is running, the next one to start: it
+ * returns PSL_ERR_INTERRUPTED with the cache unchanged, and the request is consumed. Safe from
+ * any thread while another uses ctx (the one call that is: a context is otherwise used by one
+ * thread at a time). A request that lands after an eval ends waits for the next one, so a
+ * cancel can never be lost between two evals; psl_context_clear_interrupt withdraws it. */
 PSL_API void       psl_context_interrupt(psl_context * ctx);
+PSL_API void       psl_context_clear_interrupt(psl_context * ctx);
 /* When on, SIGINT (Ctrl-C) arriving during an eval interrupts it (PSL_ERR_INTERRUPTED, cache
  * unchanged); the signal is passed on to the handler installed before, so a host such as
  * Python still sees it. POSIX only. */
