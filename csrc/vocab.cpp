@@ -1,6 +1,7 @@
-// Vocabulary loading from the GGUF tokenizer.ggml.* keys, the special-token partition,
-// token pieces and detokenization. The loading rules (defaults per tokenizer model, special ids,
-// end-of-generation tokens, attributes forced by token text) follow llama.cpp's llama-vocab.cpp.
+// Vocabulary loading from the GGUF tokenizer.ggml.* keys, token pieces, detokenization and the
+// top of tokenization (the special-token partition is in vocab_special.cpp). The loading rules
+// (defaults per tokenizer model, special ids, end-of-generation tokens, attributes forced by token
+// text) follow llama.cpp's llama-vocab.cpp.
 #include "vocab.h"
 
 #include "error.h"
@@ -211,10 +212,6 @@ bool contains_any(const std::string & s, std::initializer_list<const char *> sub
     return false;
 }
 
-bool is_c_space(char c) {
-    return c == ' ' || (c >= '\t' && c <= '\r');
-}
-
 }  // namespace
 
 // ---- loading -----------------------------------------------------------------------------------
@@ -331,14 +328,7 @@ std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf) {
         V.byte_tokens_[b] = id;
     }
 
-    // SPM: bytes after which a U+2581 may be inside a token (see tokenize_spm)
-    std::fill(std::begin(V.spm_split_before_space_), std::end(V.spm_split_before_space_), true);
-    for (size_t i = 0; i < n_tokens; ++i) {
-        const std::string_view t = V.text((token_id) i);
-        for (size_t k = t.find(kSpace, 1); k != std::string_view::npos; k = t.find(kSpace, k + 1)) {
-            V.spm_split_before_space_[(uint8_t) t[k - 1]] = false;
-        }
-    }
+    if (V.type == Vocab::Type::SPM) V.prepare_spm();
 
     // BPE merges and symbols
     if (V.type == Vocab::Type::BPE) {
@@ -661,207 +651,6 @@ void Vocab::detokenize(const token_id * ids, size_t n, bool render_special, std:
             strip = false;
         }
         out.append(p.data(), p.size());
-    }
-}
-
-// ---- special tokens ----------------------------------------------------------------------------
-
-void Vocab::Trie::build(const Vocab & v, const std::vector<token_id> & ids) {
-    nodes.assign(1, TrieNode{});
-    std::fill(std::begin(root_child), std::end(root_child), -1);
-    for (token_id id : ids) {
-        const std::string_view t = v.text(id);
-        int32_t node = 0;
-        for (char ch : t) {
-            const uint8_t c = (uint8_t) ch;
-            int32_t child = node == 0 ? root_child[c] : nodes[node].first_child;
-            if (node != 0) {
-                while (child >= 0 && nodes[child].byte != c) child = nodes[child].next_sibling;
-            }
-            if (child < 0) {
-                TrieNode nn;
-                nn.byte = c;
-                if (node != 0) nn.next_sibling = nodes[node].first_child;
-                nodes.push_back(nn);
-                child = (int32_t) nodes.size() - 1;
-                if (node == 0) {
-                    root_child[c] = child;
-                } else {
-                    nodes[node].first_child = child;
-                }
-            }
-            node = child;
-        }
-        if (nodes[node].token == kNoToken) nodes[node].token = id;
-    }
-}
-
-void Vocab::build_special_matcher() {
-    std::vector<token_id> special;
-    for (token_id id = 0; id < n_tokens(); ++id) {
-        if (tokens_[id].attr & (kAttrControl | kAttrUserDefined | kAttrUnknown)) special.push_back(id);
-    }
-    // llama.cpp tries the longest texts first (the order among equal lengths is unspecified there;
-    // here it is by id)
-    std::stable_sort(special.begin(), special.end(),
-                     [&](token_id a, token_id b) { return tokens_[a].text_len > tokens_[b].text_len; });
-    special_rank_.assign(tokens_.size(), UINT32_MAX);
-    for (size_t r = 0; r < special.size(); ++r) special_rank_[special[r]] = (uint32_t) r;
-    special_by_rank_ = special;
-    trie_all_.build(*this, special);
-    std::vector<token_id> user;
-    for (token_id id : special) {
-        if (!(tokens_[id].attr & (kAttrControl | kAttrUnknown))) user.push_back(id);
-    }
-    trie_user_.build(*this, user);
-}
-
-// Splits text at the special tokens it contains, with llama.cpp's semantics: special tokens are
-// taken longest first (ties by id), each one at all its non-overlapping occurrences left to
-// right inside the text not yet taken; LSTRIP / RSTRIP tokens also take the whitespace beside
-// them. Without parse_special only user-defined tokens count.
-//
-// llama.cpp searches the text once per special token. Here one pass over the text finds every
-// occurrence; occurrences that overlap nothing are taken at once, and each group of mutually
-// overlapping ones is settled in llama.cpp's order (by rank, then position). Pathological text
-// (a megabyte of spaces has ~30 overlapping occurrences per byte) falls back to one search per
-// special token that occurs.
-void Vocab::partition(std::string_view text, bool parse_special, std::vector<Fragment> & frags) const {
-    frags.clear();
-    const size_t n = text.size();
-    if (n == 0) return;
-    const Trie & trie = parse_special ? trie_all_ : trie_user_;
-    struct Occ {
-        uint32_t rank;
-        uint32_t pos;
-        uint32_t len;
-        token_id id;
-    };
-    struct Hit {
-        uint32_t pos;
-        uint32_t len;
-        token_id id;
-    };
-    thread_local std::vector<Occ> occ;
-    thread_local std::vector<Hit> hits;
-    thread_local std::vector<uint8_t> taken;   // 1: inside a token, 2: stripped whitespace
-    occ.clear();
-    hits.clear();
-    const size_t limit = 4 * n + 4096;
-    bool overflow = false;
-    bool strips = false;
-    std::vector<uint32_t> occurring_ranks;     // overflow only: the special tokens present
-    const auto * u = reinterpret_cast<const uint8_t *>(text.data());
-    for (size_t pos = 0; pos < n; ++pos) {
-        int32_t node = trie.root_child[u[pos]];
-        for (size_t k = pos + 1; node >= 0; ++k) {
-            const token_id id = trie.nodes[node].token;
-            if (id != kNoToken) {
-                const uint32_t rank = special_rank_[id];
-                if (!overflow) {
-                    occ.push_back(Occ{rank, (uint32_t) pos, (uint32_t) (k - pos), id});
-                    strips |= (tokens_[id].attr & (kAttrLstrip | kAttrRstrip)) != 0;
-                    if (occ.size() > limit) {
-                        overflow = true;
-                        for (const Occ & o : occ) occurring_ranks.push_back(o.rank);
-                        occ.clear();
-                    }
-                } else {
-                    occurring_ranks.push_back(rank);
-                }
-                if (overflow && occurring_ranks.size() > limit) {
-                    std::sort(occurring_ranks.begin(), occurring_ranks.end());
-                    occurring_ranks.erase(std::unique(occurring_ranks.begin(), occurring_ranks.end()), occurring_ranks.end());
-                }
-            }
-            if (k >= n) break;
-            int32_t child = trie.nodes[node].first_child;
-            while (child >= 0 && trie.nodes[child].byte != u[k]) child = trie.nodes[child].next_sibling;
-            node = child;
-        }
-    }
-    if (!overflow && occ.empty()) {
-        frags.push_back(Fragment{kNoToken, 0, (uint32_t) n});
-        return;
-    }
-
-    auto is_free = [&](uint32_t pos, uint32_t len) {
-        for (uint32_t k = pos; k < pos + len; ++k) {
-            if (taken[k]) return false;
-        }
-        return true;
-    };
-    auto take = [&](uint32_t pos, uint32_t len, token_id id) {
-        std::memset(&taken[pos], 1, len);
-        hits.push_back(Hit{pos, len, id});
-        const uint32_t a = tokens_[id].attr;
-        if (a & kAttrLstrip) {
-            for (size_t k = pos; k > 0 && !taken[k - 1] && is_c_space(text[k - 1]); --k) taken[k - 1] = 2;
-        }
-        if (a & kAttrRstrip) {
-            for (size_t k = pos + len; k < n && !taken[k] && is_c_space(text[k]); ++k) taken[k] = 2;
-        }
-    };
-    auto by_rank = [](const Occ & a, const Occ & b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; };
-    auto by_pos = [](const Hit & a, const Hit & b) { return a.pos < b.pos; };
-
-    taken.assign(n, 0);
-    if (overflow) {
-        std::sort(occurring_ranks.begin(), occurring_ranks.end());
-        occurring_ranks.erase(std::unique(occurring_ranks.begin(), occurring_ranks.end()), occurring_ranks.end());
-        for (uint32_t rank : occurring_ranks) {
-            const token_id id = special_by_rank_[rank];
-            const std::string_view t = this->text(id);
-            for (size_t m = text.find(t); m != std::string_view::npos; m = text.find(t, m + 1)) {
-                if (is_free((uint32_t) m, (uint32_t) t.size())) take((uint32_t) m, (uint32_t) t.size(), id);
-            }
-        }
-        std::sort(hits.begin(), hits.end(), by_pos);
-    } else if (strips) {
-        std::sort(occ.begin(), occ.end(), by_rank);
-        for (const Occ & o : occ) {
-            if (is_free(o.pos, o.len)) take(o.pos, o.len, o.id);
-        }
-        std::sort(hits.begin(), hits.end(), by_pos);
-    } else {
-        // occ is in position order; settle each group of overlapping occurrences on its own
-        size_t i = 0;
-        while (i < occ.size()) {
-            size_t j = i + 1;
-            uint32_t end = occ[i].pos + occ[i].len;
-            while (j < occ.size() && occ[j].pos < end) {
-                end = std::max(end, occ[j].pos + occ[j].len);
-                ++j;
-            }
-            if (j == i + 1) {
-                take(occ[i].pos, occ[i].len, occ[i].id);
-            } else {
-                const size_t first_hit = hits.size();
-                std::sort(occ.begin() + i, occ.begin() + j, by_rank);
-                for (size_t k = i; k < j; ++k) {
-                    if (is_free(occ[k].pos, occ[k].len)) take(occ[k].pos, occ[k].len, occ[k].id);
-                }
-                std::sort(hits.begin() + first_hit, hits.end(), by_pos);
-            }
-            i = j;
-        }
-    }
-
-    size_t h = 0;
-    size_t pos = 0;
-    while (pos < n) {
-        if (h < hits.size() && hits[h].pos == pos) {
-            frags.push_back(Fragment{hits[h].id, 0, 0});
-            pos += hits[h].len;
-            ++h;
-        } else if (taken[pos]) {
-            ++pos;   // stripped whitespace
-        } else {
-            size_t end = pos;
-            while (end < n && !taken[end]) ++end;
-            frags.push_back(Fragment{kNoToken, (uint32_t) pos, (uint32_t) end});
-            pos = end;
-        }
     }
 }
 

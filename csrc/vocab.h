@@ -1,7 +1,8 @@
 // The tokenizer: vocabulary from the GGUF tokenizer.ggml.* keys, SentencePiece-style and BPE
-// tokenization, detokenization. Implemented in vocab.cpp (loading, special tokens, pieces),
-// vocab_spm.cpp (SentencePiece-style merging), vocab_bpe.cpp (pre-tokenizers and BPE merging),
-// unicode.cpp + unicode_data.cpp (code point properties); the C API lives in api_vocab.cpp.
+// tokenization, detokenization. Implemented in vocab.cpp (loading, pieces), vocab_special.cpp
+// (special tokens), vocab_spm.cpp (SentencePiece-style merging), vocab_bpe.cpp (pre-tokenizers
+// and BPE merging), merge_queue.cpp (the merge order of both), unicode.cpp + unicode_data.cpp
+// (code point properties); the C API lives in api_vocab.cpp.
 //
 // The behaviour follows llama.cpp's tokenizer (llama-vocab.cpp) token for token: the same
 // special-token partition (longest special tokens first, user-defined tokens even without
@@ -21,6 +22,19 @@ struct gguf_context;
 namespace psl {
 
 uint64_t hash_bytes(const char * p, size_t n);
+
+// The tokenizer's thread-local work buffers give their memory back after a call that grew one
+// past this size: a 10 MB word would otherwise leave hundreds of MB with the thread. (Smaller
+// buffers are kept: giving back costs the next large call its page faults, about 30%.)
+constexpr size_t kKeepBufferBytes = size_t(64) << 20;
+template <typename Buffer>
+void trim_buffer(Buffer & b) {
+    if (b.capacity() * sizeof(typename Buffer::value_type) > kKeepBufferBytes) Buffer().swap(b);
+}
+
+class MergeQueue;
+class SpecialSplitter;
+struct BpeSym;
 
 using token_id = int32_t;
 constexpr token_id kNoToken = -1;
@@ -172,6 +186,7 @@ public:
 
 private:
     friend std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf);
+    friend class SpecialSplitter;
 
     // One piece of text after the special-token partition: a token, or raw text.
     struct Fragment {
@@ -196,7 +211,10 @@ private:
     // llama.cpp would throw), else kNoToken (the byte is dropped).
     token_id byte_tokens_[256];
     // SPM: bytes after which a U+2581 starts no token-crossing merge (see tokenize_spm).
-    bool spm_split_before_space_[256];
+    bool spm_split_before_space_[256] = {};
+    // SPM: per token, the rank of its score (0: the highest; equal scores, equal ranks).
+    std::vector<uint32_t> spm_rank_;
+    void prepare_spm();
 
     // BPE: symbols are token ids, then ids >= n_tokens for strings that are not tokens
     // (merge parts, merge results); merges keyed by (left symbol, right symbol).
@@ -211,6 +229,7 @@ private:
     uint64_t merge_mask_ = 0;
     int32_t byte_symbol_[256];                  // symbol of the GPT-2 character of each byte
     const MergeValue * find_merge(int32_t left, int32_t right) const;
+    void merge_bpe_word(std::string_view word, std::vector<BpeSym> & syms, MergeQueue & queue) const;
     std::unique_ptr<PreTokenizer> pre_tok_;
 
     // Special-token matchers: byte tries of the texts of the tokens llama.cpp splits off before

@@ -10,6 +10,7 @@
 #include "vocab.h"
 
 #include "error.h"
+#include "merge_queue.h"
 #include "unicode.h"
 
 #include <algorithm>
@@ -109,8 +110,11 @@ public:
 
     void split(const Cpts & t, uint32_t b, uint32_t e, std::vector<uint32_t> & ends) const override {
         auto in = [&](uint32_t i) { return i < e && c_.test(t.cpt[i], t.props[i]); };
-        auto run_end = [&](uint32_t i) {
-            while (in(i)) ++i;
+        // the end of the run from i, looking no further than i + limit (the bounded modes must
+        // not scan a long run once per chunk: a megabyte of digits would be quadratic)
+        auto run_end = [&](uint32_t i, uint32_t limit = UINT32_MAX) {
+            const uint32_t stop = limit < e - i ? i + limit : e;
+            while (i < stop && c_.test(t.cpt[i], t.props[i])) ++i;
             return i;
         };
         emit_matches(b, e, ends, [&](uint32_t pos) -> uint32_t {
@@ -121,8 +125,8 @@ public:
             switch (mode_) {
                 case Single: return pos + 1;
                 case Run: return run_end(pos);
-                case Chunk: return std::min(run_end(pos), pos + k_);
-                case Exact: return run_end(pos) - pos >= k_ ? pos + k_ : pos;
+                case Chunk: return run_end(pos, k_);
+                case Exact: return run_end(pos, k_) - pos == k_ ? pos + k_ : pos;
             }
             return pos;
         });
@@ -285,6 +289,11 @@ public:
             a.swap(bends);
         }
         for (uint32_t end : a) ends.push_back(byte_off[end]);
+        trim_buffer(t.cpt);
+        trim_buffer(t.props);
+        trim_buffer(byte_off);
+        trim_buffer(a);
+        trim_buffer(bends);
     }
 };
 
@@ -467,35 +476,59 @@ const Vocab::MergeValue * Vocab::find_merge(int32_t left, int32_t right) const {
 
 namespace {
 
-struct BpeSym {
-    int32_t id;     // symbol id; -1 once merged into the left neighbour
-    int32_t prev;
-    int32_t next;
-};
-
-struct BpeBigram {
-    int32_t rank;
-    int32_t left;
-    int32_t right;
-    int32_t left_id;
-    int32_t right_id;
-    int32_t result;
-};
-
-// a max-heap under this order pops the lowest rank first, then the leftmost
-struct BpeOrder {
-    bool operator()(const BpeBigram & l, const BpeBigram & r) const {
-        return l.rank > r.rank || (l.rank == r.rank && l.left > r.left);
-    }
-};
+constexpr uint32_t kNoPair = UINT32_MAX;
 
 }  // namespace
+
+struct BpeSym {
+    int32_t id;          // symbol id; -1 once merged into the left neighbour
+    int32_t prev;
+    int32_t next;
+    uint32_t pair_rank;  // rank of the merge of this symbol and the next; kNoPair: none
+    int32_t pair_result;
+};
+
+// Merges the symbols of one word, lowest rank first, ties the leftmost pair. Each symbol knows
+// the merge it makes with its right neighbour, so a queue entry (rank, pos) is current exactly
+// when the symbol at pos still has that rank (a rank names one pair).
+void Vocab::merge_bpe_word(std::string_view w, std::vector<BpeSym> & syms, MergeQueue & queue) const {
+    const uint32_t wn = (uint32_t) w.size();
+    syms.clear();
+    for (uint32_t k = 0; k < wn; ++k) {
+        syms.push_back(BpeSym{byte_symbol_[(uint8_t) w[k]], (int32_t) k - 1, k + 1 == wn ? -1 : (int32_t) k + 1,
+                              kNoPair, -1});
+    }
+    queue.reset(wn);
+    auto add = [&](int32_t l, int32_t r) {
+        if (l < 0) return;
+        BpeSym & s = syms[l];
+        const MergeValue * m = r < 0 ? nullptr : find_merge(s.id, syms[r].id);
+        s.pair_rank = m ? (uint32_t) m->rank : kNoPair;
+        if (!m) return;
+        s.pair_result = m->result;
+        queue.push((uint32_t) m->rank, (uint32_t) l);
+    };
+    for (int32_t k = 1; k < (int32_t) wn; ++k) add(k - 1, k);
+    uint32_t rank, pos;
+    while (queue.pop(rank, pos)) {
+        BpeSym & l = syms[pos];
+        if (l.id < 0 || l.pair_rank != rank) continue;   // outdated
+        BpeSym & r = syms[l.next];
+        l.id = l.pair_result;
+        r.id = -1;
+        r.pair_rank = kNoPair;
+        l.next = r.next;
+        if (l.next >= 0) syms[l.next].prev = (int32_t) pos;
+        add(l.prev, (int32_t) pos);
+        add((int32_t) pos, l.next);
+    }
+}
 
 void Vocab::tokenize_bpe(std::string_view text, std::vector<token_id> & out) const {
     thread_local std::string encoded;
     thread_local std::vector<uint32_t> ends;
     thread_local std::vector<BpeSym> syms;
-    thread_local std::vector<BpeBigram> heap;
+    thread_local MergeQueue queue;
     thread_local std::string mapped;
     ends.clear();
     pre_tok_->split(text, encoded, ends);
@@ -524,33 +557,7 @@ void Vocab::tokenize_bpe(std::string_view text, std::vector<token_id> & out) con
             }
         }
 
-        syms.clear();
-        heap.clear();
-        for (uint32_t k = 0; k < wn; ++k) {
-            syms.push_back(BpeSym{byte_symbol_[(uint8_t) w[k]], (int32_t) k - 1, k + 1 == wn ? -1 : (int32_t) k + 1});
-        }
-        auto add = [&](int32_t l, int32_t r) {
-            if (l < 0 || r < 0) return;
-            const MergeValue * m = find_merge(syms[l].id, syms[r].id);
-            if (!m) return;
-            heap.push_back(BpeBigram{m->rank, l, r, syms[l].id, syms[r].id, m->result});
-            std::push_heap(heap.begin(), heap.end(), BpeOrder{});
-        };
-        for (int32_t k = 1; k < (int32_t) wn; ++k) add(k - 1, k);
-        while (!heap.empty()) {
-            std::pop_heap(heap.begin(), heap.end(), BpeOrder{});
-            const BpeBigram bg = heap.back();
-            heap.pop_back();
-            BpeSym & l = syms[bg.left];
-            BpeSym & r = syms[bg.right];
-            if (l.id != bg.left_id || r.id != bg.right_id) continue;   // outdated
-            l.id = bg.result;
-            r.id = -1;
-            l.next = r.next;
-            if (r.next >= 0) syms[r.next].prev = bg.left;
-            add(l.prev, bg.left);
-            add(bg.left, l.next);
-        }
+        merge_bpe_word(word, syms, queue);
         for (int32_t k = 0; k != -1; k = syms[k].next) {
             const int32_t id = syms[k].id;
             if (id >= 0 && id < n_tok) {
@@ -567,6 +574,9 @@ void Vocab::tokenize_bpe(std::string_view text, std::vector<token_id> & out) con
         }
         cache.insert(word, h, out.data() + before, out.size() - before);
     }
+    trim_buffer(encoded);
+    trim_buffer(ends);
+    trim_buffer(syms);
 }
 
 }  // namespace psl

@@ -4,6 +4,7 @@ re-implementation of the SentencePiece-style merges for Gemma), special tokens, 
 detokenization, bad input and fuzzing."""
 from __future__ import annotations
 
+import functools
 import heapq
 import pathlib
 import random
@@ -50,8 +51,10 @@ def tok(request):
     return request.getfixturevalue({"smollm2": "smollm", "gemma3": "gemma"}[request.param]), request.param
 
 
+@functools.cache
 def read_gguf_tokenizer(path) -> dict:
-    """The tokenizer.ggml.* fields of a GGUF file, read with the gguf package (not the core)."""
+    """The tokenizer.ggml.* fields of a GGUF file, read with the gguf package (not the core).
+    Cached (Gemma's 262k tokens take the reader seconds); the dict is shared: do not modify it."""
     import gguf
     r = gguf.GGUFReader(str(path))
     out = {}
