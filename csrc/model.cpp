@@ -292,11 +292,13 @@ void pick_devices(psl_model & m, int32_t n_gpu_layers) {
     if (!m.dev_cpu) fail(PSL_ERR_BACKEND, "no CPU backend");
     ggml_backend_dev_t gpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_GPU);
     if (!gpu) gpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_IGPU);
+    // llama.cpp's count: the output layer first, then the repeating layers from the last one
+    // (n = 1: the head alone; n = n_layer + 1 or -1: everything)
     const int32_t want = n_gpu_layers < 0 ? m.hp.n_layer + 1 : n_gpu_layers;
     if (gpu && want > 0) {
         m.dev_gpu = gpu;
-        m.n_gpu_layers = std::min(want, m.hp.n_layer);
-        m.output_on_gpu = want > m.hp.n_layer;
+        m.n_gpu_layers = std::min(want - 1, m.hp.n_layer);
+        m.output_on_gpu = true;
     }
 }
 
