@@ -6,6 +6,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 namespace psl {
 
@@ -46,7 +47,10 @@ std::string take_ggml_error() {
     return s;
 }
 
-void install_ggml_logger() { ggml_log_set(ggml_logger, nullptr); }
+void install_ggml_logger() {
+    static std::once_flag once;
+    std::call_once(once, [] { ggml_log_set(ggml_logger, nullptr); });
+}
 
 void set_verbose(bool v) { g_verbose = v; }
 

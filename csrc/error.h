@@ -23,6 +23,7 @@ struct Error : std::runtime_error {
 // The last message ggml logged at error level on this thread (gguf parse failures say why
 // there); cleared by take_ggml_error().
 std::string take_ggml_error();
+// Routes ggml's log to the above (once per process; every path that parses a file calls it).
 void install_ggml_logger();
 void set_last_error(const std::string & msg);
 const char * last_error();

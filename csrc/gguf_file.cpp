@@ -1,12 +1,15 @@
 #include "gguf_file.h"
 
 #include "error.h"
+#include "gguf_check.h"
 
 #include "ggml.h"
 #include "gguf.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -56,15 +59,21 @@ GgufFile::GgufFile(const std::string & path) : path_(path), fd_(::open(path.c_st
     }
     file_size_ = (size_t) st.st_size;
 
-    char magic[4] = {0, 0, 0, 0};
-    if (file_size_ < 4 || ::pread(fd_.get(), magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0) {
-        fail(PSL_ERR_FORMAT, "'%s' is not a GGUF file (bad magic)", path.c_str());
-    }
+    // Our own pass first: ggml's parser must never see a field it would misread (gguf_check.h).
+    check_gguf_header(fd_.get(), file_size_, path);
 
+    install_ggml_logger();   // a Tokenizer may be the first thing loaded: ggml's reasons must reach us
     take_ggml_error();
     ggml_context * meta = nullptr;
     gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
-    gguf_.reset(gguf_init_from_file(path.c_str(), params));
+    // ggml parses the file that was checked: the same open file, not the path opened again
+    const int fd2 = fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
+    std::unique_ptr<FILE, int (*)(FILE *)> file(fd2 >= 0 ? fdopen(fd2, "rb") : nullptr, fclose);
+    if (!file && fd2 >= 0) ::close(fd2);
+    if (!file || fseeko(file.get(), 0, SEEK_SET) != 0) {
+        fail(PSL_ERR_IO, "cannot read '%s': %s", path.c_str(), strerror(errno));
+    }
+    gguf_.reset(gguf_init_from_file_ptr(file.get(), params));
     meta_.reset(meta);
     if (!gguf_) {
         std::string why = take_ggml_error();

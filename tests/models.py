@@ -36,6 +36,10 @@ __all__ = [
     "corrupt_copy",
     "write_not_gguf",
     "write_unknown_arch_gguf",
+    "raw_gguf",
+    "raw_kv",
+    "raw_string",
+    "raw_tensor_info",
 ]
 
 
@@ -604,3 +608,40 @@ def write_not_gguf(path, kind: str = "text") -> pathlib.Path:
 def write_unknown_arch_gguf(path, arch: str = "mamba9", **kwargs) -> dict:
     """A well-formed tiny GGUF whose ``general.architecture`` is unknown."""
     return write_llama_gguf(path, arch=arch, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# GGUF written field by field (no checks: for bad-header tests)
+# ---------------------------------------------------------------------------
+
+
+def raw_string(s: bytes | str, length: int | None = None) -> bytes:
+    """A GGUF string: u64 length (``length`` overrides the true one) then the bytes."""
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b) if length is None else length) + b
+
+
+def raw_kv(key: bytes | str, gguf_type: int, payload: bytes) -> bytes:
+    """A key/value record: the key, a u32 value type, then ``payload`` as the value's bytes."""
+    return raw_string(key) + struct.pack("<I", gguf_type & 0xFFFFFFFF) + payload
+
+
+def raw_tensor_info(name: bytes | str, dims, ggml_type: int, offset: int = 0) -> bytes:
+    """A tensor info record: name, u32 n_dims, the i64 dims, u32 ggml type, u64 data offset."""
+    out = raw_string(name) + struct.pack("<I", len(dims))
+    out += b"".join(struct.pack("<Q", d & 0xFFFFFFFFFFFFFFFF) for d in dims)
+    return out + struct.pack("<I", ggml_type & 0xFFFFFFFF) + struct.pack("<Q", offset)
+
+
+def raw_gguf(path, *, kvs=(), tensors=(), version: int = 3, n_kv: int | None = None,
+             n_tensors: int | None = None, data: bytes = b"", pad: bool = True) -> pathlib.Path:
+    """Write a GGUF file from raw records (``raw_kv`` / ``raw_tensor_info`` bytes); the counts
+    default to the number of records, the data section follows the header padded to 32 bytes."""
+    path = pathlib.Path(path)
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                                len(kvs) if n_kv is None else n_kv)
+    out += b"".join(kvs) + b"".join(tensors)
+    if pad and tensors:
+        out += bytes(-len(out) % 32)
+    path.write_bytes(out + data)
+    return path
