@@ -235,5 +235,48 @@ def prompt_ids(model, text: str, template: ChatTemplate) -> list[int]:
     return model.tokenize(text, add_special=True, parse_special=True)
 
 
-__all__ = ["ChatTemplate", "BUILTIN_TEMPLATES", "model_template", "template_source", "prompt_ids",
+
+
+# End-of-turn markers a template may print; one the vocabulary lacks as an end-of-generation
+# token (ChatML on a model without <|im_end|>) becomes a stop string.
+_TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A conversation to render with a model's template once the model is loaded."""
+    messages: tuple
+    chat_template: str | None = None
+    add_generation_prompt: bool = True
+    kwargs: tuple = ()
+
+    @classmethod
+    def make(cls, messages: Any, chat_template: str | None = None, add_generation_prompt: bool = True,
+             **kwargs: Any) -> "ChatPrompt":
+        msgs = check_messages(messages)
+        if chat_template is not None:
+            template_source(chat_template)            # a bad name fails before any model loads
+        if not isinstance(add_generation_prompt, bool):
+            raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
+        return cls(tuple(msgs), chat_template, add_generation_prompt, tuple(kwargs.items()))
+
+    def render(self, model) -> tuple[list[int], list[str]]:
+        """(prompt ids, stop strings the template implies)."""
+        tmpl = model_template(model, self.chat_template)
+        text = tmpl.render(list(self.messages), add_generation_prompt=self.add_generation_prompt,
+                           **dict(self.kwargs))
+        return prompt_ids(model, text, tmpl), self._stops(model, tmpl)
+
+    @staticmethod
+    def _stops(model, tmpl: ChatTemplate) -> list[str]:
+        stops = []
+        for marker in _TURN_ENDS:
+            if marker in tmpl.source:
+                ids = model.tokenize(marker, add_special=False, parse_special=True)
+                if not (len(ids) == 1 and model.is_eog(ids[0])):
+                    stops.append(marker)
+        return stops
+
+
+__all__ = ["ChatTemplate", "ChatPrompt", "BUILTIN_TEMPLATES", "model_template", "template_source", "prompt_ids",
            "check_messages", "is_messages"]
