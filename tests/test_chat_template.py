@@ -23,7 +23,7 @@ def real_models():
 
     def get(name: str) -> Model:
         if name not in opened:
-            opened[name] = Model(real_model(name), n_ctx=256)
+            opened[name] = Model(real_model(name), n_ctx=256, n_threads=1)
         return opened[name]
     yield get
     for m in opened.values():

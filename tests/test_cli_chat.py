@@ -97,7 +97,7 @@ def test_conversation_two_turns(smollm2_path):
     """Two turns and /exit through stdin: the answers stream after '> ', the second turn reuses
     the first's cache (--turn-stats), and the session ends cleanly."""
     p = _run(["-m", str(smollm2_path), "-cnv", "-sys", "Answer in one short sentence.", "--temp", "0",
-              "-n", "16", "-t", "2", "-c", "512", "--turn-stats"],
+              "-n", "16", "-t", "1", "-c", "512", "--turn-stats"],
              "What is the capital of France?\nAnd of Italy?\n/exit\nnever read\n")
     assert p.returncode == 0, p.stderr
     assert "Paris" in p.stdout and "Rome" in p.stdout
@@ -107,6 +107,35 @@ def test_conversation_two_turns(smollm2_path):
 
 
 def test_conversation_is_default_with_template_and_ends_at_eof(smollm2_path):
-    p = _run(["-m", str(smollm2_path), "--temp", "0", "-n", "8", "-t", "2", "-c", "256"], "Hi\n")
+    p = _run(["-m", str(smollm2_path), "--temp", "0", "-n", "8", "-t", "1", "-c", "256"], "Hi\n")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("\n> ") and p.stdout.count("> ") == 2
+
+
+def test_ctrl_c_stops_the_answer_not_the_program(smollm2_path):
+    """SIGINT while an answer streams: the answer stops, the program reads the next line."""
+    import os
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "-cnv", "--temp", "0",
+                             "-n", "400", "-t", "1", "-c", "1024"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, bufsize=0)
+    try:
+        proc.stdin.write("Write a very long story about a dragon.\n")
+        proc.stdin.flush()
+        seen = ""
+        while seen.count("> ") < 1 or len(seen.split("> ", 1)[1]) < 20:     # the answer has started
+            ch = proc.stdout.read(1)
+            assert ch, proc.stderr.read()
+            seen += ch
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+        proc.stdin.write("/exit\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "[interrupted]" in err and "Traceback" not in err
+    assert (seen + out).count("> ") == 2                 # it asked for the next message
