@@ -49,11 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             for reuse in ((True, False) if i % 2 == 0 else (False, True)):     # alternate the order
                 runs[reuse].append(one_chat(m, reuse, a.n_predict))
     print(f"{path}, {a.threads} threads, {a.n_predict} tokens per answer, medians of {a.rounds}")
-    print("turn | prompt | reuse: evaluated, ms | no reuse: evaluated, ms")
+    # the two conversations can part at a near tie (see README: batch sizes), hence both lengths
+    print("turn | reuse: prompt, evaluated, ms | no reuse: prompt, evaluated, ms")
     for t in range(len(QUESTIONS)):
         med = {k: statistics.median(r[t][2] for r in v) * 1e3 for k, v in runs.items()}
-        print(f"{t + 1:4d} | {runs[True][0][t][0]:6d} | {runs[True][0][t][1]:6d}, {med[True]:8.1f} | "
-              f"{runs[False][0][t][1]:6d}, {med[False]:8.1f}")
+        (p1, e1, _), (p0, e0, _) = runs[True][0][t], runs[False][0][t]
+        print(f"{t + 1:4d} | {p1:6d} {e1:6d} {med[True]:8.1f} | {p0:6d} {e0:6d} {med[False]:8.1f}")
     return 0
 
 
