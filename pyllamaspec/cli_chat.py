@@ -47,6 +47,8 @@ def read_message(prompt: str = "\n> ") -> str | None:
             lines.append(line[:-1])
             continue
         lines.append(line)
+        if not sys.stdin.isatty():          # no terminal echoed it: a piped session reads as a transcript
+            sys.stdout.write("\n".join(lines) + "\n")
         return "\n".join(lines)
 
 
