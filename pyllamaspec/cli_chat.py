@@ -108,6 +108,8 @@ def run_conversation(a: argparse.Namespace, target: Model, draft, sampling: Samp
         conv.messages.append({"role": "user", "content": msg})
         try:
             text, stats, interrupted = answer(conv, target, draft, a, sampling, draft_params, chat_template)
+        except KeyboardInterrupt:           # before the answer's first token (rendering, prompt)
+            text, stats, interrupted = "", None, True
         except ContextFullError as e:
             conv.messages.pop()
             print(f"[{e}; /clear starts afresh]", file=sys.stderr)
@@ -116,9 +118,12 @@ def run_conversation(a: argparse.Namespace, target: Model, draft, sampling: Samp
             conv.messages.pop()
             print(f"error: {e}", file=sys.stderr)
             continue
-        conv.messages.append({"role": "assistant", "content": text})
         if interrupted:
             print("[interrupted]", file=sys.stderr)
+            if not text:                    # nothing was said: the question is withdrawn
+                conv.messages.pop()
+                continue
+        conv.messages.append({"role": "assistant", "content": text})
         if a.turn_stats and stats is not None:
             print(turn_stats(stats, draft is not None), file=sys.stderr)
         if a.single_turn:
