@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from ._native import set_verbose, system_info
 from .cancel import Cancel
-from .errors import (BackendError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
+from .chat import ChatResult, chat
+from .chat_template import BUILTIN_TEMPLATES, ChatTemplate
+from .errors import (BackendError, ChatTemplateError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
                      ModelClosedError, ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
                      OutOfMemoryError, PyllamaspecError, TokenOutOfRangeError, UnsupportedModelError)
 from .generate import GenerationResult, generate
@@ -15,7 +17,8 @@ from .vocab import Detokenizer, Tokenizer
 __version__ = "0.1.0"
 
 __all__ = [
-    "generate", "GenerationResult", "Cancel", "Model", "ModelInfo", "SamplingParams", "DraftParams", "Decoder",
+    "generate", "GenerationResult", "chat", "ChatResult", "ChatTemplate", "BUILTIN_TEMPLATES", "ChatTemplateError",
+    "Cancel", "Model", "ModelInfo", "SamplingParams", "DraftParams", "Decoder",
     "Stats", "Detokenizer", "Tokenizer", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
     "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",
     "TokenOutOfRangeError", "ContextFullError", "BackendError", "OutOfMemoryError",

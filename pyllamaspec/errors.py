@@ -18,6 +18,11 @@ class InvalidArgumentError(PyllamaspecError, ValueError):
     status = 1
 
 
+class ChatTemplateError(InvalidArgumentError):
+    """A chat template could not be compiled or rendered, or refused the conversation
+    (raise_exception in the template)."""
+
+
 class ModelIOError(PyllamaspecError, OSError):
     """A model file could not be opened or read."""
     status = 2

@@ -9,6 +9,7 @@ from typing import Iterator, Sequence, Union
 
 from . import _args
 from .cancel import Cancel
+from .chat_template import ChatPrompt, is_messages
 from .errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError
 from .model import DRAFT_OPTIONS, Model
 from .sampling import SamplingParams
@@ -73,12 +74,24 @@ def _held_back(text: str, stops: list[str]) -> int:
 def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | str | None, *,
                   sampling: SamplingParams, draft: DraftParams, max_tokens: int,
                   stop: list[str], result: dict, add_special: bool = True,
-                  parse_special: bool = True, cancel: Cancel | None = None) -> Iterator[Piece]:
-    """The generation loop. Yields Pieces; fills result with tokens, finish reason and stats."""
+                  parse_special: bool = True, cancel: Cancel | None = None,
+                  cache_prompt: bool = True) -> Iterator[Piece]:
+    """The generation loop. Yields Pieces; fills result with tokens, finish reason and stats.
+    prompt: text, token ids, or a ChatPrompt (rendered with the model's chat template).
+    cache_prompt: keep what the models' caches hold of the prompt (else they start empty)."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
-    ids = (model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
-           if isinstance(prompt, str) else _args.token_ids("prompt", prompt, model.n_vocab).tolist())
+    if isinstance(prompt, ChatPrompt):
+        ids, chat_stops = prompt.render(model)
+        stop = stop + [s for s in chat_stops if s not in stop]
+    elif isinstance(prompt, str):
+        ids = model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+    else:
+        ids = _args.token_ids("prompt", prompt, model.n_vocab).tolist()
+    if not cache_prompt:
+        for m in (model, draft_model):
+            if isinstance(m, Model):
+                m.clear()
     dec = Decoder(model, draft_model, sampling, draft)
     result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy,
                   text="")
@@ -157,11 +170,13 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              p_min: float | None = None, adaptive: bool | None = None, ngram: int = 3, draft_vocab: int = 32768,
              stop: str | Sequence[str] | None = None, stream: bool = False,
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
-             add_special: bool = True, parse_special: bool = True, cancel: Cancel | None = None):
+             add_special: bool = True, parse_special: bool = True, cancel: Cancel | None = None,
+             cache_prompt: bool = True):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
-    Models are paths (loaded for this call) or loaded Model objects (reused; their caches are
-    reset); draft_model="ngram" drafts by prompt lookup (n-gram size `ngram`) instead of a model.
+    Models are paths (loaded for this call) or loaded Model objects (reused: what their caches
+    hold of the prompt, its longest common prefix with the last call's text, is not evaluated
+    again unless cache_prompt=False; see pyllamaspec.chat for conversations); draft_model="ngram" drafts by prompt lookup (n-gram size `ngram`) instead of a model.
     adaptive lets a cost model pick the draft length each round (up to n_draft, 0 = plain
     decoding when speculation would not pay) and where each draft stops; p_min (a draft stops
     where its top probability is below it) then defaults to none, else to llama.cpp's 0.75. Its choices follow measured times, and with
@@ -187,8 +202,13 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     _args.integer("n_gpu_layers", n_gpu_layers, -1)
     if n_threads is not None:
         _args.integer("n_threads", n_threads, 0, _max_threads())
-    if not isinstance(prompt, (str, list, tuple)) or (not isinstance(prompt, str) and not prompt):
+    if is_messages(prompt):
+        raise InvalidArgumentError("generate() takes a prompt string or token ids; for a list of messages "
+                                   "use pyllamaspec.chat(messages, model)")
+    if not isinstance(prompt, (str, list, tuple, ChatPrompt)) or (isinstance(prompt, (list, tuple)) and not prompt):
         raise InvalidArgumentError("prompt must be a string or a non-empty list of token ids")
+    if not isinstance(cache_prompt, bool):
+        raise InvalidArgumentError(f"cache_prompt must be True or False, got {cache_prompt!r}")
     if cancel is not None and not isinstance(cancel, Cancel):
         raise InvalidArgumentError(f"cancel must be a pyllamaspec.Cancel, got {type(cancel).__name__}")
     for name, m in (("model", model), ("draft_model", draft_model)):
@@ -204,7 +224,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
             result: dict = {}
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
-                                     add_special=add_special, parse_special=parse_special, cancel=cancel)
+                                     add_special=add_special, parse_special=parse_special, cancel=cancel,
+                                     cache_prompt=cache_prompt)
             run.result = GenerationResult(text=result["text"], tokens=result["tokens"],
                                           prompt_tokens=result["prompt_tokens"],
                                           finish_reason=result["finish_reason"],

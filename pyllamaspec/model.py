@@ -139,6 +139,9 @@ class Model(VocabMixin, _native.Closeable):
         self.n_vocab = self.info.n_vocab
         self.output_ids: np.ndarray | None = None   # see set_output_ids
         self._metadata: dict[str, Any] | None = None
+        # The ids in the KV cache, in order (the core keeps only K/V): a new prompt then
+        # evaluates only what follows its longest common prefix with them (cached_tokens).
+        self._cache_ids: list[int] = []
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -246,6 +249,50 @@ class Model(VocabMixin, _native.Closeable):
         with self._excl:
             return lib.psl_context_n_past(self._ctx)
 
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The token ids the KV cache holds, in order (a copy)."""
+        with self._excl:
+            return list(self._cache_ids)
+
+    def _sync_cache_ids(self) -> None:
+        # An eval that failed part-way (interrupt, error) leaves the cache as it was; should
+        # the core ever keep part of it, forget the ids past what it holds rather than lie.
+        n = lib.psl_context_n_past(self._ctx)
+        if n != len(self._cache_ids):
+            del self._cache_ids[min(n, len(self._cache_ids)):]
+            if n > len(self._cache_ids):           # unknown tokens: nothing may be reused
+                lib.psl_context_clear(self._ctx)
+                self._cache_ids.clear()
+
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
+        """Truncates the cache to its longest common prefix with ids; returns its length (the
+        tokens of ids that need no evaluation)."""
+        with self._excl:
+            cached = self._cache_ids
+            n = min(len(cached), len(ids))
+            i = 0
+            while i < n and cached[i] == ids[i]:
+                i += 1
+            self._check(lib.psl_context_truncate(self._ctx, i))
+            del cached[i:]
+            return i
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = False, *,
+                            chat_template: str | None = None, **kwargs: Any) -> "str | list[int]":
+        """Renders a conversation with the model's chat template (Hugging Face's name and
+        meaning): the prompt text, or with tokenize=True its token ids as llama.cpp makes them
+        (special tokens parsed, no doubled BOS). chat_template: a built-in name
+        (chat_template.BUILTIN_TEMPLATES), a file or Jinja source in place of the model's own;
+        without either, ChatML (with a warning). Other keyword arguments (tools, ...) reach the
+        template. Errors: InvalidArgumentError (ChatTemplateError from the template)."""
+        from .chat_template import model_template, prompt_ids
+        if not isinstance(tokenize, bool):
+            raise InvalidArgumentError(f"tokenize must be True or False, got {tokenize!r}")
+        tmpl = model_template(self, chat_template)
+        text = tmpl.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+        return prompt_ids(self, text, tmpl) if tokenize else text
+
     def eval(self, tokens: Sequence[int] | np.ndarray, logits: str = "all",
              out: np.ndarray | None = None) -> np.ndarray:
         """Evaluate tokens at positions [n_past, n_past + n) in one call and append them to the cache.
@@ -269,8 +316,12 @@ class Model(VocabMixin, _native.Closeable):
                 or not out.flags.writeable:
             raise InvalidArgumentError("out must be a writeable C-contiguous float32 numpy array")
         with self._excl:
-            self._check(lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
-                                             ffi.from_buffer("float[]", out, require_writable=True), out.size))
+            try:
+                self._check(lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
+                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
+                self._cache_ids.extend(toks.tolist())
+            finally:
+                self._sync_cache_ids()
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
 
     def check_draft(self, draft: "Model") -> None:
@@ -286,6 +337,7 @@ class Model(VocabMixin, _native.Closeable):
         n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)
         with self._excl:
             self._check(lib.psl_context_truncate(self._ctx, n_keep))
+            del self._cache_ids[n_keep:]
 
     def set_output_ids(self, ids: "np.ndarray | list[int] | None") -> None:
         """Compute logits only for these token ids (the others read -inf); None: all of them.
@@ -324,6 +376,7 @@ class Model(VocabMixin, _native.Closeable):
         """Empty the KV cache."""
         with self._excl:
             lib.psl_context_clear(self._ctx)
+            self._cache_ids.clear()
 
     def perf(self, reset: bool = False) -> dict[str, float]:
         """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset."""
