@@ -91,8 +91,14 @@ double log_sum_exp(const float * x, int32_t n) {
     float m = -INFINITY;
     for (int32_t i = 0; i < n; ++i) m = std::max(m, x[i]);
     if (!std::isfinite(m)) return m;            // all -inf (or a +inf): nothing to normalize
+    // expf (under 1 ulp) in float blocks summed in double: a few times faster than exp in
+    // double over a 262k vocabulary, and as exact as the float32 logits it reads
     double sum = 0.0;
-    for (int32_t i = 0; i < n; ++i) sum += std::exp((double) (x[i] - m));
+    for (int32_t i = 0; i < n; i += 256) {
+        float block = 0.0f;
+        for (int32_t j = i, e = std::min(n, i + 256); j < e; ++j) block += std::exp(x[j] - m);
+        sum += block;
+    }
     return m + std::log(sum);
 }
 
