@@ -1,6 +1,8 @@
 """What penalties and logprobs cost per speculative round, in the core, on real vocabulary sizes:
 verification of k drafts (k+1 rows) with and without penalties, and logprobs of k+1 tokens
-(top 0 and top 5), alternating in the same run; medians. Usage: sampling_extras_cost.py [k]"""
+(top 0 and top 5), alternating in the same run; medians. With a target and a draft model, also
+whole generations (greedy, fixed draft length k), plain settings / penalties / logprobs in turn:
+time per round. Usage: sampling_extras_cost.py [k [TARGET DRAFT]]"""
 from __future__ import annotations
 
 import statistics
@@ -46,5 +48,26 @@ def main() -> None:
             print(f"  {name:32s} {1e6 * statistics.median(t):9.1f} us")
 
 
+def end_to_end(target_path: str, draft_path: str, rounds: int = 5) -> None:
+    from pyllamaspec import Model, generate
+    from pyllamaspec.model import DRAFT_OPTIONS
+    prompt = "Write a short story about a cat who learns to fly."
+    cases = {"plain settings": {}, "penalties": dict(repeat_penalty=1.1, presence_penalty=0.3),
+             "logprobs=5": dict(logprobs=5)}
+    per_round: dict[str, list[float]] = {c: [] for c in cases}
+    with Model(target_path, n_ctx=1024) as t, Model(draft_path, n_ctx=1024, **DRAFT_OPTIONS) as d:
+        for r in range(rounds):
+            order = list(cases)[r % 3:] + list(cases)[:r % 3]       # who goes first rotates
+            for name in order:
+                res = generate(prompt, t, d, max_tokens=96, temperature=0, n_draft=K, adaptive=False,
+                               **cases[name])
+                per_round[name].append(res.stats.t_generate / res.stats.rounds)
+    print(f"generation, greedy, k = {K}, medians of {rounds} (ms per round):")
+    for name, v in per_round.items():
+        print(f"  {name:16s} {1e3 * statistics.median(v):7.2f}")
+
+
 if __name__ == "__main__":
     main()
+    if len(sys.argv) > 3:
+        end_to_end(sys.argv[2], sys.argv[3])
