@@ -59,7 +59,7 @@ def end_to_end(target_path: str, draft_path: str, rounds: int = 5) -> None:
         for r in range(rounds):
             order = list(cases)[r % 3:] + list(cases)[:r % 3]       # who goes first rotates
             for name in order:
-                res = generate(prompt, t, d, max_tokens=96, temperature=0, n_draft=K, adaptive=False,
+                res = generate(prompt, t, d, max_tokens=64, temperature=0, n_draft=K, adaptive=False,
                                **cases[name])
                 per_round[name].append(res.stats.t_generate / res.stats.rounds)
     print(f"generation, greedy, k = {K}, medians of {rounds} (ms per round):")
