@@ -7,7 +7,6 @@ flag is defined whole, abbreviations are off, and an unknown one is refused by n
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
 import sys
 
@@ -69,7 +68,9 @@ def _sampling(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1 = random)")
     for name in PENALTIES:
         g.add_argument("--" + name.replace("_", "-"), dest=name, type=float, default=None,
-                       help="as llama.cpp's, where this build's sampler has it")
+                       help="as llama.cpp's (off by default)")
+    g.add_argument("--repeat-last-n", dest="repeat_last_n", type=int, default=None,
+                   help="last n tokens the penalties consider (default 64, 0 = off, -1 = the whole context)")
 
 
 def _speculation(ap: argparse.ArgumentParser) -> None:
@@ -179,17 +180,11 @@ def resolve_spec_type(a: argparse.Namespace) -> None:
         raise PyllamaspecError("--spec-type draft-simple needs a draft model (-md or -hfd)")
 
 
-def penalty_kwargs(a: argparse.Namespace) -> dict[str, float]:
-    """The penalties given, if this build's generate() and SamplingParams take them; else an
-    error naming them (they are llama.cpp's flags, so they parse either way)."""
-    from .generate import generate
-    from .sampling import SamplingParams
+def penalty_kwargs(a: argparse.Namespace) -> dict:
+    """The penalties given (llama.cpp's flags and meaning; see SamplingParams)."""
     given = {k: getattr(a, k) for k in PENALTIES if getattr(a, k) is not None}
-    params = inspect.signature(generate).parameters
-    missing = [k for k in given if k not in params or k not in SamplingParams.__dataclass_fields__]
-    if missing:
-        flags = ", ".join("--" + k.replace("_", "-") for k in missing)
-        raise PyllamaspecError(f"{flags}: penalties are not supported by this version of pyllamaspec")
+    if a.repeat_last_n is not None:
+        given["penalty_last_n"] = a.repeat_last_n
     return given
 
 

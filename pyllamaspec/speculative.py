@@ -31,7 +31,7 @@ from . import _args
 from .cost_model import DraftPolicy
 from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError
 from .model import Model
-from .sampling import Sampler, SamplingParams
+from .sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 
 
 @dataclass
@@ -142,6 +142,8 @@ class ModelDrafter:
             self.in_head = np.zeros(V, bool)
             self.in_head[model.output_ids] = True
         self.sampler = Sampler(V, replace(sampling, seed=_seed_for_draft(sampling.seed)))
+        # penalized like the target, drafts included, so that q stays close to p
+        self.penalized = sampling.penalized
         self.logits = np.empty((1, V), np.float32)
         self.q = None if sampling.greedy else np.empty((params.n_draft, V), np.float32)
         self.p_max = np.zeros(params.n_draft, np.float32)
@@ -215,6 +217,8 @@ class ModelDrafter:
             out[k] = tok
             self.p_max[k] = p_max
             k += 1
+            if self.penalized:
+                self.sampler.push(out[k - 1:k])
             if tok in self.eog or not more:      # nothing worth drafting after the end
                 break
             toks = out[k - 1:k]
@@ -224,6 +228,9 @@ class ModelDrafter:
         return None if self.q is None else self.q[:k]
 
     def accepted(self, seq: list[int], new: list[int], drafted: int = 0) -> None:
+        if self.penalized:                       # the history is seq again, drafts rolled back
+            self.sampler.truncate(len(seq) - len(new))
+            self.sampler.push(new)
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round
         self.model.truncate(min(self.model.n_past, len(seq) - 1 - self.skipped))
         if self.in_head is not None and not self.in_head[new[-1]]:
@@ -278,12 +285,18 @@ class NgramDrafter:
 
 class Decoder:
     """Token-level generation from a target model, with an optional drafter: a draft Model or
-    "ngram" (prompt lookup). tokens() yields (token, from_draft) as tokens are accepted."""
+    "ngram" (prompt lookup). tokens() yields (token, from_draft) as tokens are accepted.
+    With `logprobs` (0..20), each round's TokenLogprobs (the token's and the top n) are in
+    round_logprobs, read from the verification's logits rows (no extra evaluation)."""
 
     def __init__(self, target: Model, draft: Model | str | None, sampling: SamplingParams,
-                 draft_params: DraftParams | None = None):
+                 draft_params: DraftParams | None = None, logprobs: int | None = None):
         self.target = target
         self.sampling = sampling
+        if logprobs is not None:
+            _args.integer("logprobs", logprobs, 0, MAX_LOGPROBS)
+        self.n_logprobs = logprobs
+        self.round_logprobs: list[TokenLogprobs] = []
         self.dp = draft_params or DraftParams()
         V = target.n_vocab
         self.t_sampler = Sampler(V, sampling)
@@ -342,6 +355,10 @@ class Decoder:
         t0 = time.perf_counter()
         self.seq = list(prompt)
         head = np.asarray(prompt[:-1], np.int32)
+        if self.sampling.penalized:              # llama.cpp penalizes repeats of the prompt too
+            self.t_sampler.reset(prompt)
+            if isinstance(self.drafter, ModelDrafter):
+                self.drafter.sampler.reset(prompt)
         n_keep = self.target.reuse_prefix(prompt[:-1])
         if n_keep < len(head):
             self.target.eval(head[n_keep:], logits="none")
@@ -402,9 +419,14 @@ class Decoder:
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.model._psl_c_draft = (self.policy.c_draft, self.policy.n_draft_obs)
         new = [(int(t), True) for t in self.drafts[:n_acc]] + [(int(nxt), False)]
-        self.seq.extend(t for t, _ in new)
+        ids = [t for t, _ in new]
+        if self.n_logprobs is not None:          # row i scored the i-th new token
+            self.round_logprobs = core_logprobs(logits, ids, self.n_logprobs)
+        if self.sampling.penalized:
+            self.t_sampler.push(ids)
+        self.seq.extend(ids)
         if self.drafter is not None:
-            self.drafter.accepted(self.seq, [t for t, _ in new], k)
+            self.drafter.accepted(self.seq, ids, k)
             self.policy.observe_round(k, n_acc)
             if isinstance(self.drafter, ModelDrafter) and k:
                 self.policy.observe_tokens(self.drafter.p_max[:k], n_acc)

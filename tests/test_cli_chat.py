@@ -58,21 +58,12 @@ def test_negative_values_still_parse():
     assert a.n_predict == -1 and a.seed == -1 and a.prompt == "-hello"
 
 
-def test_penalties_parsed_then_passed_or_refused():
-    a = parse("--repeat-penalty", "1.1", "--presence-penalty", "0.5", "--frequency-penalty", "0.2")
+def test_penalties_parsed_and_passed():
+    a = parse("--repeat-penalty", "1.1", "--presence-penalty", "0.5", "--frequency-penalty", "0.2",
+              "--repeat-last-n", "32")
     assert (a.repeat_penalty, a.presence_penalty, a.frequency_penalty) == (1.1, 0.5, 0.2)
-    import inspect
-
-    from pyllamaspec import generate
-    from pyllamaspec.sampling import SamplingParams
-    supported = all(k in inspect.signature(generate).parameters and k in SamplingParams.__dataclass_fields__
-                    for k in cli_args.PENALTIES)
-    if supported:
-        assert cli_args.penalty_kwargs(a) == {"repeat_penalty": 1.1, "presence_penalty": 0.5,
-                                              "frequency_penalty": 0.2}
-    else:
-        with pytest.raises(PyllamaspecError, match="--repeat-penalty.*not supported"):
-            cli_args.penalty_kwargs(a)
+    assert cli_args.penalty_kwargs(a) == {"repeat_penalty": 1.1, "presence_penalty": 0.5,
+                                          "frequency_penalty": 0.2, "penalty_last_n": 32}
     assert cli_args.penalty_kwargs(parse()) == {}
 
 

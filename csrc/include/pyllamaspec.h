@@ -277,7 +277,8 @@ PSL_API psl_status psl_vocab_draft_ids(const psl_model * model, int32_t n, int32
 /* ---- sampling and speculative acceptance (csrc/sampling.cpp) ----
  * Everything per vocabulary entry happens here, on the caller's logits buffers. The adjusted
  * distribution follows llama.cpp's chain: top-k, then top-p and min-p on the untempered
- * softmax, then temperature. temperature == 0 is greedy (argmax, lowest id on ties). */
+ * softmax, then temperature, after llama.cpp's penalties (first in its chain) when they are on.
+ * temperature == 0 is greedy (argmax of the penalized logits, lowest id on ties). */
 typedef struct psl_sampler psl_sampler;
 
 typedef struct psl_sampling_params {
@@ -286,12 +287,27 @@ typedef struct psl_sampling_params {
     float    top_p;         /* 1 = off, in (0, 1]            */
     float    min_p;         /* 0 = off, in [0, 1)            */
     uint64_t seed;
+    /* llama.cpp's penalties, applied to the logits before everything else, over the last
+     * penalty_last_n tokens of the sampler's history (psl_sampler_push): a token seen c > 0
+     * times has its logit divided by repeat_penalty (multiplied when <= 0), then lowered by
+     * c * frequency_penalty + presence_penalty. */
+    float    repeat_penalty;    /* 1 = off, > 0                              */
+    float    frequency_penalty; /* 0 = off                                   */
+    float    presence_penalty;  /* 0 = off                                   */
+    int32_t  penalty_last_n;    /* 64 by default, 0 = off, -1 = the whole history */
 } psl_sampling_params;
 
 PSL_API psl_sampling_params psl_sampling_default_params(void);
 PSL_API psl_status psl_sampler_new(int32_t n_vocab, const psl_sampling_params * params, psl_sampler ** out);
 PSL_API void       psl_sampler_free(psl_sampler * s);
 PSL_API psl_status psl_sampler_set_seed(psl_sampler * s, uint64_t seed);
+
+/* The history the penalties look back on (llama.cpp's: the prompt, then every token
+ * generated): push appends ids[0..n) (each in [0, n_vocab)), truncate keeps the first n_keep
+ * (a rolled-back draft). Every call below penalizes a row by the history as it stands. */
+PSL_API psl_status psl_sampler_push(psl_sampler * s, const int32_t * ids, int32_t n);
+PSL_API psl_status psl_sampler_truncate(psl_sampler * s, int32_t n_keep);
+PSL_API int32_t    psl_sampler_history_len(const psl_sampler * s);
 
 /* The adjusted distribution of one logits row, written densely to probs (n_vocab floats, zero
  * outside the kept set; one-hot when greedy). */
@@ -306,10 +322,20 @@ PSL_API psl_status psl_sampler_sample(psl_sampler * s, const float * logits, flo
  * min(1, p_i(x)/q_i(x)) (greedy: iff it is the target's argmax); at the first rejection the
  * next token is drawn from norm(max(0, p_i - q_i)); if all pass it is drawn from p_k.
  * draft_probs holds k rows of q (n_vocab floats each); NULL means a deterministic drafter
- * (n-gram lookup): q is a point mass on each draft token. */
+ * (n-gram lookup): q is a point mass on each draft token. With penalties, row i is penalized
+ * by the history followed by draft[0..i), the text it continues if those drafts are accepted
+ * (the draft's q must be made the same way); the history is unchanged when the call returns:
+ * push the accepted drafts and the next token. */
 PSL_API psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, const int32_t * draft,
                                       const float * draft_probs, int32_t k, int32_t * n_accepted,
                                       int32_t * next_token);
+/* Log-probabilities of n_rows logits rows (row-major, n_vocab floats each) under their full
+ * softmax at temperature 1, before penalties and truncation (llama-server's n_probs, OpenAI's
+ * logprobs): token_logprobs[i] = log p_i(tokens[i]); when n_top > 0, top_ids / top_logprobs
+ * (n_rows x n_top) receive each row's n_top most likely ids, best first (lowest id on ties).
+ * n_top is in [0, n_vocab]; the top arrays may be NULL when n_top == 0. */
+PSL_API psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n_rows, const int32_t * tokens,
+                                int32_t n_top, float * token_logprobs, int32_t * top_ids, float * top_logprobs);
 /* cffi-end */
 
 #ifdef __cplusplus
