@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _args, _native
+from . import _args, _native, _split
 from ._native import Exclusive, Users, ffi, lib
-from .errors import InvalidArgumentError, ModelNotFoundError
+from .errors import InvalidArgumentError, ModelIOError, ModelNotFoundError
 from .vocab import VocabMixin
 
 # ggml_type ids accepted for the KV cache.
@@ -117,7 +117,13 @@ class Model(VocabMixin, _native.Closeable):
         mp.load_vocab = bool(tokenizer)
         mp.prefetch = bool(prefetch)
         out = ffi.new("psl_model **")
-        self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
+        try:
+            self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
+        except ModelIOError as e:
+            # the core names the shard it could not open; a part that is not there is "not found"
+            if not isinstance(e, ModelNotFoundError) and _split.missing_parts(path):
+                raise ModelNotFoundError(str(e), e.status) from None
+            raise
         self._model = out[0]
 
         cp = lib.psl_context_default_params()
