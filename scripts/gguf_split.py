@@ -93,7 +93,9 @@ def split_gguf(src, out_prefix, *, n_shards: int | None = None, max_tensors: int
             values = {"split.no": k, "split.count": count, "split.tensors.count": len(names)}
             values.update((overrides or {}).get(k, {}))
             kvs = (list(kv_raw) if k == 0 else [])
-            for key, vtype in zip(_KEYS, (_T_UINT16, _T_UINT16, _T_INT32)):
+            # llama-gguf-split's order: it sets split.count last (a placeholder replaced at the end)
+            for key, vtype in (("split.no", _T_UINT16), ("split.tensors.count", _T_INT32),
+                               ("split.count", _T_UINT16)):
                 if values[key] is not None:
                     kvs.append(_kv(key, vtype, values[key]))
             align = kv_align if k == 0 else _DEFAULT_ALIGNMENT
