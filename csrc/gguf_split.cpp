@@ -58,7 +58,7 @@ GgufSplit::GgufSplit(const std::string & path, bool all_shards) {
 void GgufSplit::open_shards(const std::string & path, int count) {
     const std::string prefix = split_prefix(path, 0, count);
     if (prefix.empty()) {
-        fail(PSL_ERR_FORMAT, "'%s' is the first shard of a split model of %d (split.count) but its name does not end in '%s', which is how its other shards are found",
+        fail(PSL_ERR_FORMAT, "'%s' is shard 1 of %d (split.count) of a split model but its name does not end in '%s', the name its other shards are found by",
              path.c_str(), count, split_suffix(0, count).c_str());
     }
     const int64_t total = first().get_int(k_split_tensors);

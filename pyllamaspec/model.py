@@ -70,6 +70,9 @@ class Model(VocabMixin, _native.Closeable):
     ...     logits = m.eval(m.tokenize("Hello"))      # [n, n_vocab] float32
     ...     m.truncate(1)                             # roll the cache back to one token
 
+    A split model (llama.cpp's gguf-split: ``name-00001-of-0000N.gguf`` ...) loads from its first
+    part; the other parts are found beside it (see models/README.md).
+
     eval() returns a numpy array the core wrote into directly (no copy). The context's cache
     advances with every eval; truncate(n) rolls it back in O(1).
 
