@@ -77,7 +77,8 @@ psl_status psl_vocab_load(const char * path, psl_model ** out) {
         *out = nullptr;
         if (!path) fail(PSL_ERR_INVALID_ARGUMENT, "path is NULL");
         auto m = std::make_unique<psl_model>();
-        m->file = std::make_unique<GgufFile>(path);
+        m->files = std::make_unique<GgufSplit>(path, /*all_shards =*/ false);   // the tokenizer is in the first
+        m->file = &m->files->first();
         m->gguf = m->file->gguf();
         m->arch_name = m->file->get_str("general.architecture", "");
         m->name = m->file->get_str("general.name", "");

@@ -315,9 +315,11 @@ void psl_context::free_head() {
 // Copies the file's output rows of ids[0..n) into head rows first_row... (whatever layout the
 // full head was loaded into: repacked, on a GPU).
 void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row) {
-    const psl::GgufFile & f = *model->file;
+    const psl::TensorSource * src = model->files->find(ggml_get_name(model->output));
+    if (!src) psl::fail(PSL_ERR_INTERNAL, "tensor '%s' not found", ggml_get_name(model->output));
+    const psl::GgufFile & f = *src->file;   // the shard that holds the head
     const size_t row = head->nb[1];
-    const size_t base = f.tensor_file_offset(ggml_get_name(model->output));
+    const size_t base = src->offset;
     // straight into the head when it is in host memory, else through a staging copy
     const bool host = ggml_backend_buffer_is_host(head_buf.get());
     std::vector<uint8_t> staging(host ? 0 : row * (size_t) n);
@@ -373,10 +375,11 @@ void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
     // The full head's mapped pages need not stay resident: embedding lookups (a tied head)
     // fault in the few rows they read, and the page cache keeps the rest at hand.
     const ggml_tensor * full = model->output;
-    const psl::GgufFile & f = *model->file;
-    if (f.mapping() && full->data >= (const void *) f.mapping() &&
-        (const uint8_t *) full->data < f.mapping() + f.file_size()) {
-        f.release((size_t) ((const uint8_t *) full->data - f.mapping()), ggml_nbytes(full));
+    const psl::TensorSource * from = model->files->find(ggml_get_name(full));
+    const psl::GgufFile * f = from ? from->file : nullptr;   // the shard that holds it
+    if (f && f->mapping() && full->data >= (const void *) f->mapping() &&
+        (const uint8_t *) full->data < f->mapping() + f->file_size()) {
+        f->release((size_t) ((const uint8_t *) full->data - f->mapping()), ggml_nbytes(full));
     }
 }
 

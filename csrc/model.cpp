@@ -27,7 +27,7 @@ ggml_context * TensorLoader::ctx_for(ggml_backend_buffer_type_t buft) {
     for (auto & [b, c] : ctx_by_buft_) {
         if (b == buft) return c;
     }
-    const size_t n = (size_t) gguf_get_n_tensors(m_.gguf) + 8;
+    const size_t n = m_.files->n_tensors() + 8;
     ggml_init_params p = {ggml_tensor_overhead() * n, nullptr, /*no_alloc =*/ true};
     ggml_context * ctx = ggml_init(p);
     if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create a tensor context");
@@ -75,7 +75,8 @@ ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place pl
         case Place::Layer:  gpu = m_.layer_on_gpu(il); break;
     }
     if (gpu && buft_gpu_) return buft_gpu_;
-    const ggml_tensor * meta = ggml_get_tensor(m_.file->meta(), name.c_str());
+    const TensorSource * src = m_.files->find(name);
+    const ggml_tensor * meta = src ? src->meta : nullptr;
     if (matrix && meta) {
         for (ggml_backend_buffer_type_t extra : cpu_extra_) {
             if (supports_matmul(extra, meta)) return extra;
@@ -86,17 +87,19 @@ ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place pl
 
 ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t> ne, Place place, int il,
                                   bool required, bool matrix) {
-    const ggml_tensor * meta = ggml_get_tensor(m_.file->meta(), name.c_str());
-    if (!meta) {
+    const TensorSource * src = m_.files->find(name);
+    if (!src) {
         if (!required) return nullptr;
         fail(PSL_ERR_FORMAT, "'%s': tensor '%s' is missing (architecture %s)", m_.file->path().c_str(),
              name.c_str(), m_.arch_name.c_str());
     }
+    const ggml_tensor * meta = src->meta;
+    const char * path = src->file->path().c_str();   // the shard that holds it
     ne.resize(GGML_MAX_DIMS, 1);
     for (int d = 0; d < GGML_MAX_DIMS; ++d) {
         if (meta->ne[d] != ne[d]) {
             fail(PSL_ERR_FORMAT, "'%s': tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
-                 m_.file->path().c_str(), name.c_str(), (long long) meta->ne[0], (long long) meta->ne[1],
+                 path, name.c_str(), (long long) meta->ne[0], (long long) meta->ne[1],
                  (long long) meta->ne[2], (long long) meta->ne[3], (long long) ne[0], (long long) ne[1],
                  (long long) ne[2], (long long) ne[3]);
         }
@@ -107,12 +110,12 @@ ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t>
                                 : meta->type == GGML_TYPE_F32;
     if (!ok_type) {
         fail(PSL_ERR_UNSUPPORTED, "'%s': tensor '%s' has type %s, which this core does not run there",
-             m_.file->path().c_str(), name.c_str(), ggml_type_name(meta->type));
+             path, name.c_str(), ggml_type_name(meta->type));
     }
     ggml_context * ctx = ctx_for(home(name, place, il, matrix));
     ggml_tensor * t = ggml_dup_tensor(ctx, meta);
     ggml_set_name(t, name.c_str());
-    created_.emplace_back(t, m_.file->tensor_file_offset(name.c_str()));
+    created_.emplace_back(t, src);
     return t;
 }
 
@@ -124,54 +127,68 @@ ggml_tensor * TensorLoader::layer_matrix(int il, const char * suffix, std::vecto
     return matrix("blk." + std::to_string(il) + "." + suffix, std::move(ne), Place::Layer, il, required);
 }
 
-void TensorLoader::load(bool use_mmap, bool prefetch) {
-    GgufFile & f = *m_.file;
-    for (auto & [buft, ctx] : ctx_by_buft_) {
+// The weights stay in the page cache: one buffer wraps each shard's mapping, tensors point into it.
+void TensorLoader::load_mapped(ggml_context * ctx, bool prefetch) {
+    for (size_t i = 0; i < m_.files->n_files(); ++i) {
+        GgufFile & f = m_.files->file(i);
+        uint8_t * base = nullptr;
         ggml_backend_buffer_t buf = nullptr;
-        const bool mapped = use_mmap && buft == buft_cpu_;
-        if (mapped) {
-            // The weights stay in the page cache: the buffer wraps the mapping, tensors point into it.
-            uint8_t * base = (uint8_t *) f.map();
-            buf = ggml_backend_cpu_buffer_from_ptr(base, f.file_size());
-            if (!buf) fail(PSL_ERR_OUT_OF_MEMORY, "cannot wrap the mapping of '%s'", f.path().c_str());
-            m_.bufs.push_back(buf);
-            for (auto & [t, off] : created_) {
-                if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
-                if (ggml_backend_tensor_alloc(buf, t, base + off) != GGML_STATUS_SUCCESS) {
-                    fail(PSL_ERR_BACKEND, "cannot place tensor '%s'", ggml_get_name(t));
-                }
-                if (prefetch) f.prefetch(off, ggml_nbytes(t));
-            }
-        } else {
-            buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+        for (auto & [t, src] : created_) {
+            if (src->file != &f || ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
             if (!buf) {
-                fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB of %s memory for the weights",
-                     ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft) / 1048576.0,
-                     ggml_backend_buft_name(buft));
+                base = (uint8_t *) f.map();
+                buf = ggml_backend_cpu_buffer_from_ptr(base, f.file_size());
+                if (!buf) fail(PSL_ERR_OUT_OF_MEMORY, "cannot wrap the mapping of '%s'", f.path().c_str());
+                m_.bufs.push_back(buf);
+                ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
             }
-            m_.bufs.push_back(buf);
-            // a repacking buffer converts in set_tensor: only the plain CPU buffer is filled directly
-            const bool host = buft == buft_cpu_ && ggml_backend_buffer_is_host(buf);
-            std::vector<uint8_t> staging;
-            for (auto & [t, off] : created_) {
-                if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
-                const size_t n = ggml_nbytes(t);
-                if (host) {
-                    f.read(off, t->data, n);
-                } else if (f.mapping()) {
-                    ggml_backend_tensor_set(t, f.mapping() + off, 0, n);
-                    f.release(off, n);   // the copy is what runs; the mapped pages may go
-                } else {
-                    staging.resize(n);
-                    f.read(off, staging.data(), n);
-                    ggml_backend_tensor_set(t, staging.data(), 0, n);
-                }
+            if (ggml_backend_tensor_alloc(buf, t, base + src->offset) != GGML_STATUS_SUCCESS) {
+                fail(PSL_ERR_BACKEND, "cannot place tensor '%s'", ggml_get_name(t));
             }
+            if (prefetch) f.prefetch(src->offset, ggml_nbytes(t));
         }
-        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     }
-    for (auto & [t, off] : created_) {
-        (void) off;
+}
+
+// The weights are copied (read, or from the mapping) into memory of their buffer type.
+void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t buft) {
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    if (!buf) {
+        fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB of %s memory for the weights",
+             ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft) / 1048576.0, ggml_backend_buft_name(buft));
+    }
+    m_.bufs.push_back(buf);
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    // a repacking buffer converts in set_tensor: only the plain CPU buffer is filled directly
+    const bool host = buft == buft_cpu_ && ggml_backend_buffer_is_host(buf);
+    std::vector<uint8_t> staging;
+    for (auto & [t, src] : created_) {
+        if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
+        const GgufFile & f = *src->file;
+        const size_t off = src->offset, n = ggml_nbytes(t);
+        if (host) {
+            f.read(off, t->data, n);
+        } else if (f.mapping()) {
+            ggml_backend_tensor_set(t, f.mapping() + off, 0, n);
+            f.release(off, n);   // the copy is what runs; the mapped pages may go
+        } else {
+            staging.resize(n);
+            f.read(off, staging.data(), n);
+            ggml_backend_tensor_set(t, staging.data(), 0, n);
+        }
+    }
+}
+
+void TensorLoader::load(bool use_mmap, bool prefetch) {
+    for (auto & [buft, ctx] : ctx_by_buft_) {
+        if (use_mmap && buft == buft_cpu_) {
+            load_mapped(ctx, prefetch);
+        } else {
+            load_copied(ctx, buft);
+        }
+    }
+    for (auto & [t, src] : created_) {
+        (void) src;
         if (m_.tied_output && t == m_.output && t != m_.tok_embd) continue;   // a copy, not a parameter
         m_.size_bytes += ggml_nbytes(t);
         m_.n_params += (uint64_t) ggml_nelements(t);
@@ -311,7 +328,8 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     }
 
     auto m = std::make_unique<psl_model>();
-    m->file = std::make_unique<GgufFile>(path);
+    m->files = std::make_unique<GgufSplit>(path);
+    m->file = &m->files->first();
     m->gguf = m->file->gguf();
     const GgufFile & f = *m->file;
 
@@ -330,7 +348,8 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     load_common_hparams(f, m->arch_name, m->hp);
     m->arch->load_hparams(f, m->arch_name, m->hp);
 
-    const ggml_tensor * embd = ggml_get_tensor(f.meta(), "token_embd.weight");
+    const TensorSource * embd_src = m->files->find("token_embd.weight");
+    const ggml_tensor * embd = embd_src ? embd_src->meta : nullptr;
     if (!embd) fail(PSL_ERR_FORMAT, "'%s': tensor 'token_embd.weight' is missing", path.c_str());
     if (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX) fail(PSL_ERR_FORMAT, "'%s': bad vocabulary size", path.c_str());
     m->hp.n_vocab = (int32_t) embd->ne[1];

@@ -1,7 +1,7 @@
 // The loaded model: hyper-parameters, weight tensors in backend buffers, vocabulary.
 #pragma once
 
-#include "gguf_file.h"
+#include "gguf_split.h"
 #include "pyllamaspec.h"
 
 #include "ggml.h"
@@ -66,7 +66,8 @@ struct Layer {
 }  // namespace psl
 
 struct psl_model {
-    std::unique_ptr<psl::GgufFile> file;
+    std::unique_ptr<psl::GgufSplit> files;    // one file, or every shard of a split model
+    psl::GgufFile * file = nullptr;           // == &files->first(): the metadata
     gguf_context * gguf = nullptr;            // == file->gguf(), kept for the metadata API
     std::string arch_name;
     std::string name;
@@ -138,6 +139,8 @@ public:
 
 private:
     ggml_context * ctx_for(ggml_backend_buffer_type_t buft);
+    void load_mapped(ggml_context * ctx, bool prefetch);
+    void load_copied(ggml_context * ctx, ggml_backend_buffer_type_t buft);
     ggml_tensor * place(const std::string & name, std::vector<int64_t> ne, Place place, int il, bool required,
                         bool matrix);
     bool supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const;
@@ -145,7 +148,7 @@ private:
     ggml_backend_buffer_type_t buft_cpu_, buft_gpu_;
     std::vector<ggml_backend_buffer_type_t> cpu_extra_;
     std::vector<std::pair<ggml_backend_buffer_type_t, ggml_context *>> ctx_by_buft_;
-    std::vector<std::pair<ggml_tensor *, size_t>> created_;   // tensor, file offset
+    std::vector<std::pair<ggml_tensor *, const TensorSource *>> created_;   // tensor, where its data is
 };
 
 // One architecture: its extra hyper-parameters, its weights, its graph.

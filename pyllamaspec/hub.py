@@ -21,9 +21,9 @@ Selection rules (:func:`select_gguf`):
 * with no tag the default is ``Q4_K_M``; if the repository has none, the nearest usual quant is
   taken (see ``DEFAULT_FALLBACK``) and a warning is logged. An explicit tag that matches nothing is
   an error (:class:`QuantNotFoundError`) that lists the quants and GGUF files available.
-* a split model (``-00001-of-0000N``) resolves to all its parts, the first of which is what
-  llama.cpp loads; the core does not load split GGUF yet, so :func:`resolve` raises
-  :class:`~pyllamaspec.errors.UnsupportedModelError` for it unless ``allow_split=True``.
+* a split model (``-00001-of-0000N``) resolves to all its parts: :func:`resolve` downloads every
+  part and returns the first, which is what :class:`~pyllamaspec.Model` (like llama.cpp) loads;
+  the core finds the other parts beside it.
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from .errors import (InvalidArgumentError, ModelIOError, ModelNotFoundError, PyllamaspecError,
-                     UnsupportedModelError)
+from ._split import SPLIT_RE, is_split, split_info, split_parts
+from .errors import InvalidArgumentError, ModelIOError, ModelNotFoundError, PyllamaspecError
 
 __all__ = [
     "DEFAULT_QUANT", "DEFAULT_FALLBACK", "HubDependencyError", "HubModelNotFoundError",
@@ -57,7 +57,8 @@ DEFAULT_FALLBACK = (
     "F16", "BF16", "F32",
 )
 
-_SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+_SPLIT_RE = SPLIT_RE
+_split_info, _is_split, _split_parts = split_info, is_split, split_parts
 _GGUF_RE = re.compile(r"\.gguf$", re.IGNORECASE)
 # A quant tag at the end of a file stem: Q4_K_M, IQ4_XS, Q8_0, TQ1_0, F16, BF16, MXFP4_MOE, UD-Q4_K_XL...
 _QUANT_TAIL_RE = re.compile(
@@ -140,32 +141,12 @@ def _is_mmproj(path: str) -> bool:
     return "mmproj" in _basename(path).lower()
 
 
-def _split_info(path: str) -> tuple[int, int] | None:
-    m = _SPLIT_RE.search(path)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def _is_split(path: str) -> bool:
-    """A part of a set of more than one file (a ``-00001-of-00001`` file is a whole model)."""
-    info = _split_info(path)
-    return info is not None and info[1] > 1
-
-
 def _stem(path: str) -> str:
     """The path less ``.gguf`` and less any split suffix."""
     m = _SPLIT_RE.search(path)
     if m:
         return path[:m.start()]
     return _GGUF_RE.sub("", path)
-
-
-def _split_parts(first: str) -> list[str]:
-    """All part names of the split set that ``first`` (any part) belongs to, part 1 first."""
-    m = _SPLIT_RE.search(first)
-    assert m is not None
-    n = int(m.group(2))
-    head, width = first[:m.start()], len(m.group(1))
-    return [f"{head}-{k:0{width}d}-of-{m.group(2)}{first[m.end() - 5:]}" for k in range(1, n + 1)]
 
 
 def _quant_of(path: str) -> str | None:
@@ -434,23 +415,23 @@ def _offline_hint(repo_id: str, filename: str | None = None, quant: str | None =
 
 def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = None,
             progress: bool = True, cache_dir: str | os.PathLike | None = None,
-            allow_split: bool = False, token: str | bool | None = None) -> pathlib.Path:
+            allow_split: bool = True, token: str | bool | None = None) -> pathlib.Path:
     """Local path of the GGUF named by ``spec`` (``user/repo[:QUANT]``) or, with ``hf_file``, of
     that file of ``user/repo``; downloaded into the Hugging Face cache first when needed.
 
     ``offline``: None → from ``HF_HUB_OFFLINE`` (see :func:`is_offline`); True → the cache only, no
     network. ``progress``: show huggingface_hub's download progress bar. ``cache_dir``: the hub
-    cache (default: :func:`hub_cache_dir`). ``allow_split``: for a split model, download every part
-    and return the first (what llama.cpp loads) instead of raising
-    :class:`~pyllamaspec.errors.UnsupportedModelError`. ``token``: passed to huggingface_hub
-    (default: its own, e.g. ``HF_TOKEN`` or ``hf auth login``).
+    cache (default: :func:`hub_cache_dir`). For a split model every part is downloaded and the first
+    returned (what :class:`~pyllamaspec.Model` loads; the other parts lie beside it).
+    ``allow_split``: accepted for compatibility and ignored (split models once needed it).
+    ``token``: passed to huggingface_hub (default: its own, e.g. ``HF_TOKEN`` or ``hf auth login``).
 
     Online, the repository is listed with ``HfApi().list_repo_files``; if the Hub cannot be reached
     the local cache is used instead (with a warning). Offline, only the cache is read.
 
     Raises :class:`HubModelNotFoundError` (a :class:`~pyllamaspec.errors.ModelNotFoundError`) when
     the repo, the file or any GGUF cannot be found (:class:`QuantNotFoundError` when a quant tag
-    matches nothing), :class:`~pyllamaspec.errors.UnsupportedModelError` for a split model,
+    matches nothing; also for a split model with a part missing),
     :class:`HubDependencyError` when huggingface_hub is missing and
     :class:`~pyllamaspec.errors.InvalidArgumentError` for a malformed spec.
     """
@@ -506,15 +487,6 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
 
     if sel.is_split:
         n_parts = _split_info(sel.filename)[1]
-        if not allow_split:
-            alts = sorted({q for n in _model_candidates(files or ())
-                           if not _is_split(n) and (q := _quant_of(n))})
-            raise UnsupportedModelError(
-                f"{repo_id}: {sel.filename} is a split GGUF model ({n_parts} parts) and pyllamaspec "
-                "does not load split GGUF files yet. Merge the parts with "
-                "`llama-gguf-split --merge FIRST-PART OUT.gguf` and load OUT.gguf with -m"
-                + (f", or pick a single-file quant of this repository: {', '.join(alts)}" if alts else "")
-                + ".")
         if len(sel.parts) != n_parts:
             missing = [p for p in _split_parts(sel.filename) if p not in sel.parts]
             raise HubModelNotFoundError(

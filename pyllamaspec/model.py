@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _args, _native
+from . import _args, _native, _split
 from ._native import Exclusive, Users, ffi, lib
-from .errors import InvalidArgumentError, ModelNotFoundError
+from .errors import InvalidArgumentError, ModelIOError, ModelNotFoundError
 from .vocab import VocabMixin
 
 # ggml_type ids accepted for the KV cache.
@@ -70,6 +70,9 @@ class Model(VocabMixin, _native.Closeable):
     ...     logits = m.eval(m.tokenize("Hello"))      # [n, n_vocab] float32
     ...     m.truncate(1)                             # roll the cache back to one token
 
+    A split model (llama.cpp's gguf-split: ``name-00001-of-0000N.gguf`` ...) loads from its first
+    part; the other parts are found beside it (see models/README.md).
+
     eval() returns a numpy array the core wrote into directly (no copy). The context's cache
     advances with every eval; truncate(n) rolls it back in O(1).
 
@@ -117,7 +120,13 @@ class Model(VocabMixin, _native.Closeable):
         mp.load_vocab = bool(tokenizer)
         mp.prefetch = bool(prefetch)
         out = ffi.new("psl_model **")
-        self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
+        try:
+            self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
+        except ModelIOError as e:
+            # the core names the shard it could not open; a part that is not there is "not found"
+            if not isinstance(e, ModelNotFoundError) and _split.missing_parts(path):
+                raise ModelNotFoundError(str(e), e.status) from None
+            raise
         self._model = out[0]
 
         cp = lib.psl_context_default_params()

@@ -10,6 +10,8 @@
   writer (``write_gguf`` with the llama defaults).
 * ``corrupt_copy(src, dst, kind)`` and friends produce broken files for
   bad-input tests.
+* ``split_gguf(src, prefix, ...)`` writes shards as ``llama-gguf-split`` does
+  (scripts/gguf_split.py); ``bad_split_sets(src, other, dir)`` writes broken sets.
 
 Model files never enter the repository: everything lands in the cache or in a
 pytest ``tmp_path``.
@@ -17,7 +19,9 @@ pytest ``tmp_path``.
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
+import shutil
 import struct
 from typing import Iterable, Mapping
 
@@ -40,6 +44,9 @@ __all__ = [
     "raw_kv",
     "raw_string",
     "raw_tensor_info",
+    "split_gguf",
+    "BAD_SPLITS",
+    "bad_split_sets",
 ]
 
 
@@ -645,3 +652,90 @@ def raw_gguf(path, *, kvs=(), tensors=(), version: int = 3, n_kv: int | None = N
         out += bytes(-len(out) % 32)
     path.write_bytes(out + data)
     return path
+
+
+# ---------------------------------------------------------------------------
+# split models (llama.cpp's gguf-split)
+# ---------------------------------------------------------------------------
+
+_SPLITTER = None
+
+
+def split_gguf(src, out_prefix, **kwargs) -> list[pathlib.Path]:
+    """``src`` written as shards ``out_prefix-0000k-of-0000N.gguf`` the way ``llama-gguf-split``
+    writes them: scripts/gguf_split.py's ``split_gguf`` (``n_shards=``, ``max_tensors=``, or
+    ``groups=`` and ``overrides=`` for broken sets)."""
+    global _SPLITTER
+    if _SPLITTER is None:
+        path = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "gguf_split.py"
+        spec = importlib.util.spec_from_file_location("gguf_split", path)
+        _SPLITTER = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_SPLITTER)
+    return _SPLITTER.split_gguf(src, out_prefix, **kwargs)
+
+
+# kind -> (error class name in pyllamaspec.errors, shard the message must name: an index into the
+# set's parts, and a regex the message must match)
+BAD_SPLITS = {
+    "missing_shard": ("ModelNotFoundError", 1, "shard 2 of 3"),
+    "truncated_shard": ("ModelFormatError", 2, "truncated"),
+    "foreign_count": ("ModelFormatError", 1, "split.count is 3"),
+    "foreign_model": ("ModelFormatError", 1, "another split model"),
+    "misplaced_shard": ("ModelFormatError", 1, "says it is shard 3"),
+    "duplicated_tensor": ("ModelFormatError", 1, "is in both"),
+    "missing_tensor": ("ModelFormatError", 1, "but its shards hold"),
+    "tensor_count": ("ModelFormatError", 0, "split.tensors.count is"),
+    "renamed_first": ("ModelFormatError", 0, "does not end in '-00001-of-00003.gguf'"),
+    "name_count": ("ModelFormatError", 0, "does not end in '-00001-of-00002.gguf'"),
+    "non_first": ("InvalidArgumentError", 0, "load its first shard"),
+}
+
+
+def bad_split_sets(src, other, folder) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
+    """One broken split set of ``src`` per kind of ``BAD_SPLITS``, each in its own folder of
+    ``folder``: kind -> (the path to load, the shard its error must name). ``other`` is a model
+    with another tensor count (the foreign model)."""
+    import gguf
+
+    folder = pathlib.Path(folder)
+    names = [t.name for t in gguf.GGUFReader(str(src)).tensors]
+    third = len(names) // 3
+    out = {}
+
+    def fresh(kind, **kwargs):
+        return split_gguf(src, folder / kind / "m", **kwargs)
+
+    p = fresh("missing_shard", n_shards=3)
+    p[1].unlink()
+    out["missing_shard"] = (p[0], p[1])
+    p = fresh("truncated_shard", n_shards=3)
+    p[2].write_bytes(p[2].read_bytes()[:-7])
+    out["truncated_shard"] = (p[0], p[2])
+    p = fresh("foreign_count", n_shards=2)
+    shutil.copy(split_gguf(src, folder / "foreign_count" / "three", n_shards=3)[1], p[1])
+    out["foreign_count"] = (p[0], p[1])
+    p = fresh("foreign_model", n_shards=2)
+    shutil.copy(split_gguf(other, folder / "foreign_model" / "other", n_shards=2)[1], p[1])
+    out["foreign_model"] = (p[0], p[1])
+    p = fresh("misplaced_shard", n_shards=3)
+    shutil.copy(p[2], p[1])
+    out["misplaced_shard"] = (p[0], p[1])
+    p = fresh("duplicated_tensor", groups=[names[:third + 1], names[third:]])
+    out["duplicated_tensor"] = (p[0], p[1])
+    p = fresh("missing_tensor", groups=[names[:third], names[third + 1:]])
+    out["missing_tensor"] = (p[0], p[1])
+    p = fresh("tensor_count", n_shards=2, overrides={0: {"split.tensors.count": len(names) + 1},
+                                                     1: {"split.tensors.count": len(names) + 1}})
+    out["tensor_count"] = (p[0], p[0])
+    p = fresh("renamed_first", n_shards=3)
+    renamed = p[0].with_name("m.gguf")
+    p[0].rename(renamed)
+    out["renamed_first"] = (renamed, renamed)
+    p = fresh("name_count", n_shards=2)
+    for k, q in enumerate(p):
+        q.rename(q.with_name(f"m-{k + 1:05d}-of-00003.gguf"))
+    first = p[0].with_name("m-00001-of-00003.gguf")
+    out["name_count"] = (first, first)
+    p = fresh("non_first", n_shards=3)
+    out["non_first"] = (p[1], p[0])
+    return out

@@ -23,8 +23,7 @@ import huggingface_hub  # noqa: E402
 
 import models  # noqa: E402
 from pyllamaspec import hub  # noqa: E402
-from pyllamaspec.errors import (InvalidArgumentError, ModelNotFoundError,  # noqa: E402
-                                UnsupportedModelError)
+from pyllamaspec.errors import InvalidArgumentError, ModelNotFoundError  # noqa: E402
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OLD_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
@@ -168,34 +167,47 @@ def test_prefers_single_file_over_split(cache):
     check(hub.resolve(repo + ":q4_k_m", cache_dir=cache, offline=True), cache, repo, "m-Q4_K_M.gguf")
 
 
-def test_split_only_is_unsupported(cache):
+def test_split_resolves_to_its_first_part(cache):
     repo = "someone/Big-GGUF"
     files = ["Q8_0/big-Q8_0-00001-of-00003.gguf", "Q8_0/big-Q8_0-00002-of-00003.gguf",
              "Q8_0/big-Q8_0-00003-of-00003.gguf", "big-Q4_K_M.gguf"]
     make_cached_repo(cache, repo, files)
-    with pytest.raises(UnsupportedModelError) as ei:
-        hub.resolve(repo + ":Q8_0", cache_dir=cache, offline=True)
-    msg = str(ei.value)
-    assert "split" in msg and "big-Q8_0-00001-of-00003.gguf" in msg
-    assert "Q4_K_M" in msg  # the single-file alternative is suggested
-    # Once split models load, every part comes down and the first is returned.
-    p = hub.resolve(repo + ":Q8_0", cache_dir=cache, offline=True, allow_split=True)
+    # every part is there and the first is returned: what Model loads
+    p = hub.resolve(repo + ":Q8_0", cache_dir=cache, offline=True)
     check(p, cache, repo, "Q8_0/big-Q8_0-00001-of-00003.gguf")
-    # The same for --hf-file naming any part.
-    with pytest.raises(UnsupportedModelError):
-        hub.resolve(repo, "Q8_0/big-Q8_0-00002-of-00003.gguf", cache_dir=cache, offline=True)
-    p = hub.resolve(repo, "Q8_0/big-Q8_0-00002-of-00003.gguf", cache_dir=cache, offline=True,
-                    allow_split=True)
+    for k in (2, 3):
+        assert (p.parent / f"big-Q8_0-0000{k}-of-00003.gguf").is_file()
+    # the same for --hf-file naming any part; allow_split is still accepted (and ignored)
+    p = hub.resolve(repo, "Q8_0/big-Q8_0-00002-of-00003.gguf", cache_dir=cache, offline=True)
     check(p, cache, repo, "Q8_0/big-Q8_0-00001-of-00003.gguf")
+    p = hub.resolve(repo + ":Q8_0", cache_dir=cache, offline=True, allow_split=False)
+    check(p, cache, repo, "Q8_0/big-Q8_0-00001-of-00003.gguf")
+
+
+def test_split_model_from_the_cache_loads(cache, tmp_path):
+    """A real split set in the hub cache (symlinks into blobs/): resolve, then Model loads every
+    part from beside the first, with the unsplit file's logits."""
+    import numpy as np
+    from pyllamaspec import Model
+
+    src = tmp_path / "tiny.gguf"
+    models.write_llama_gguf(src)
+    parts = models.split_gguf(src, tmp_path / "parts" / "tiny-F32", n_shards=3)
+    repo = "someone/TinySplit-GGUF"
+    make_cached_repo(cache, repo, [f"F32/{p.name}" for p in parts],
+                     data={f"F32/{p.name}": p.read_bytes() for p in parts})
+    path = hub.resolve(repo + ":F32", cache_dir=cache, offline=True)
+    assert path.name == parts[0].name and path.is_symlink()
+    with Model(path, n_ctx=32) as a, Model(src, n_ctx=32) as b:
+        assert np.array_equal(a.eval([1, 2, 3]), b.eval([1, 2, 3]))
 
 
 def test_split_with_missing_part_cached(cache):
     repo = "someone/Partial-GGUF"
     make_cached_repo(cache, repo, ["p-Q4_K_M-00001-of-00002.gguf"])
-    with pytest.raises(UnsupportedModelError):
+    with pytest.raises(ModelNotFoundError, match="incomplete") as ei:
         hub.resolve(repo, cache_dir=cache, offline=True)
-    with pytest.raises(ModelNotFoundError, match="incomplete"):
-        hub.resolve(repo, cache_dir=cache, offline=True, allow_split=True)
+    assert "p-Q4_K_M-00002-of-00002.gguf" in str(ei.value)
 
 
 def test_mmproj_is_never_the_model(cache):
@@ -375,10 +387,7 @@ def test_online_lists_and_downloads(cache, monkeypatch):
 def test_online_split_downloads_all_parts(cache, monkeypatch):
     files = ["s-Q4_K_M-00001-of-00002.gguf", "s-Q4_K_M-00002-of-00002.gguf"]
     fake = FakeHub(monkeypatch, files=files)
-    with pytest.raises(UnsupportedModelError):
-        hub.resolve("someone/S-GGUF", cache_dir=cache, offline=False)
-    assert fake.downloads == []  # nothing fetched for a model that cannot be loaded
-    p = hub.resolve("someone/S-GGUF", cache_dir=cache, offline=False, allow_split=True)
+    p = hub.resolve("someone/S-GGUF", cache_dir=cache, offline=False)
     assert [d["filename"] for d in fake.downloads] == files
     assert p.name == files[0]
 

@@ -238,6 +238,36 @@ def test_failed_loads_leak_nothing(tiny, tmp_path, use_mmap):
         assert grew < 8, f"{kind}: RSS grew {grew:.1f} MiB over 100 failed loads"
 
 
+def _split_cases(tmp_path) -> list:
+    """Broken split sets (tests/models.py BAD_SPLITS), and a whole set whose context fails."""
+    big, other = tmp_path / "big.gguf", tmp_path / "other.gguf"
+    models.write_llama_gguf(big, n_embd=256, n_ff=512, n_layer=4, n_vocab=512)
+    models.write_llama_gguf(other, n_embd=256, n_ff=512, n_layer=3, n_vocab=512)
+    cases = [(k, p, {}) for k, (p, _) in models.bad_split_sets(big, other, tmp_path / "bad").items()]
+    small = tmp_path / "small.gguf"
+    models.write_llama_gguf(small)                  # head size 8: no q4_0 cache (blocks of 32)
+    whole = models.split_gguf(small, tmp_path / "whole" / "small", n_shards=3)[0]
+    return cases + [("split_context", whole, dict(type_k="q4_0"))]
+
+
+@pytest.mark.parametrize("use_mmap", [True, False], ids=["mmap", "read"])
+def test_failed_split_loads_leak_nothing(tmp_path, use_mmap):
+    """The same for split models: every shard opened before the failure (its fd, its parsed
+    header, its mapping) is released."""
+    for kind, path, kw in _split_cases(tmp_path):
+        def attempt():
+            with pytest.raises(PyllamaspecError):
+                Model(path, use_mmap=use_mmap, **kw)
+        for _ in range(5):
+            attempt()
+        fds, rss = _fds(), _rss()
+        for _ in range(100):
+            attempt()
+        grew = (_rss() - rss) / 2**20
+        assert _fds() == fds, f"{kind}: {_fds() - fds} file descriptors leaked over 100 loads"
+        assert grew < 8, f"{kind}: RSS grew {grew:.1f} MiB over 100 failed loads"
+
+
 def test_failed_loads_of_a_truncated_real_model_leak_nothing(smollm2_path, tmp_path):
     """A real model's metadata (its vocabulary: ~3.5 MiB parsed) cut short in its tensor data."""
     cut = tmp_path / "cut.gguf"

@@ -70,6 +70,10 @@ typedef struct psl_model_params {
 } psl_model_params;
 
 PSL_API psl_model_params psl_model_default_params(void);
+/* path: a GGUF file, or the first shard of a split model (llama.cpp's gguf-split,
+ * "<prefix>-00001-of-0000N.gguf"), whose other shards are opened from beside it. A set whose shards
+ * do not fit together fails with PSL_ERR_FORMAT (PSL_ERR_IO for one that cannot be opened) naming
+ * the shard; a non-first shard fails with PSL_ERR_INVALID_ARGUMENT naming the first. */
 PSL_API psl_status psl_model_load(const char * path, const psl_model_params * params, psl_model ** out);
 /* Frees the model once no context uses it any more. NULL is ignored. */
 PSL_API void       psl_model_free(psl_model * model);
@@ -216,7 +220,8 @@ typedef struct psl_vocab_info {
 /* Opens only the tokenizer of a GGUF file, like llama.cpp's vocab_only: any architecture, no
  * weights read. The handle works with the tokenizer and metadata functions and psl_model_get_info
  * (arch and name only); psl_context_new refuses it. Free it with psl_model_free. Fails with
- * PSL_ERR_NO_VOCAB when the file has no tokenizer. */
+ * PSL_ERR_NO_VOCAB when the file has no tokenizer. Of a split model, the first shard is opened
+ * (it holds the metadata). */
 PSL_API psl_status psl_vocab_load(const char * path, psl_model ** out);
 PSL_API psl_status psl_vocab_get_info(const psl_model * model, psl_vocab_info * out);
 /* Token ids of text[0..len). Writes at most cap ids; if more are needed returns
