@@ -63,6 +63,7 @@ DEFAULT_TESTS=(tests/test_core.py tests/test_gguf_check.py tests/test_tokenizer.
                tests/test_tokenizer_scaling.py tests/test_fuzz.py -k "not time_grows_linearly"
                --deselect tests/test_reliability.py::test_failed_loads_leak_nothing
                --deselect tests/test_reliability.py::test_failed_loads_of_a_truncated_real_model_leak_nothing
+               --deselect tests/test_reliability.py::test_failed_split_loads_leak_nothing
                --deselect tests/test_reliability.py::test_tokenizing_alongside_an_eval)
 # Arguments that name no test file or directory are pytest options added to the default files.
 NAMED=0
