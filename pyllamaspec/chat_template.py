@@ -170,8 +170,9 @@ class ChatTemplate:
             kwargs["tools"] = tools
         variables = dict(bos_token=self.bos_token, eos_token=self.eos_token)
         variables.update(kwargs)          # a caller's bos_token etc. win, as in HF
+        msgs = _llamacpp_messages(self.source, msgs)
         try:
-            return _compile(self.source).render(messages=msgs, add_generation_prompt=add_generation_prompt,
+            text = _compile(self.source).render(messages=msgs, add_generation_prompt=add_generation_prompt,
                                                 **variables)
         except _RaisedByTemplate as e:
             raise ChatTemplateError(f"chat template ({self.name}) refused the conversation: {e}") from None
@@ -179,6 +180,51 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {e}") from None
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
             raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {e}") from None
+        if _is_harmony(self.source) and not add_generation_prompt:
+            # llama.cpp (its issue 15417): a conversation rendered for inference ends its last
+            # final message with <|end|>, not the <|return|> that closes a finished exchange
+            head, sep, tail = text.rpartition("<|return|>")
+            text = head + "<|end|>" + tail if sep else text
+        return text
+
+
+# ---- what llama.cpp does to a conversation before rendering it (common/chat.cpp) ----
+
+def _is_harmony(source: str) -> bool:
+    """gpt-oss's harmony format: llama.cpp recognizes it by its channel marker."""
+    return "<|channel|>" in source
+
+
+_PROBE_SYSTEM = "System message"
+
+
+@lru_cache(maxsize=32)
+def _supports_system_role(source: str) -> bool:
+    """Whether the template prints a system message (llama.cpp probes it likewise: a template
+    that refuses or ignores one gets it merged into the first user message instead)."""
+    probe = [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "User message"}]
+    try:
+        out = _compile(source).render(messages=probe, add_generation_prompt=False, bos_token="", eos_token="")
+    except Exception:        # noqa: BLE001 - any failure on the probe means "not supported"
+        return False
+    return _PROBE_SYSTEM in out
+
+
+def _llamacpp_messages(source: str, msgs: list[dict]) -> list[dict]:
+    """The conversation as llama.cpp hands it to the template: the OpenAI "developer" role is
+    "system" except for harmony (which has a developer role of its own), gpt-oss reads
+    reasoning as "thinking", and a template without a system role gets the system prompt
+    prefixed to the next message."""
+    if _is_harmony(source):
+        return [dict(m, thinking=m["reasoning_content"]) if isinstance(m.get("reasoning_content"), str) else m
+                for m in msgs]
+    msgs = [dict(m, role="system") if m["role"] == "developer" else m for m in msgs]
+    if msgs[0]["role"] == "system" and not _supports_system_role(source):
+        if len(msgs) == 1:
+            return []          # llama.cpp drops it (with a warning) when nothing follows
+        merged = dict(msgs[1], content=msgs[0]["content"] + "\n" + msgs[1]["content"])
+        return [merged] + msgs[2:]
+    return msgs
 
 
 def template_source(chat_template: str, what: str = "chat_template") -> tuple[str, str]:
@@ -240,6 +286,9 @@ def prompt_ids(model, text: str, template: ChatTemplate) -> list[int]:
 # End-of-turn markers a template may print; one the vocabulary lacks as an end-of-generation
 # token (ChatML on a model without <|im_end|>) becomes a stop string.
 _TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+# In harmony (gpt-oss) <|end|> closes the analysis channel inside one reply; the reply ends at
+# <|return|> or <|call|>.
+_HARMONY_TURN_ENDS = ("<|return|>", "<|call|>")
 
 
 @dataclass(frozen=True)
@@ -270,7 +319,7 @@ class ChatPrompt:
     @staticmethod
     def _stops(model, tmpl: ChatTemplate) -> list[str]:
         stops = []
-        for marker in _TURN_ENDS:
+        for marker in _HARMONY_TURN_ENDS if _is_harmony(tmpl.source) else _TURN_ENDS:
             if marker in tmpl.source:
                 ids = model.tokenize(marker, add_special=False, parse_special=True)
                 if not (len(ids) == 1 and model.is_eog(ids[0])):

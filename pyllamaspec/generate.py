@@ -118,6 +118,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
         if t0 is not None:
             dec.stats.n_generated = len(result["tokens"])
             dec.stats.t_generate = time.perf_counter() - t0
+            dec.keep(len(ids) + len(result["tokens"]))
         dec.close()
 
 
@@ -140,7 +141,7 @@ def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
                     result["finish_reason"] = "context_full"
                     break
                 done = False
-                new = dec.step()
+                new = dec.step(max_tokens - len(out_tokens))
                 lps = dec.round_logprobs if out_logprobs is not None else [None] * len(new)
                 for (tok, from_draft), lp in zip(new, lps):
                     if model.is_eog(tok):

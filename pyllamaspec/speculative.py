@@ -373,12 +373,14 @@ class Decoder:
         """Tokens the target can still take (the pending last token included)."""
         return self.target.n_ctx - len(self.seq) + 1
 
-    def step(self) -> list[tuple[int, bool]]:
-        """One round: returns the new tokens, each with whether the drafter proposed it."""
+    def step(self, want: int | None = None) -> list[tuple[int, bool]]:
+        """One round: returns the new tokens, each with whether the drafter proposed it. `want`:
+        how many more tokens the caller will take (max_tokens left); a round drafts no more than
+        that needs, so nothing is verified only to be dropped."""
         room = self.room()
         if room < 1:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
-        k_cap = min(self.dp.n_draft, room - 1)
+        k_cap = min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room)
         k = 0
         t_round = time.perf_counter()
         if self.drafter is not None and k_cap > 0:
@@ -451,6 +453,14 @@ class Decoder:
         self.stats.t_draft += dt
         self.policy.observe_draft(dt, max(found, 1))
         return k
+
+    def keep(self, n: int) -> None:
+        """Drops from both caches what lies past the first n tokens of the sequence: tokens a
+        round accepted beyond the output (a stop string, max_tokens), so that the caches hold
+        what the caller saw and the next call's prefix reuse starts from it."""
+        for m in (self.target, self.draft):
+            if m is not None and not m.closed and m.n_past > n:
+                m.truncate(n)
 
     def close(self) -> None:
         """Leaves the models as they were given (a draft model's head restored), keeping the

@@ -65,6 +65,7 @@ int main(int argc, char ** argv) {
             common_chat_msg msg;
             msg.role = m.at("role").get<std::string>();
             msg.content = m.at("content").get<std::string>();
+            if (m.contains("reasoning_content")) msg.reasoning_content = m.at("reasoning_content").get<std::string>();
             in.messages.push_back(msg);
         }
         common_chat_params out = common_chat_templates_apply(tmpls.get(), in);

@@ -162,3 +162,24 @@ def test_chatml_fallback_stops_at_im_end(gemma3_path):
         r = pyllamaspec.chat([{"role": "user", "content": "Hi"}], str(gemma3_path), max_tokens=24,
                              temperature=0, n_ctx=256, n_threads=1)
     assert "<|im_end|>" not in r.text
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_caches_end_at_the_output(smol, smol_draft, drafter):
+    """A round that accepts tokens past max_tokens or a stop string leaves neither cache holding
+    them: the caches end where the output ends (so the next turn reuses exactly what was said),
+    and a round drafts no more than max_tokens still needs."""
+    draft = smol_draft if drafter == "model" else "ngram"
+    text = " ".join(["one two three four five six seven eight"] * 6)
+    ids = smol.tokenize(text)
+    free = pyllamaspec.generate(ids, smol, draft, max_tokens=24, temperature=0, adaptive=False, n_draft=8)
+    assert free.stats.accepted > 0
+    for kw in (dict(max_tokens=3), dict(max_tokens=24, stop=[smol.detokenize(free.tokens[3:5])])):
+        r = pyllamaspec.generate(ids, smol, draft, temperature=0, adaptive=False, n_draft=8, **kw)
+        assert len(r.tokens) < len(free.tokens) and r.tokens == free.tokens[:len(r.tokens)]
+        end = len(ids) + len(r.tokens)
+        assert smol.n_past <= end and smol.cached_tokens == (ids + r.tokens)[:smol.n_past]
+        if drafter == "model":
+            assert smol_draft.n_past <= end and smol_draft.cached_tokens == (ids + r.tokens)[:smol_draft.n_past]
+    r = pyllamaspec.generate(ids, smol, draft, max_tokens=3, temperature=0, adaptive=False, n_draft=8)
+    assert r.stats.drafted <= 2 * r.stats.rounds       # k <= max_tokens left - 1

