@@ -70,8 +70,8 @@ class Server:
             return json.loads(r.read())
 
     def client(self, **kw) -> "openai.OpenAI":
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key or "none", max_retries=0,
-                             timeout=120, **kw)
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key or "none",
+                             **{"max_retries": 0, "timeout": 120, **kw})
 
     def post(self, path: str, body, headers: dict | None = None) -> tuple[int, dict]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -177,6 +177,9 @@ def test_completion_and_logprobs(server, local):
 
 def test_chat_logprobs(server):
     r = _chat(server.client(), Q, logprobs=True, top_logprobs=2)
+    streamed = [e for ch in _chat(server.client(), Q, logprobs=True, top_logprobs=2, stream=True)
+                if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in r.choices[0].logprobs.content]
     content = r.choices[0].logprobs.content
     assert len(content) == N and "".join(e.token for e in content) == r.choices[0].message.content
     for e in content:
@@ -199,12 +202,12 @@ def test_prefix_reuse_across_requests(server):
 
 def test_concurrent_clients_answer_as_sequential(server):
     c = server.client()
-    questions = [[{"role": "user", "content": q}] for q in ("What is a cat?", "Name a color.", "What is 2+2?",
-                                                             "Say hello.")] * 2
-    sequential = [_chat(c, m).choices[0].message.content for m in questions[:4]] * 2
-    with ThreadPoolExecutor(8) as ex:
-        together = list(ex.map(lambda m: _chat(server.client(), m).choices[0].message.content, questions))
-    assert together == sequential
+    questions = [[{"role": "user", "content": q}] for q in ("Name a color.", "What is 2+2?", "Say hello.")]
+    sequential = [_chat(c, m).choices[0].message.content for m in questions]
+    with ThreadPoolExecutor(6) as ex:       # each question twice, all at once, in another order
+        together = list(ex.map(lambda m: _chat(server.client(), m).choices[0].message.content,
+                               questions[::-1] + questions))
+    assert together == sequential[::-1] + sequential
 
 
 def test_disconnect_stops_generation_and_health_answers(server):
@@ -230,6 +233,18 @@ def test_disconnect_stops_generation_and_health_answers(server):
     t0 = time.perf_counter()
     assert _chat(c, Q).choices[0].finish_reason == "length"
     assert time.perf_counter() - t0 < 20
+
+
+def test_disconnect_without_stream(server):
+    """A client that times out on a whole (non-streamed) answer: its generation stops too."""
+    before = server.health()["cancelled"]
+    with pytest.raises(openai.APITimeoutError):
+        server.client(timeout=1.5).completions.create(model="smol", prompt="Count from 1 to 1000: 1, 2, 3, 4,",
+                                                      max_tokens=400, temperature=0)
+    deadline = time.monotonic() + 30
+    while (h := server.health())["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert h["cancelled"] == before + 1 and h["last_cancel"]["tokens"] < 400
 
 
 BAD = [

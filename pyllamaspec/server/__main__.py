@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                     else f"draft model {draft_path}")
             print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, "
                   f"listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
-            uvicorn.run(app, host=a.host, port=a.port, log_level="info" if a.verbose else "warning")
+            # a stream still running at shutdown is cut after 5 s (its generation then stops)
+            uvicorn.run(app, host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
+                        timeout_graceful_shutdown=5)
         return 0
     except (PyllamaspecError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -65,7 +65,8 @@ def _type_name(v: Any) -> str:
         type(v), "number" if isinstance(v, (int, float)) else type(v).__name__)
 
 
-def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False):
+def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False,
+            hi_open: bool = False):
     v = body.get(name)
     if v is None:
         return None
@@ -74,8 +75,8 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
         if not (integer and isinstance(v, float) and v.is_integer()):
             raise APIError(f"'{name}' must be {kind}, got {_type_name(v)} {v!r}", param=name)
         v = int(v)
-    if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
-        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
         raise APIError(f"'{name}' must be in {rng}, got {v!r}", param=name)
     return v
 
@@ -113,7 +114,7 @@ def _sampling(body: dict) -> dict:
         "temperature": lambda: _number(body, "temperature", 0, 100),
         "top_p": lambda: _number(body, "top_p", 0, 1, lo_open=True),
         "top_k": lambda: _number(body, "top_k", 0, 2**31 - 1, integer=True),
-        "min_p": lambda: _number(body, "min_p", 0, 0.999999),
+        "min_p": lambda: _number(body, "min_p", 0, 1, hi_open=True),
         "repeat_penalty": lambda: _number(body, "repeat_penalty", 1e-4, 1e4, lo_open=True),
         "presence_penalty": lambda: _number(body, "presence_penalty", -2, 2),
         "frequency_penalty": lambda: _number(body, "frequency_penalty", -2, 2),
