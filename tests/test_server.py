@@ -12,7 +12,6 @@ import pathlib
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -152,8 +151,9 @@ def test_chat_stream(server):
 
 
 def test_sse_ends_with_done(server):
-    req = urllib.request.Request(server.url + "/v1/completions", method="POST", headers={
-        "Content-Type": "application/json"}, data=json.dumps({"prompt": "Hi", "max_tokens": 2, "stream": True}).encode())
+    body = json.dumps({"prompt": "Hi", "max_tokens": 2, "stream": True}).encode()
+    req = urllib.request.Request(server.url + "/v1/completions", method="POST", data=body,
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         assert r.headers["Content-Type"].startswith("text/event-stream")
         events = [e for e in r.read().decode().split("\n\n") if e]

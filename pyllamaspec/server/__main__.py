@@ -15,7 +15,7 @@ import os
 import sys
 from contextlib import ExitStack
 
-from . import EXTRA_HINT, ServerDependencyError, check_dependencies
+from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
