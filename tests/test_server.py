@@ -116,7 +116,7 @@ def local(smollm2_path, draft_path):
 
 
 def _chat(client, messages, **kw):
-    return client.chat.completions.create(model="smol", messages=messages, max_tokens=N, temperature=0, **kw)
+    return client.chat.completions.create(model="smol", messages=messages, **{"max_tokens": N, "temperature": 0, **kw})
 
 
 def test_models_and_health(server):
@@ -148,6 +148,17 @@ def test_chat_stream(server):
     assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
     assert finals[0].model_extra["timings"]["predicted_n"] == N
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == N
+
+
+def test_sampling_parameters_reach_the_sampler(server, local):
+    """Seeded sampling with every parameter set: the same text as pyllamaspec.chat's."""
+    kw = dict(temperature=1.5, top_p=0.9, seed=42, presence_penalty=0.5, frequency_penalty=0.2)
+    extra = {"repeat_penalty": 1.1, "top_k": 20, "min_p": 0.01}                 # llama-server's extras
+    got = _chat(server.client(), Q, **kw, extra_body=extra).choices[0].message.content
+    ref = pyllamaspec.chat(Q, *local, max_tokens=N, **kw, **extra, **DRAFT_KW)
+    assert got == ref.text
+    other = pyllamaspec.chat(Q, *local, max_tokens=N, **{**kw, "seed": 43}, **extra, **DRAFT_KW)
+    assert _chat(server.client(), Q, **{**kw, "seed": 43}, extra_body=extra).choices[0].message.content == other.text
 
 
 def test_sse_ends_with_done(server):
@@ -288,7 +299,7 @@ def test_bad_completion_requests(server):
 
 
 def test_lookup_server_and_api_key(smollm2_path, local):
-    s = Server(["-m", str(smollm2_path), "--lookup", *MODEL_FLAGS], api_key=KEY)
+    s = Server(["-m", str(smollm2_path), "--lookup", "-n", "3", *MODEL_FLAGS], api_key=KEY)
     try:
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0).models.list()
@@ -299,6 +310,8 @@ def test_lookup_server_and_api_key(smollm2_path, local):
         ref = pyllamaspec.chat(Q, local[0], "ngram", max_tokens=N, temperature=0)
         assert r.choices[0].message.content == ref.text
         assert "draft_n" in r.model_extra["timings"]
+        r = s.client().chat.completions.create(model="x", messages=Q, temperature=0)     # -n: 3 by default
+        assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
     finally:
         s.stop()
 
