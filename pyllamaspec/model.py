@@ -152,6 +152,25 @@ class Model(VocabMixin, _native.Closeable):
         # evaluates only what follows its longest common prefix with them (cached_tokens).
         self._cache_ids: list[int] = []
 
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename_or_quant: str | None = None, *,
+                        cache_dir: str | os.PathLike | None = None, offline: bool | None = None,
+                        token: str | bool | None = None, progress: bool = True, **kwargs: Any) -> "Model":
+        """A model from a Hugging Face repository (llama-cpp-python's Llama.from_pretrained):
+
+            Model.from_pretrained("user/repo-GGUF", "Q4_K_M", n_ctx=4096)
+            Model.from_pretrained("user/repo-GGUF", "*q8_0.gguf")      # a glob, as llama-cpp-python
+
+        filename_or_quant: a quant tag (None: Q4_K_M, else the nearest; see pyllamaspec.hub), a
+        file name, or a glob that matches one model file. The file comes from the Hugging Face
+        cache, downloaded first when needed (offline: HF_HUB_OFFLINE=1 or offline=True, the cache
+        only); cache_dir, token and progress go to the download, the other keyword arguments to
+        Model(). Needs huggingface_hub (pip install "pyllamaspec[hub]")."""
+        from .pretrained import resolve_pretrained
+        path = resolve_pretrained(repo_id, filename_or_quant, cache_dir=cache_dir, offline=offline, token=token,
+                                  progress=progress)
+        return cls(path, **kwargs)
+
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Free the context and the model: a running eval (on another thread) is interrupted,
