@@ -243,7 +243,8 @@ void create_ffn(TensorLoader & tl, psl_model & m, int il) {
 // ---- architectures ----
 
 namespace {
-const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3};
+const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
+                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss};
 }
 
 const ArchOps * find_arch(const std::string & name) {
@@ -265,6 +266,17 @@ std::string supported_archs() {
 // ---- hyper-parameters ----
 
 namespace {
+
+// YaRN as llama.cpp sets it up by default: extrapolation mix 1, and an attention factor whose
+// 1 + 0.1 ln(factor) cancels the one ggml's rope applies itself (times rope.scaling.attn_factor).
+void yarn_hparams(const GgufFile & f, const std::string & p, double factor, HParams & hp) {
+    hp.rope_freq_scale = (float) (1.0 / factor);
+    hp.rope_ext_factor = 1.0f;
+    const float mscale = factor <= 1.0 ? 1.0f : (float) (0.1 * std::log(factor) + 1.0);
+    hp.rope_attn_factor = mscale / (1.0f + 0.1f * logf((float) factor)) *
+                          (float) f.get_float(p + "rope.scaling.attn_factor", 1.0);
+    hp.n_ctx_orig_yarn = (int32_t) f.get_int(p + "rope.scaling.original_context_length", 0);
+}
 
 void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     const std::string p = a + ".";
@@ -288,6 +300,8 @@ void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp
     const double factor = f.get_float(p + "rope.scaling.factor", 0.0);
     if (scaling == "linear" && factor > 0.0) {
         hp.rope_freq_scale = (float) (1.0 / factor);
+    } else if (scaling == "yarn" && factor > 0.0) {
+        yarn_hparams(f, p, factor, hp);
     } else if (scaling != "none" && scaling != "linear" && factor != 0.0 && factor != 1.0) {
         fail(PSL_ERR_UNSUPPORTED, "'%s': rope scaling '%s' is not supported", f.path().c_str(), scaling.c_str());
     }
