@@ -53,8 +53,14 @@ bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_t
     ggml_context * ctx = ggml_init(p);
     if (!ctx) return false;
     ggml_tensor * a = ggml_dup_tensor(ctx, w);
-    ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512);
-    ggml_tensor * op = ggml_mul_mat(ctx, a, b);
+    ggml_tensor * op = nullptr;
+    if (ggml_n_dims(w) == 3) {   // stacked experts: asked about mul_mat_id, which reads them
+        const int64_t k = std::max<int64_t>(1, m_.hp.n_expert_used);
+        ggml_tensor * b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, w->ne[0], k, 512);
+        op = ggml_mul_mat_id(ctx, a, b, ggml_new_tensor_2d(ctx, GGML_TYPE_I32, k, 512));
+    } else {
+        op = ggml_mul_mat(ctx, a, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512));
+    }
     ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
     bool ok = false;
     if (dummy) {

@@ -26,11 +26,12 @@ void load_moe_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
 void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias) {
     const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.n_ff_exp, n_exp = m.hp.n_expert;
     Layer & l = m.layers[il];
-    // The stacked expert matrices stay in the plain buffer: mul_mat_id reads them there.
+    // The stacked experts are matrices too: on the CPU they are repacked where mul_mat_id can
+    // read them so (as llama.cpp does).
     l.ffn_gate_inp = tl.layer_matrix(il, "ffn_gate_inp.weight", {n_embd, n_exp});
-    l.ffn_gate_exps = tl.layer(il, "ffn_gate_exps.weight", {n_embd, n_ff, n_exp});
-    l.ffn_up_exps = tl.layer(il, "ffn_up_exps.weight", {n_embd, n_ff, n_exp});
-    l.ffn_down_exps = tl.layer(il, "ffn_down_exps.weight", {n_ff, n_embd, n_exp});
+    l.ffn_gate_exps = tl.layer_matrix(il, "ffn_gate_exps.weight", {n_embd, n_ff, n_exp});
+    l.ffn_up_exps = tl.layer_matrix(il, "ffn_up_exps.weight", {n_embd, n_ff, n_exp});
+    l.ffn_down_exps = tl.layer_matrix(il, "ffn_down_exps.weight", {n_ff, n_embd, n_exp});
     if (bias) {
         l.ffn_gate_inp_b = tl.layer(il, "ffn_gate_inp.bias", {n_exp});
         l.ffn_gate_exps_b = tl.layer(il, "ffn_gate_exps.bias", {n_ff, n_exp});

@@ -151,3 +151,49 @@ def test_missing_expert_tensor_is_refused(tmp_path):
     models_moe.write_moe_gguf(path, arch="gpt-oss", n_layer=1, drop_tensors=("blk.0.ffn_down_exps.bias",))
     with pytest.raises(pyllamaspec.ModelFormatError, match="ffn_down_exps.bias"):
         Model(path)
+
+
+# ---- speculation on a mixture of experts: the cost model ------------------------------------
+
+from pyllamaspec.speculative import DraftPolicy  # noqa: E402
+
+
+def _policy(alpha: float, c_draft: float, c_target: dict[int, float]) -> DraftPolicy:
+    p = DraftPolicy(16, prior_alpha=alpha, prior_weight=1e9)     # acceptance pinned
+    p.c_draft, p.c_target = c_draft, dict(c_target)
+    return p
+
+
+def _moe_curve(n_expert: int, top_k: int, shared: float) -> dict[int, float]:
+    """A bandwidth-bound MoE verification curve: `shared` of one token's cost (attention, head)
+    is read once per call, the rest per distinct expert the batch routes to (uniform routing)."""
+    return {n: shared + (1 - shared) * n_expert * (1 - (1 - top_k / n_expert) ** n) / top_k for n in range(1, 18)}
+
+
+def test_policy_falls_back_to_plain_when_verification_grows_linearly():
+    """When verifying k + 1 tokens costs k + 1 single-token calls (every token reads weights
+    of its own, as a mixture of experts does when no two tokens share an expert), no draft
+    can pay, even one always accepted: E[k] <= k + 1 tokens for k * c_draft + (k + 1) c(1)."""
+    linear = {n: 0.010 * n for n in range(1, 18)}
+    for alpha in (0.5, 0.9, 0.999):
+        for c_draft in (0.0001, 0.001):
+            p = _policy(alpha, c_draft, linear)
+            assert p.best_k(16) == 0 and p.best_k(16, alpha=1.0) == 0
+            p.n_draft_obs = DraftPolicy.CONFIDENT        # the draft's cost is believed: no probes
+            assert all(p.choose(16) == 0 for _ in range(200))
+    # the same draft and acceptance on a flat (dense, bandwidth-bound) curve speculates
+    flat = {n: 0.010 * (1 + 0.02 * (n - 1)) for n in range(1, 18)}
+    assert _policy(0.9, 0.001, flat).best_k(16) >= 8
+
+
+def test_policy_drafts_less_on_a_steeper_moe_curve():
+    """A mixture of experts (128 experts, top 8, 30% of the bytes outside the experts) verifies
+    k + 1 tokens at a steeper cost than a dense model of the same single-token cost, so the
+    chosen draft is shorter and speculation pays less, down to plain decoding."""
+    moe = _moe_curve(128, 8, 0.3)
+    assert 1.5 < moe[2] / moe[1] < 1.8 and moe[16] / moe[1] > 5
+    dense = {n: moe[1] * (1 + 0.02 * (n - 1)) for n in range(1, 18)}
+    for alpha in (0.6, 0.8, 0.9):
+        k_moe, k_dense = _policy(alpha, 0.05, moe).best_k(16), _policy(alpha, 0.05, dense).best_k(16)
+        assert k_moe < k_dense
+    assert _policy(0.6, 0.3, moe).best_k(16) == 0 and _policy(0.6, 0.3, dense).best_k(16) > 0
