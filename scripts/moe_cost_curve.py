@@ -12,6 +12,10 @@ model (DraftPolicy.best_k) makes of them for a draft costing --draft-frac of one
 
     python scripts/moe_cost_curve.py [--dir /tmp/moe-bench] [--threads 2] [--reps 15]
     python scripts/moe_cost_curve.py --estimate     # the Apple Silicon estimate (no timing)
+
+On a few CPU cores even the dense model is compute-bound (its cost grows with n too); where
+decoding is bandwidth-bound (a GPU, Apple Silicon, many cores) the dense curve is nearly flat
+and the MoE's follows the distinct experts its batch reads (see --estimate).
 """
 from __future__ import annotations
 

@@ -153,6 +153,28 @@ def test_missing_expert_tensor_is_refused(tmp_path):
         Model(path)
 
 
+# ---- speculation with a mixture-of-experts target --------------------------------------------
+
+def test_speculative_greedy_identity_on_moe_target(moe_dir):
+    """Verification runs k + 1 tokens through the router at once; greedy speculative output
+    must be the plain greedy output whatever k. The draft is the target's first layer alone
+    (same seed, same draws), so it agrees often, not always."""
+    from pyllamaspec.generate import generate
+
+    t, d = moe_dir / "spec-target.gguf", moe_dir / "spec-draft.gguf"
+    models_moe.write_moe_gguf(t, arch="qwen3moe", seed=21, n_layer=2)
+    models_moe.write_moe_gguf(d, arch="qwen3moe", seed=21, n_layer=1)
+    with _f32(t, n_threads=1) as target, _f32(d, n_threads=1) as draft:
+        plain = generate("the cat", target, max_tokens=24, temperature=0)
+        accepted = []
+        for k in (1, 2, 4, 8):
+            spec = generate("the cat", target, draft, max_tokens=24, temperature=0, n_draft=k, p_min=0.0,
+                            adaptive=False)
+            assert spec.tokens == plain.tokens, f"n_draft={k}"
+            accepted.append(spec.stats.acceptance_rate)
+    assert 0.0 < min(accepted) < 1.0          # rejections and rollbacks did happen
+
+
 # ---- speculation on a mixture of experts: the cost model ------------------------------------
 
 from pyllamaspec.speculative import DraftPolicy  # noqa: E402
