@@ -32,8 +32,9 @@ N_EMBD, N_LAYER, N_EXPERT, TOP_K, N_FF_EXP = 512, 8, 32, 4, 384
 
 
 def write_models(folder: pathlib.Path) -> dict[str, pathlib.Path]:
-    import models
     import models_moe
+
+    import models
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"dense": folder / "dense-qwen3.gguf", "moe": folder / "moe-qwen3moe.gguf"}

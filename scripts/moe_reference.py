@@ -25,12 +25,14 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import models_moe  # noqa: E402
+import models_moe
 
 # name -> writer arguments; window 4 < the prompts' lengths, so gpt-oss's windowed layers matter
 MODELS = {
     "qwen3moe": dict(arch="qwen3moe", seed=11),
     "qwen2moe": dict(arch="qwen2moe", seed=12),
+    # quantized experts: the CPU backend repacks them for mul_mat_id
+    "qwen3moe-q8_0": dict(arch="qwen3moe", seed=14, dtype="Q8_0"),
     "gpt-oss": dict(arch="gpt-oss", seed=13, expert_dtype="MXFP4", sliding_window=4, yarn_factor=4.0,
                     yarn_orig_ctx=64),
 }

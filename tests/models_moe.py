@@ -20,7 +20,7 @@ import numpy as np
 
 import models
 
-__all__ = ["MOE_ARCHS", "write_moe_gguf", "sha256"]
+__all__ = ["MOE_ARCHS", "sha256", "write_moe_gguf"]
 
 MOE_ARCHS = ("qwen3moe", "qwen2moe", "gpt-oss")
 _DTYPES = ("F32", "F16", "Q8_0", "MXFP4")

@@ -8,11 +8,11 @@ import copy
 import json
 import pathlib
 
+import models_moe
 import numpy as np
+import oracle
 import pytest
 
-import models_moe
-import oracle
 import pyllamaspec
 from pyllamaspec import Model
 
@@ -111,7 +111,7 @@ def _reference():
     return json.loads(REF.read_text())["models"]
 
 
-@pytest.mark.parametrize("name", ["qwen3moe", "qwen2moe", "gpt-oss"])
+@pytest.mark.parametrize("name", ["qwen3moe", "qwen2moe", "qwen3moe-q8_0", "gpt-oss"])
 def test_matches_llama_cpp(moe_dir, name):
     ref = _reference()[name]
     path = moe_dir / f"ref-{name}.gguf"
@@ -177,7 +177,7 @@ def test_speculative_greedy_identity_on_moe_target(moe_dir):
 
 # ---- speculation on a mixture of experts: the cost model ------------------------------------
 
-from pyllamaspec.speculative import DraftPolicy  # noqa: E402
+from pyllamaspec.speculative import DraftPolicy
 
 
 def _policy(alpha: float, c_draft: float, c_target: dict[int, float]) -> DraftPolicy:
