@@ -282,6 +282,10 @@ void yarn_hparams(const GgufFile & f, const std::string & p, double factor, HPar
     hp.rope_attn_factor = mscale / (1.0f + 0.1f * logf((float) factor)) *
                           (float) f.get_float(p + "rope.scaling.attn_factor", 1.0);
     hp.n_ctx_orig_yarn = (int32_t) f.get_int(p + "rope.scaling.original_context_length", 0);
+    if (!std::isfinite(hp.rope_freq_scale) || !std::isfinite(hp.rope_attn_factor) || hp.n_ctx_orig_yarn < 0) {
+        fail(PSL_ERR_FORMAT, "'%s': YaRN parameters out of range (factor %g, original context %d)",
+             f.path().c_str(), factor, hp.n_ctx_orig_yarn);
+    }
 }
 
 void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp) {

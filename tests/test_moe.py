@@ -219,3 +219,11 @@ def test_policy_drafts_less_on_a_steeper_moe_curve():
         k_moe, k_dense = _policy(alpha, 0.05, moe).best_k(16), _policy(alpha, 0.05, dense).best_k(16)
         assert k_moe < k_dense
     assert _policy(0.6, 0.3, moe).best_k(16) == 0 and _policy(0.6, 0.3, dense).best_k(16) > 0
+
+
+def test_bad_yarn_parameters_are_refused(tmp_path):
+    path = tmp_path / "bad.gguf"
+    models_moe.write_moe_gguf(path, arch="gpt-oss", n_layer=1, yarn_factor=4.0,
+                              extra_kv={"gpt-oss.rope.scaling.original_context_length": -5})
+    with pytest.raises(pyllamaspec.ModelFormatError, match="YaRN"):
+        Model(path)
