@@ -10,7 +10,7 @@ them as pyllamaspec.bench.cost_curve does (median ms of one call of n = 1..16 to
 tokens of context), interleaving the models call by call, and prints the curves and what the cost
 model (DraftPolicy.best_k) makes of them for a draft costing --draft-frac of one target token.
 
-    python scripts/moe_cost_curve.py [--dir /tmp/moe-bench] [--threads 2] [--reps 15]
+    python scripts/moe_cost_curve.py [--dir /tmp/moe-bench] [--threads 1] [--reps 21]
     python scripts/moe_cost_curve.py --estimate     # the Apple Silicon estimate (no timing)
 
 On a few CPU cores even the dense model is compute-bound (its cost grows with n too); where
@@ -141,8 +141,9 @@ def estimate() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/tmp/moe-bench")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="1 by default: on a shared machine, spinning thread barriers swamp the timing")
+    ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--draft-frac", type=float, default=0.1, help="draft cost per token / target c(1)")
     ap.add_argument("--estimate", action="store_true", help="print the Apple Silicon estimate only")
     a = ap.parse_args()
