@@ -26,5 +26,14 @@ extern const ArchOps arch_llama;
 extern const ArchOps arch_qwen2;
 extern const ArchOps arch_qwen3;
 extern const ArchOps arch_gemma3;
+extern const ArchOps arch_qwen2moe;
+extern const ArchOps arch_qwen3moe;
+extern const ArchOps arch_gptoss;
+
+// Mixture of experts: n_expert / n_expert_used / n_ff_exp (+ the shared expert's width) and the
+// routing-weight options from the file, checked.
+void load_moe_hparams(const GgufFile & f, const std::string & arch, HParams & hp);
+// The router and the stacked expert matrices of layer il (+ their biases).
+void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias);
 
 }  // namespace psl

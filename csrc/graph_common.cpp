@@ -36,8 +36,9 @@ ggml_tensor * Graph::rms_norm(ggml_tensor * x, ggml_tensor * w) const {
 
 ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const {
     const HParams & hp = m.hp;
-    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, hp.n_ctx_train, freq_base, freq_scale,
-                         /*ext_factor =*/ 0.0f, /*attn_factor =*/ 1.0f, /*beta_fast =*/ 32.0f, /*beta_slow =*/ 1.0f);
+    const int n_ctx_orig = hp.n_ctx_orig_yarn > 0 ? hp.n_ctx_orig_yarn : hp.n_ctx_train;
+    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, n_ctx_orig, freq_base, freq_scale,
+                         hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
 }
 
 ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {
@@ -63,6 +64,8 @@ ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggm
     ggml_tensor * mask = hp.is_swa(il) ? inp_mask_swa : inp_mask;
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
     ggml_prec_set_acc(out, GGML_PREC_F32);   // accumulate in F32, as llama.cpp asks
+    // gpt-oss: one learned logit per head joins every softmax (and takes its share of the mass)
+    if (m.layers[il].attn_sinks) ggml_flash_attn_ext_add_sinks(out, m.layers[il].attn_sinks);
     return ggml_reshape_2d(ctx, out, (int64_t) hp.n_embd_head_v * hp.n_head, n_tokens);
 }
 
@@ -85,7 +88,8 @@ ggml_tensor * Graph::self_attention(int il, ggml_tensor * h, const AttnOpts & o)
     if (o.q_scale != 1.0f) q = ggml_scale(ctx, q, o.q_scale);
     ggml_tensor * attn = attention(il, q, k, v, o.kq_scale);
     if (il == hp.n_layer - 1) attn = keep_outputs(attn);   // only the rows that produce logits go on
-    return ggml_mul_mat(ctx, l.wo, attn);
+    ggml_tensor * out = ggml_mul_mat(ctx, l.wo, attn);
+    return l.bo ? ggml_add(ctx, out, l.bo) : out;
 }
 
 ggml_tensor * Graph::ffn_swiglu(ggml_tensor * x, const Layer & l) const {
@@ -98,6 +102,52 @@ ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
     ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
     ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
     return ggml_mul_mat(ctx, l.ffn_down, ggml_geglu_split(ctx, g, u));
+}
+
+ggml_tensor * Graph::ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const {
+    const HParams & hp = m.hp;
+    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_exp = hp.n_expert, k = hp.n_expert_used;
+    ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_gate_inp, x);   // [n_expert, n_tok]
+    if (l.ffn_gate_inp_b) logits = ggml_add(ctx, logits, l.ffn_gate_inp_b);
+    ggml_tensor * probs = gating == MoeGating::SoftmaxAll ? ggml_soft_max(ctx, logits) : logits;
+    ggml_tensor * sel = ggml_argsort_top_k(ctx, probs, (int) k);   // I32 [k, n_tok]
+    ggml_tensor * w = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, n_exp, n_tok), sel);   // [1, k, n_tok]
+    if (gating == MoeGating::SoftmaxSelected) {
+        w = ggml_reshape_3d(ctx, ggml_soft_max(ctx, ggml_reshape_2d(ctx, w, k, n_tok)), 1, k, n_tok);
+    }
+    if (hp.expert_weights_norm) {
+        ggml_tensor * w2 = ggml_reshape_2d(ctx, w, k, n_tok);
+        // llama.cpp's guard against a zero sum: the smallest normal F16
+        ggml_tensor * sum = ggml_clamp(ctx, ggml_sum_rows(ctx, w2), 6.103515625e-5f, INFINITY);
+        w = ggml_reshape_3d(ctx, ggml_div(ctx, w2, sum), 1, k, n_tok);
+    }
+    if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) w = ggml_scale(ctx, w, hp.expert_weights_scale);
+
+    ggml_tensor * cur = ggml_reshape_3d(ctx, x, n_embd, 1, n_tok);
+    ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, cur, sel);   // [n_ff_exp, k, n_tok]
+    if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, sel);
+    ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, cur, sel);
+    if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, sel);
+    ggml_tensor * h = act == MoeAct::SwiGLU ? ggml_swiglu_split(ctx, gate, up)
+                                            : ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f);
+    ggml_tensor * down = ggml_mul_mat_id(ctx, l.ffn_down_exps, h, sel);   // [n_embd, k, n_tok]
+    if (l.ffn_down_exps_b) down = ggml_add_id(ctx, down, l.ffn_down_exps_b, sel);
+    down = ggml_mul(ctx, down, w);
+    // sum over the k experts, in llama.cpp's order (views then adds)
+    ggml_tensor * out = nullptr;
+    for (int64_t i = 0; i < k; ++i) {
+        ggml_tensor * e = ggml_view_2d(ctx, down, n_embd, n_tok, down->nb[2], (size_t) i * down->nb[1]);
+        out = out ? ggml_add(ctx, out, e) : e;
+    }
+    return k == 1 ? ggml_cont(ctx, out) : out;
+}
+
+ggml_tensor * Graph::ffn_shared_expert(ggml_tensor * x, const Layer & l) const {
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate_shexp, x);
+    ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up_shexp, x);
+    ggml_tensor * f = ggml_mul_mat(ctx, l.ffn_down_shexp, ggml_swiglu_split(ctx, g, u));
+    ggml_tensor * gate = ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_gate_inp_shexp, x));   // [1, n_tok]
+    return ggml_mul(ctx, f, gate);
 }
 
 ggml_tensor * Graph::keep_outputs(ggml_tensor * x) const {

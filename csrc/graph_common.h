@@ -50,6 +50,15 @@ struct Graph {
     ggml_tensor * self_attention(int il, ggml_tensor * h, const AttnOpts & o);
     ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
     ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
+    // Mixture-of-experts FFN: the router picks hp.n_expert_used experts per token (ggml's
+    // argsort top-k), mul_mat_id runs only those, their outputs are summed with the routing
+    // weights. Gating: softmax over all experts then top-k (qwen), or top-k of the raw logits
+    // then softmax over the k (gpt-oss); optionally renormalized over the k and scaled.
+    enum class MoeGating { SoftmaxAll, SoftmaxSelected };
+    enum class MoeAct { SwiGLU, SwiGLUOai };   // OAI: clamped, alpha 1.702, limit 7
+    ggml_tensor * ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const;
+    // The shared expert (SwiGLU) times its sigmoid gate (qwen2moe).
+    ggml_tensor * ffn_shared_expert(ggml_tensor * x, const Layer & l) const;
     // The columns of x whose logits are wanted (all, or the last); called on the last layer so
     // that its remaining work skips the other rows.
     ggml_tensor * keep_outputs(ggml_tensor * x) const;

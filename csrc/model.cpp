@@ -53,8 +53,14 @@ bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_t
     ggml_context * ctx = ggml_init(p);
     if (!ctx) return false;
     ggml_tensor * a = ggml_dup_tensor(ctx, w);
-    ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512);
-    ggml_tensor * op = ggml_mul_mat(ctx, a, b);
+    ggml_tensor * op = nullptr;
+    if (ggml_n_dims(w) == 3) {   // stacked experts: asked about mul_mat_id, which reads them
+        const int64_t k = std::max<int64_t>(1, m_.hp.n_expert_used);
+        ggml_tensor * b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, w->ne[0], k, 512);
+        op = ggml_mul_mat_id(ctx, a, b, ggml_new_tensor_2d(ctx, GGML_TYPE_I32, k, 512));
+    } else {
+        op = ggml_mul_mat(ctx, a, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512));
+    }
     ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
     bool ok = false;
     if (dummy) {
@@ -243,7 +249,8 @@ void create_ffn(TensorLoader & tl, psl_model & m, int il) {
 // ---- architectures ----
 
 namespace {
-const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3};
+const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
+                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss};
 }
 
 const ArchOps * find_arch(const std::string & name) {
@@ -265,6 +272,21 @@ std::string supported_archs() {
 // ---- hyper-parameters ----
 
 namespace {
+
+// YaRN as llama.cpp sets it up by default: extrapolation mix 1, and an attention factor whose
+// 1 + 0.1 ln(factor) cancels the one ggml's rope applies itself (times rope.scaling.attn_factor).
+void yarn_hparams(const GgufFile & f, const std::string & p, double factor, HParams & hp) {
+    hp.rope_freq_scale = (float) (1.0 / factor);
+    hp.rope_ext_factor = 1.0f;
+    const float mscale = factor <= 1.0 ? 1.0f : (float) (0.1 * std::log(factor) + 1.0);
+    hp.rope_attn_factor = mscale / (1.0f + 0.1f * logf((float) factor)) *
+                          (float) f.get_float(p + "rope.scaling.attn_factor", 1.0);
+    hp.n_ctx_orig_yarn = (int32_t) f.get_int(p + "rope.scaling.original_context_length", 0);
+    if (!std::isfinite(hp.rope_freq_scale) || !std::isfinite(hp.rope_attn_factor) || hp.n_ctx_orig_yarn < 0) {
+        fail(PSL_ERR_FORMAT, "'%s': YaRN parameters out of range (factor %g, original context %d)",
+             f.path().c_str(), factor, hp.n_ctx_orig_yarn);
+    }
+}
 
 void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     const std::string p = a + ".";
@@ -288,6 +310,8 @@ void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp
     const double factor = f.get_float(p + "rope.scaling.factor", 0.0);
     if (scaling == "linear" && factor > 0.0) {
         hp.rope_freq_scale = (float) (1.0 / factor);
+    } else if (scaling == "yarn" && factor > 0.0) {
+        yarn_hparams(f, p, factor, hp);
     } else if (scaling != "none" && scaling != "linear" && factor != 0.0 && factor != 1.0) {
         fail(PSL_ERR_UNSUPPORTED, "'%s': rope scaling '%s' is not supported", f.path().c_str(), scaling.c_str());
     }

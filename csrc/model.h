@@ -37,6 +37,21 @@ struct HParams {
     std::vector<bool> swa_layers;
     float   attn_scale = 0.0f;   // 0 = 1/sqrt(n_embd_head_k)
     float   final_logit_softcap = 0.0f;   // logits = c * tanh(logits / c) when > 0
+    // Mixture of experts (n_expert 0: a dense model): experts per layer, experts per token,
+    // their FFN width, the shared expert's width; routing weights renormalized over the
+    // selected experts and/or scaled (scale 0 or 1: none).
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+    int32_t n_ff_exp = 0;
+    int32_t n_ff_shexp = 0;
+    bool    expert_weights_norm = false;
+    float   expert_weights_scale = 0.0f;
+    // YaRN rope scaling (ext_factor 0: plain rope), with llama.cpp's defaults.
+    float   rope_ext_factor = 0.0f;
+    float   rope_attn_factor = 1.0f;
+    float   yarn_beta_fast = 32.0f;
+    float   yarn_beta_slow = 1.0f;
+    int32_t n_ctx_orig_yarn = 0;   // 0: n_ctx_train
 
     int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
     int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }
@@ -61,6 +76,23 @@ struct Layer {
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;
+    // attention extras (gpt-oss): output bias, per-head sink logits
+    ggml_tensor * bo = nullptr;
+    ggml_tensor * attn_sinks = nullptr;
+    // mixture of experts: router (+ bias), stacked expert matrices [n_in, n_out, n_expert]
+    // (+ biases [n_out, n_expert]), shared expert and its sigmoid gate (qwen2moe)
+    ggml_tensor * ffn_gate_inp = nullptr;
+    ggml_tensor * ffn_gate_inp_b = nullptr;
+    ggml_tensor * ffn_gate_exps = nullptr;
+    ggml_tensor * ffn_up_exps = nullptr;
+    ggml_tensor * ffn_down_exps = nullptr;
+    ggml_tensor * ffn_gate_exps_b = nullptr;
+    ggml_tensor * ffn_up_exps_b = nullptr;
+    ggml_tensor * ffn_down_exps_b = nullptr;
+    ggml_tensor * ffn_gate_inp_shexp = nullptr;
+    ggml_tensor * ffn_gate_shexp = nullptr;
+    ggml_tensor * ffn_up_shexp = nullptr;
+    ggml_tensor * ffn_down_shexp = nullptr;
 };
 
 }  // namespace psl

@@ -2,8 +2,11 @@
 // numerics with ours on a device (e.g. CUDA vs CPU). Not part of the build or of CI.
 //
 //   g++ -O2 -std=c++17 llamacpp_logits.cpp -I LLAMA/include -I LLAMA/ggml/include -L BUILD/bin -lllama -o probe
-//   probe MODEL N_GPU_LAYERS < prompts.txt     (one prompt a line: space-separated token ids)
-// Output: one line a prompt position: "p i id:logit id:logit ..." (the 5 largest logits).
+//   (static llama.cpp build tree B: B/src/libllama.a B/ggml/src/libggml.a B/ggml/src/libggml-cpu.a
+//    B/ggml/src/libggml-base.a -ldl -lm -fopenmp -lpthread in place of -lllama)
+//   probe MODEL N_GPU_LAYERS [all] < prompts.txt     (one prompt a line: space-separated token ids)
+// Output: one line a prompt position: "p i id:logit id:logit ..." (the 5 largest logits; with
+// `all`, every logit in id order, %.9g, for tiny-vocabulary fixtures: scripts/moe_reference.py).
 #include "llama.h"
 
 #include <algorithm>
@@ -19,9 +22,10 @@ static void quiet(ggml_log_level, const char *, void *) {}
 
 int main(int argc, char ** argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: %s MODEL N_GPU_LAYERS < prompts.txt\n", argv[0]);
+        std::fprintf(stderr, "usage: %s MODEL N_GPU_LAYERS [all] < prompts.txt\n", argv[0]);
         return 2;
     }
+    const bool all = argc > 3 && std::string(argv[3]) == "all";
     llama_log_set(quiet, nullptr);
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
@@ -54,6 +58,12 @@ int main(int argc, char ** argv) {
         std::vector<int> order(n_vocab);
         for (size_t i = 0; i < ids.size(); ++i) {
             const float * lg = llama_get_logits_ith(ctx, (int) i);
+            if (all) {
+                std::printf("%d %zu", p, i);
+                for (int k = 0; k < n_vocab; ++k) std::printf(" %.9g", lg[k]);
+                std::printf("\n");
+                continue;
+            }
             std::iota(order.begin(), order.end(), 0);
             std::partial_sort(order.begin(), order.begin() + 5, order.end(),
                               [&](int a, int b) { return lg[a] > lg[b]; });

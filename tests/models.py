@@ -7,7 +7,8 @@
 * ``write_gguf(path, arch=..., ...)`` writes a tiny random GGUF of
   architecture llama, qwen2, qwen3 or gemma3 with the ``gguf`` package, in
   F32, F16, Q8_0, Q4_0 or Q4_1; ``write_llama_gguf(path, ...)`` is the llama
-  writer (``write_gguf`` with the llama defaults).
+  writer (``write_gguf`` with the llama defaults). Mixtures of experts (qwen3moe, qwen2moe,
+  gpt-oss) have their own writer: tests/models_moe.py ``write_moe_gguf``.
 * ``corrupt_copy(src, dst, kind)`` and friends produce broken files for
   bad-input tests.
 * ``split_gguf(src, prefix, ...)`` writes shards as ``llama-gguf-split`` does

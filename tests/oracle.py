@@ -45,6 +45,17 @@ Per architecture (what llama.cpp's graphs do):
   and get final-logit soft-capping ``c*tanh(logit/c)`` when
   ``gemma3.final_logit_softcapping`` > 0 (llama.cpp's non-iSWA gemma3 graph).
 
+Mixture of experts (``qwen3moe``, ``qwen2moe``, ``gpt-oss``; what llama.cpp's graphs do):
+
+* ``qwen3moe``: the qwen3 attention; FFN = router softmax over all experts, the top
+  ``expert_used_count``, weights renormalized to sum 1, each expert a SwiGLU.
+* ``qwen2moe``: the qwen2 attention; the same routing without renormalization, plus a
+  shared SwiGLU expert times ``sigmoid(ffn_gate_inp_shexp . h)``.
+* ``gpt-oss``: q/k/v/output biases, a sink logit per head in each softmax row, even layers
+  windowed (``attention.sliding_window``), YaRN rope (``yarn_theta``), the FFN pre-norm is
+  ``post_attention_norm``; the router (with bias) takes the top-k raw logits and softmaxes
+  over them; experts (with biases) use ``swiglu_oai``.
+
 The big output matrix (Gemma 3: 262144 x 640) is kept as float32 (the exact
 dequantized values) and multiplied chunk by chunk in float64;
 ``logits(tokens, rows=..., vocab=...)`` computes the output projection only
@@ -61,7 +72,7 @@ import pathlib
 
 import numpy as np
 
-__all__ = ["Oracle", "LlamaOracle", "cached_oracle", "rope", "rms_norm", "softmax", "gelu_tanh", "silu",
+__all__ = ["Oracle", "LlamaOracle", "cached_oracle", "rope", "rms_norm", "softmax", "gelu_tanh", "silu", "swiglu_oai",
            "load_matrix", "blas_threads", "ARCHS", "ROPE_NEOX"]
 
 
@@ -71,6 +82,9 @@ ROPE_NEOX = {
     "qwen2": True,
     "qwen3": True,
     "gemma3": True,
+    "qwen3moe": True,
+    "qwen2moe": True,
+    "gpt-oss": True,
 }
 
 # the architectures the oracle runs
@@ -111,6 +125,27 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 
 
+def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU (ggml_swiglu_oai): g clamped above, u both sides, u + 1."""
+    g = np.minimum(g, limit)
+    u = np.clip(u, -limit, limit)
+    return g / (1.0 + np.exp(-alpha * g)) * (u + 1.0)
+
+
+def yarn_theta(theta_extrap: np.ndarray, i: np.ndarray, freq_scale: float, n_rot: int, n_ctx_orig: int,
+               base: float, beta_fast: float = 32.0, beta_slow: float = 1.0) -> tuple[np.ndarray, float]:
+    """ggml's YaRN (ext_factor 1): per pair ``i`` the angle mixes interpolation and
+    extrapolation by a ramp over the correction dims; returns (theta, the magnitude scale
+    1 + 0.1 ln(1/freq_scale) that ggml applies to cos and sin)."""
+    def corr_dim(n_rot_beta):
+        return n_rot * np.log(n_ctx_orig / (n_rot_beta * 2 * np.pi)) / (2 * np.log(base))
+    low = max(0.0, float(np.floor(corr_dim(beta_fast))))
+    high = min(n_rot - 1.0, float(np.ceil(corr_dim(beta_slow))))
+    ramp = 1.0 - np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)
+    theta = theta_extrap * freq_scale * (1.0 - ramp) + theta_extrap * ramp
+    return theta, 1.0 + 0.1 * np.log(1.0 / freq_scale)
+
+
 def rope(
     x: np.ndarray,
     pos,
@@ -119,8 +154,10 @@ def rope(
     neox: bool,
     freq_scale: float = 1.0,
     freq_factors: np.ndarray | None = None,
+    yarn: tuple[int, float] | None = None,
 ) -> np.ndarray:
-    """Rotary position embedding as ggml computes it (no YaRN).
+    """Rotary position embedding as ggml computes it (YaRN when ``yarn`` = (n_ctx_orig,
+    attn_factor) is given: see ``yarn_theta``).
 
     ``x``: ``[..., n_pos, n_heads, head_dim]`` (or ``[n_pos, head_dim]``);
     ``pos``: integer positions, length ``n_pos``. Only the first ``n_rot``
@@ -136,11 +173,17 @@ def rope(
     inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / n_rot)
     if freq_factors is not None:
         inv = inv / np.asarray(freq_factors, dtype=np.float64)[:half]
-    theta = (pos * freq_scale)[:, None] * inv[None, :]  # [n_pos, half]
+    if yarn is None:
+        theta = (pos * freq_scale)[:, None] * inv[None, :]  # [n_pos, half]
+        mscale = 1.0
+    else:
+        theta, mscale = yarn_theta(pos[:, None] * inv[None, :], np.arange(half, dtype=np.float64)[None, :],
+                                   freq_scale, n_rot, yarn[0], base)
+        mscale *= yarn[1]
     # broadcast over the head axis when x is [n_pos, n_heads, head_dim]
     bshape = (theta.shape[0],) + (1,) * (x.ndim - 2) + (half,)
-    cos = np.cos(theta).reshape(bshape)
-    sin = np.sin(theta).reshape(bshape)
+    cos = (np.cos(theta) * mscale).reshape(bshape)
+    sin = (np.sin(theta) * mscale).reshape(bshape)
 
     out = x.copy()
     if neox:
@@ -277,7 +320,12 @@ class Oracle:
         scaling_type = hp("rope.scaling.type")
         factor = hp("rope.scaling.factor")
         self.freq_scale = 1.0
-        if factor is not None and float(factor) > 0 and scaling_type in (None, "linear"):
+        self.yarn: tuple[int, float] | None = None  # (n_ctx_orig, attn_factor) when YaRN
+        if scaling_type == "yarn" and factor is not None and float(factor) > 0:
+            self.freq_scale = 1.0 / float(factor)
+            self.yarn = (int(hp("rope.scaling.original_context_length", self.n_ctx_train)),
+                         float(hp("rope.scaling.attn_factor", 1.0)))
+        elif factor is not None and float(factor) > 0 and scaling_type in (None, "linear"):
             self.freq_scale = 1.0 / float(factor)
         elif hp("rope.scale_linear") is not None:  # legacy key
             self.freq_scale = 1.0 / float(hp("rope.scale_linear"))
@@ -292,7 +340,7 @@ class Oracle:
         self.rope_base_swa = self.rope_base
         self.freq_scale_swa = self.freq_scale
         self.final_logit_softcap = 0.0
-        self.qk_norm = self.layout in ("qwen3", "gemma3")
+        self.qk_norm = self.layout in ("qwen3", "gemma3", "qwen3moe")
         self.post_norms = self.layout == "gemma3"
         self.act = gelu_tanh if self.layout == "gemma3" else silu
         if self.layout == "gemma3":
@@ -307,6 +355,18 @@ class Oracle:
                 self.final_logit_softcap = float(hp("final_logit_softcapping", 0.0) or 0.0)
             if self.n_layer == 62:  # Gemma 3 27B: llama.cpp scales by n_embd / n_head
                 self.attn_scale = 1.0 / float(np.sqrt(self.n_embd // self.n_head))
+        # mixture of experts (0 experts: dense FFN); gating "softmax" = softmax over all experts
+        # then top-k, "softmax_topk" = top-k of the raw logits then softmax over them (gpt-oss)
+        self.n_expert = int(hp("expert_count", 0) or 0)
+        self.n_expert_used = int(hp("expert_used_count", 0) or 0)
+        self.moe_gating = "softmax_topk" if self.layout == "gpt-oss" else "softmax"
+        self.moe_norm = self.layout == "qwen3moe"  # llama.cpp renormalizes qwen3moe's weights
+        self.moe_scale = float(hp("expert_weights_scale", 0.0) or 0.0)
+        self.moe_act = swiglu_oai if self.layout == "gpt-oss" else (lambda g, u: silu(g) * u)
+        if self.layout == "gpt-oss":  # every other layer windowed (even ones), one rope for all
+            self.n_swa = int(hp("attention.sliding_window"))
+            self.swa_pattern = int(hp("attention.sliding_window_pattern", 2))
+            self.rope_base_swa = float(hp("rope.freq_base_swa", self.rope_base))
         self.swa_layers = [self.n_swa > 0 and self.swa_pattern > 0 and il % self.swa_pattern < self.swa_pattern - 1
                            for il in range(self.n_layer)]
 
@@ -379,7 +439,7 @@ class Oracle:
         return w
 
     def _bias(self, name: str) -> np.ndarray | None:
-        if self.layout == "qwen2":
+        if self.layout in ("qwen2", "qwen2moe", "gpt-oss"):
             return self._vec(name)  # required
         if self.layout == "llama" and self.has(name):
             return self._vec(name)  # optional in llama.cpp's llama graph
@@ -441,30 +501,78 @@ class Oracle:
                 q = rms_norm(q, self._vec(p + "attn_q_norm.weight"), self.eps)
                 k = rms_norm(k, self._vec(p + "attn_k_norm.weight"), self.eps)
             base, fscale = self.layer_rope(il)
-            q = rope(q, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors)
-            k = rope(k, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors)
+            q = rope(q, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors, self.yarn)
+            k = rope(k, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors, self.yarn)
 
             # expand kv heads: head h uses kv head h // group
             k_full = np.repeat(k, group, axis=1).transpose(1, 2, 0)  # [H, D, n]
             v_full = np.repeat(v, group, axis=1).transpose(1, 0, 2)  # [H, n, Dv]
             scores = np.matmul(q.transpose(1, 0, 2), k_full) * self.attn_scale  # [H, n_q, n_k]
             scores[:, swa_mask if self.is_swa(il) else causal] = -np.inf
-            probs = softmax(scores, axis=-1)
+            probs = self._attn_probs(scores, p)
             attn = np.matmul(probs, v_full).transpose(1, 0, 2).reshape(n, H * Dv)
             a = self._lin(self.weight(p + "attn_output.weight"), attn)
+            if self.layout == "gpt-oss":
+                a = a + self._vec(p + "attn_output.bias")
             if self.post_norms:
                 a = rms_norm(a, self._vec(p + "post_attention_norm.weight"), self.eps)
             x = x + a
 
-            h = rms_norm(x, self._vec(p + "ffn_norm.weight"), self.eps)
-            g = self._lin(self.weight(p + "ffn_gate.weight"), h)
-            u = self._lin(self.weight(p + "ffn_up.weight"), h)
-            f = self._lin(self.weight(p + "ffn_down.weight"), self.act(g) * u)
+            pre = "post_attention_norm.weight" if self.layout == "gpt-oss" else "ffn_norm.weight"
+            h = rms_norm(x, self._vec(p + pre), self.eps)
+            if self.n_expert:
+                f = self._moe(p, h)
+            else:
+                g = self._lin(self.weight(p + "ffn_gate.weight"), h)
+                u = self._lin(self.weight(p + "ffn_up.weight"), h)
+                f = self._lin(self.weight(p + "ffn_down.weight"), self.act(g) * u)
             if self.post_norms:
                 f = rms_norm(f, self._vec(p + "post_ffw_norm.weight"), self.eps)
             x = x + f
 
         return rms_norm(x, self._vec("output_norm.weight"), self.eps)
+
+    def _attn_probs(self, scores: np.ndarray, p: str) -> np.ndarray:
+        """Softmax over the keys; gpt-oss adds one sink logit per head to each row's
+        denominator (llama.cpp's attn_sinks), which takes part of the mass and no value."""
+        if not self.has(p + "attn_sinks.weight"):
+            return softmax(scores, axis=-1)
+        sink = np.broadcast_to(self._vec(p + "attn_sinks.weight")[:, None, None], scores.shape[:2] + (1,))
+        return softmax(np.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
+
+    def _moe(self, p: str, h: np.ndarray) -> np.ndarray:
+        """The mixture-of-experts FFN, token by token: route, run the chosen experts, mix;
+        plus qwen2moe's shared expert times its sigmoid gate."""
+        logits = self._lin(self.weight(p + "ffn_gate_inp.weight"), h)
+        if self.has(p + "ffn_gate_inp.bias"):
+            logits = logits + self._vec(p + "ffn_gate_inp.bias")
+        mats = {n: self.weight(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down")}
+        bias = {n: self._vec(p + f"ffn_{n}_exps.bias") if self.has(p + f"ffn_{n}_exps.bias") else None
+                for n in ("gate", "up", "down")}
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            probs = softmax(logits[t]) if self.moe_gating == "softmax" else logits[t]
+            sel = np.argsort(-probs, kind="stable")[: self.n_expert_used]
+            w = probs[sel] if self.moe_gating == "softmax" else softmax(probs[sel])
+            if self.moe_norm:
+                w = w / w.sum()
+            if self.moe_scale not in (0.0, 1.0):
+                w = w * self.moe_scale
+            for e, we in zip(sel, w):
+                g, u = mats["gate"][e] @ h[t], mats["up"][e] @ h[t]
+                if bias["gate"] is not None:
+                    g, u = g + bias["gate"][e], u + bias["up"][e]
+                d = mats["down"][e] @ self.moe_act(g, u)
+                if bias["down"] is not None:
+                    d = d + bias["down"][e]
+                out[t] += we * d
+        if self.has(p + "ffn_gate_inp_shexp.weight"):
+            g = self._lin(self.weight(p + "ffn_gate_shexp.weight"), h)
+            u = self._lin(self.weight(p + "ffn_up_shexp.weight"), h)
+            shared = self._lin(self.weight(p + "ffn_down_shexp.weight"), silu(g) * u)
+            gate = 1.0 / (1.0 + np.exp(-(h @ self._vec(p + "ffn_gate_inp_shexp.weight"))))
+            out = out + shared * gate[:, None]
+        return out
 
     def logits(self, tokens, rows=None, vocab=None) -> np.ndarray:
         """Logits ``[n, n_vocab]`` (float64) after each prefix ``tokens[:i+1]``.
