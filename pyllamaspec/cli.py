@@ -34,7 +34,7 @@ DEMO_PROMPT_GEMMA = "Once upon a time, a small robot named Pip wanted to learn t
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
-def _resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
+def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
     """(target path, draft path or None, default prompt)."""
     if a.hf_repo or a.hf_repo_draft:
         from .hub import resolve
@@ -95,7 +95,7 @@ def compare_plain(prompt: str, target: Model, sampling: SamplingParams, draft_pa
     return plain
 
 
-def _settings(a: argparse.Namespace) -> tuple[SamplingParams, DraftParams, bool]:
+def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftParams, bool]:
     """(sampling, draft parameters, adaptive) from the flags, checked before any model loads."""
     resolve_spec_type(a)
     penalties = penalty_kwargs(a)
@@ -118,7 +118,7 @@ def _settings(a: argparse.Namespace) -> tuple[SamplingParams, DraftParams, bool]
     return sampling, draft_params, adaptive
 
 
-def _open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
+def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
                  stack: ExitStack) -> tuple[Model, Model | None]:
     kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size)
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
@@ -193,15 +193,15 @@ def _print_cost_model(pol, a: argparse.Namespace, show: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(build_parser(__doc__), argv)
     try:
-        sampling, draft_params, adaptive = _settings(a)
+        sampling, draft_params, adaptive = settings_from_args(a)
         if a.verbose:
             from ._native import set_verbose
             set_verbose(True)
         demo = a.demo or not (a.model or a.hf_repo or a.hf_repo_draft)
         compare = a.compare if a.compare is not None else demo
-        target_path, draft_path, default_prompt = _resolve_models(a)
+        target_path, draft_path, default_prompt = resolve_models(a)
         with ExitStack() as stack:
-            target, draft = _open_models(a, target_path, draft_path, stack)
+            target, draft = open_models(a, target_path, draft_path, stack)
             if a.lookup:
                 draft = "ngram"
             if _conversing(a, target, demo):

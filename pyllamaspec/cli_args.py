@@ -19,7 +19,7 @@ SPEC_TYPES_OTHER = {"draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"}
 PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
 
 
-def _models(ap: argparse.ArgumentParser) -> None:
+def add_model_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("models")
     g.add_argument("-m", "--model", help="target model (GGUF)")
     g.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft",
@@ -31,7 +31,7 @@ def _models(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--demo", action="store_true", help="run the offline demo pair (also the default with no model)")
 
 
-def _prompt(ap: argparse.ArgumentParser) -> None:
+def add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("prompt and output")
     g.add_argument("-p", "--prompt", help="prompt text (with -cnv: the first user message)")
     g.add_argument("-f", "--file", help="read the prompt from a file")
@@ -44,7 +44,7 @@ def _prompt(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--no-special", action="store_true", help="do not parse special tokens in the prompt")
 
 
-def _conversation(ap: argparse.ArgumentParser) -> None:
+def add_conversation_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("conversation")
     g.add_argument("-cnv", "--conversation", dest="conversation", action="store_true", default=None,
                    help="chat turn by turn with the model's template (default when the model has one and "
@@ -59,7 +59,7 @@ def _conversation(ap: argparse.ArgumentParser) -> None:
                    help="after each answer, print its prompt reuse, speed and speculation statistics")
 
 
-def _sampling(ap: argparse.ArgumentParser) -> None:
+def add_sampling_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("sampling")
     g.add_argument("--temp", "--temperature", dest="temp", type=float, default=0.8, help="temperature (0 = greedy)")
     g.add_argument("--top-k", type=int, default=40)
@@ -73,7 +73,7 @@ def _sampling(ap: argparse.ArgumentParser) -> None:
                    help="last n tokens the penalties consider (default 64, 0 = off, -1 = the whole context)")
 
 
-def _speculation(ap: argparse.ArgumentParser) -> None:
+def add_speculation_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("speculation")
     g.add_argument("--draft", "--draft-max", "--draft-n", "--spec-draft-n-max", dest="draft_max", type=int,
                    default=16, help="most tokens drafted per round")
@@ -104,7 +104,7 @@ def _gpu_layers(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number, 'auto' or 'all', got {value!r}") from None
 
 
-def _resources(ap: argparse.ArgumentParser) -> None:
+def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("resources")
     g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size (0 = from the model)")
     g.add_argument("-b", "--batch-size", type=int, default=512)
@@ -128,7 +128,7 @@ def _resources(ap: argparse.ArgumentParser) -> None:
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pyllamaspec", description=description, allow_abbrev=False,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    for add in (_models, _prompt, _conversation, _sampling, _speculation, _resources):
+    for add in (add_model_args, add_prompt_args, add_conversation_args, add_sampling_args, add_speculation_args, add_resource_args):
         add(ap)
     return ap
 

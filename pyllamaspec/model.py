@@ -283,15 +283,20 @@ class Model(VocabMixin, _native.Closeable):
         with self._excl:
             return list(self._cache_ids)
 
-    def _sync_cache_ids(self) -> None:
-        # An eval that failed part-way (interrupt, error) leaves the cache as it was; should
-        # the core ever keep part of it, forget the ids past what it holds rather than lie.
+    def _sync_cache_ids(self, evaluated: list[int]) -> None:
+        # After an eval of `evaluated`, whatever became of it: the core holds them all (done,
+        # even if a KeyboardInterrupt arrived the moment the call returned) or none (a failed
+        # eval leaves the cache as it was); should it ever keep part, forget the ids past what
+        # it holds rather than lie.
         n = lib.psl_context_n_past(self._ctx)
-        if n != len(self._cache_ids):
-            del self._cache_ids[min(n, len(self._cache_ids)):]
-            if n > len(self._cache_ids):           # unknown tokens: nothing may be reused
+        ids = self._cache_ids
+        if n == len(ids) + len(evaluated):
+            ids.extend(evaluated)
+        elif n != len(ids):
+            del ids[min(n, len(ids)):]
+            if n > len(ids):                       # unknown tokens: nothing may be reused
                 lib.psl_context_clear(self._ctx)
-                self._cache_ids.clear()
+                ids.clear()
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         """Truncates the cache to its longest common prefix with ids; returns its length (the
@@ -343,13 +348,14 @@ class Model(VocabMixin, _native.Closeable):
         elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
                 or not out.flags.writeable:
             raise InvalidArgumentError("out must be a writeable C-contiguous float32 numpy array")
+        evaluated = toks.tolist()
         with self._excl:
             try:
-                self._check(lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
-                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
-                self._cache_ids.extend(toks.tolist())
+                status = lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
+                                              ffi.from_buffer("float[]", out, require_writable=True), out.size)
             finally:
-                self._sync_cache_ids()
+                self._sync_cache_ids(evaluated)
+            self._check(status)
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
 
     def check_draft(self, draft: "Model") -> None:
@@ -420,6 +426,14 @@ class Model(VocabMixin, _native.Closeable):
         it raises EvaluationInterrupted, the cache as it was. Safe from any thread (a server's
         per-request cancel; see pyllamaspec.Cancel, which also withdraws a late request)."""
         self._users.signal(lambda: lib.psl_context_interrupt(self._ctx))
+
+    def catch_sigint(self, enabled: bool) -> None:
+        """Whether Ctrl-C (SIGINT) interrupts this model's evaluations (on by default for a
+        Model made on the main thread). A program that owns Ctrl-C itself (a server) turns it
+        off and stops evaluations with interrupt() / pyllamaspec.Cancel instead."""
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise InvalidArgumentError(f"enabled must be True or False, got {enabled!r}")
+        self._users.signal(lambda: lib.psl_context_set_catch_sigint(self._ctx, bool(enabled)))
 
     def clear_interrupt(self) -> None:
         """Withdraws an interrupt() that no eval has consumed yet."""

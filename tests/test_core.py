@@ -377,6 +377,38 @@ print("after", m.eval([5], logits="last").shape, m.n_past, flush=True)
     assert lines[1] == "after (1, 49152) 4", out
 
 
+def test_catch_sigint_off_leaves_ctrl_c_to_python(smollm2_path):
+    """Model.catch_sigint(False) (a server owns Ctrl-C): SIGINT no longer stops the eval, which
+    completes; Python's KeyboardInterrupt comes after it, as for any C call."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = f"""
+import numpy as np, pyllamaspec
+m = pyllamaspec.Model({str(smollm2_path)!r}, n_ctx=2048, n_batch=512, n_threads=1)
+try:
+    m.catch_sigint(1)
+except pyllamaspec.InvalidArgumentError:
+    print("refused", flush=True)
+m.catch_sigint(False)
+m.eval([1, 2, 3])
+print("ready", flush=True)
+try:
+    m.eval(np.arange(1500) % 1000 + 10, logits="none")
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", m.n_past, flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "refused"
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert out.split("\n")[0] in ("interrupted 1503", "finished"), out
+
+
 def test_tensor_of_a_type_the_kernels_do_not_take(synth_model, tmp_path):
     """A valid GGUF whose first tensor (F32) is relabelled I32 (same size): a clear refusal
     naming the tensor, not an abort in a kernel."""

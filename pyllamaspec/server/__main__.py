@@ -19,10 +19,10 @@ from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli_args import _models, _resources, _sampling, _speculation
+    from ..cli_args import add_model_args, add_resource_args, add_sampling_args, add_speculation_args
     ap = argparse.ArgumentParser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    for add in (_models, _sampling, _speculation, _resources):
+    for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args):
         add(ap)
     g = ap.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import uvicorn
 
-    from ..cli import _open_models, _resolve_models, _settings
+    from ..cli import open_models, resolve_models, settings_from_args
     from ..cli_args import parse_args
     from ..errors import PyllamaspecError
     from .app import create_app
@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (a.model or a.hf_repo or a.demo):
         ap.error("give a model: -m TARGET.gguf, -hf user/repo[:QUANT] or --demo")
     try:
-        sampling, draft_params, _ = _settings(a)
+        sampling, draft_params, _ = settings_from_args(a)
         if a.verbose:
             from .._native import set_verbose
             set_verbose(True)
         key = _api_key(a)
-        target_path, draft_path, _ = _resolve_models(a)
+        target_path, draft_path, _ = resolve_models(a)
         with ExitStack() as stack:
-            target, draft = _open_models(a, target_path, draft_path, stack)
+            target, draft = open_models(a, target_path, draft_path, stack)
             drafter = "ngram" if a.lookup else draft
             if isinstance(drafter, type(target)):
                 target.check_draft(drafter)

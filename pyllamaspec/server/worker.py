@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from .._native import lib
 from ..cancel import Cancel
 from ..chat_template import ChatPrompt
 from ..errors import InvalidArgumentError, PyllamaspecError
@@ -93,7 +92,7 @@ class Worker:
         self.target, self.drafter, self.defaults = target, drafter, defaults
         for m in (target, drafter):
             if isinstance(m, Model):       # uvicorn owns Ctrl-C; generations stop by Cancel
-                lib.psl_context_set_catch_sigint(m._ctx, False)
+                m.catch_sigint(False)
         self.counters = Counters()
         self.busy = False
         self._jobs: queue.Queue[Job | None] = queue.Queue()
