@@ -325,7 +325,7 @@ psl_status psl_context_add_output_ids(psl_context * ctx, const int32_t * ids, in
 }
 
 void psl_context_clear(psl_context * ctx) {
-    if (ctx) ctx->kv->clear();
+    if (ctx) ctx->clear();
 }
 
 void psl_context_interrupt(psl_context * ctx) {
