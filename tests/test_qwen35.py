@@ -164,3 +164,14 @@ def test_speculative_greedy_equals_plain(tiny, llama_draft, near_draft, draft):
             if draft == "near" and k > 1:   # partial rounds: rollbacks into the round happened
                 assert set(spec.stats.accepted_per_round) - {0, k}
             print(f"qwen35 target, {draft} draft, n_draft={k}: acceptance {spec.stats.acceptance_rate:.3f}")
+
+
+def test_draft_length_capped_by_the_ring(tiny, near_draft, monkeypatch):
+    monkeypatch.setenv("PYLLAMASPEC_RS_SNAPSHOTS", "4")   # O(1) rollback of 3 tokens at most
+    prompt = [int(t) for t in _fixture()["models"]["a"]["prompts"][0]]
+    with Model(tiny["a"], n_ctx=256, n_threads=1) as target, Model(near_draft, n_ctx=256, n_threads=1) as dm:
+        assert target.max_rollback == 3
+        plain = generate(prompt, target, max_tokens=30, temperature=0)
+        spec = generate(prompt, target, dm, max_tokens=30, temperature=0, n_draft=8, p_min=0.0, adaptive=False)
+    assert spec.tokens == plain.tokens
+    assert max(spec.stats.accepted_per_round) <= 3 and spec.stats.drafted <= 3 * spec.stats.rounds
