@@ -73,6 +73,10 @@ void hparams(const GgufFile & f, const std::string & a, HParams & hp) {
         if (sec[i] < 0 || sec[i] > 4096) fail(PSL_ERR_FORMAT, "'%s': bad rope section %lld", path, (long long) sec[i]);
         hp.rope_sections[i] = (int32_t) sec[i];
     }
+    const int32_t sect = hp.rope_sections[0] + hp.rope_sections[1] + hp.rope_sections[2] + hp.rope_sections[3];
+    if (sect <= 0 || sect > hp.n_embd_head_k) {   // M-RoPE cycles through the sections: none is no rope
+        fail(PSL_ERR_FORMAT, "'%s': rope.dimension_sections must sum to 1..%d (got %d)", path, hp.n_embd_head_k, sect);
+    }
     if (hp.n_embd_head_k != hp.n_embd_head_v) fail(PSL_ERR_FORMAT, "'%s': key and value head sizes differ", path);
 }
 

@@ -175,3 +175,20 @@ def test_draft_length_capped_by_the_ring(tiny, near_draft, monkeypatch):
         spec = generate(prompt, target, dm, max_tokens=30, temperature=0, n_draft=8, p_min=0.0, adaptive=False)
     assert spec.tokens == plain.tokens
     assert max(spec.stats.accepted_per_round) <= 3 and spec.stats.drafted <= 3 * spec.stats.rounds
+
+
+@pytest.mark.parametrize("kv,kwargs", [
+    ({"qwen35.ssm.inner_size": 31}, {}),
+    ({"qwen35.ssm.group_count": 3}, {}),
+    ({"qwen35.rope.dimension_sections": [0, 0, 0, 0]}, {}),
+    ({"qwen35.rope.dimension_sections": [40, 0, 0, 0]}, {}),
+    ({"qwen35.nextn_predict_layers": 4}, {}),
+    ({"qwen35.attention.recurrent_layers": [True, False, True]}, {"recurrent_layers": [True, False, True, False]}),
+    ({"qwen35.attention.recurrent_layers": "yes"}, {"recurrent_layers": [True, False, True, False]}),
+])
+def test_malformed_hparams_raise(tmp_path, kv, kwargs):
+    from pyllamaspec.errors import ModelFormatError
+    p = tmp_path / "bad.gguf"
+    write_qwen35_gguf(p, extra_kv=kv, **kwargs)
+    with pytest.raises(ModelFormatError):
+        Model(p, n_ctx=64, n_threads=1)
