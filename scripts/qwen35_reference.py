@@ -46,14 +46,14 @@ def sha256(path: pathlib.Path) -> str:
 
 def main() -> None:
     probe = sys.argv[1]
-    out = {"generator": "scripts/qwen35_reference.py (llama.cpp, CPU, scripts/llamacpp_logits.cpp full)", "models": {}}
+    out = {"generator": "scripts/qwen35_reference.py (llama.cpp, CPU, scripts/llamacpp_logits.cpp all)", "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name, kwargs in MODELS.items():
             path = pathlib.Path(tmp) / f"{name}.gguf"
             write_qwen35_gguf(path, **kwargs)
             ps = prompts(kwargs["seed"])
             text = "".join(" ".join(map(str, p)) + "\n" for p in ps)
-            res = subprocess.run([probe, str(path), "0", "full"], input=text, capture_output=True, text=True, check=True)
+            res = subprocess.run([probe, str(path), "0", "all"], input=text, capture_output=True, text=True, check=True)
             rows: list[list[list[float]]] = [[] for _ in ps]
             for line in res.stdout.splitlines():
                 f = line.split()
