@@ -301,6 +301,11 @@ int32_t psl_context_n_past(const psl_context * ctx) { return ctx ? ctx->kv->used
 
 int32_t psl_context_n_ctx(const psl_context * ctx) { return ctx ? ctx->params.n_ctx : 0; }
 
+int32_t psl_context_max_rollback(const psl_context * ctx) {
+    if (!ctx) return 0;
+    return ctx->rs ? ctx->rs->n_snap() - 1 : ctx->params.n_ctx;
+}
+
 psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {
     return guard([&] {
         PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
@@ -325,7 +330,7 @@ psl_status psl_context_add_output_ids(psl_context * ctx, const int32_t * ids, in
 }
 
 void psl_context_clear(psl_context * ctx) {
-    if (ctx) ctx->kv->clear();
+    if (ctx) ctx->clear();
 }
 
 void psl_context_interrupt(psl_context * ctx) {

@@ -29,6 +29,7 @@ extern const ArchOps arch_gemma3;
 extern const ArchOps arch_qwen2moe;
 extern const ArchOps arch_qwen3moe;
 extern const ArchOps arch_gptoss;
+extern const ArchOps arch_qwen35;
 
 // Mixture of experts: n_expert / n_expert_used / n_ff_exp (+ the shared expert's width) and the
 // routing-weight options from the file, checked.

@@ -109,6 +109,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     params.n_threads = p.n_threads > 0 ? p.n_threads : default_threads();
 
     kv = std::make_unique<KvCache>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
+    if (hp.hybrid()) rs = std::make_unique<RecurrentState>(*m, recurrent_snapshots());
 
     backend_cpu.reset(ggml_backend_dev_init(m->dev_cpu, nullptr));
     if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
@@ -142,6 +143,7 @@ psl_context::~psl_context() {
     graph.reset();
     graph_ctx.reset();
     kv.reset();
+    rs.reset();
     backend_gpu.reset();
     backend_cpu.reset();
     psl::release(model);
@@ -157,6 +159,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
+    graph->rs = rs.get();
     // the rows of the restricted head in use, if any
     graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
                        : nullptr;
@@ -173,8 +176,17 @@ void psl_context::fill_inputs(const int32_t * tokens, int32_t n_past) {
         pos_buf[i] = n_past + i;
         idx_buf[i] = n_past + i;
     }
-    ggml_backend_tensor_set(g.inp_pos, pos_buf.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_buf.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
     ggml_backend_tensor_set(g.inp_kv_idx, idx_buf.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
+
+    if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
+        pos_buf.assign(4 * (size_t) g.n_tokens, 0);
+        for (int32_t i = 0; i < g.n_tokens; ++i) {
+            for (int j = 0; j < 3; ++j) pos_buf[(size_t) j * g.n_tokens + i] = n_past + i;
+        }
+        ggml_backend_tensor_set(g.inp_pos4, pos_buf.data(), 0, sizeof(int32_t) * pos_buf.size());
+    }
+    if (rs) rs->fill_inputs(g, n_past);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
     // with a sliding window only the last n_swa of them.
@@ -223,6 +235,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         ~Redirect() { if (t) t->data = own; }
     } redirect{direct ? res : nullptr, res->data};
     if (direct) res->data = out;
+    if (rs) rs->begin_batch(n_past, n_tokens);
     const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
     if (st == GGML_STATUS_ABORTED) {
         interrupt = false;   // consumed (a SIGINT leaves it as it was)
@@ -244,6 +257,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
     kv->set_used(n_past + n_tokens);
+    if (rs) rs->end_batch(tokens, n_tokens);
 }
 
 void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
@@ -276,6 +290,7 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
     n_rows = 0;
     SigintScope sigint(catch_sigint);
     sigint_mark = g_sigint_count.load();
+    replay_recurrent();
 
     const int32_t n_past0 = kv->used();
     try {
@@ -291,6 +306,7 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
         }
     } catch (...) {
         kv->set_used(n_past0);   // a failed eval leaves the cache as it found it
+        if (rs) rollback_recurrent(n_past0);
         throw;
     }
     n_rows = rows;
@@ -416,6 +432,12 @@ void psl_context::truncate(int32_t n_keep) {
         fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): the cache holds %d tokens", n_keep, kv->used());
     }
     kv->set_used(n_keep);
+    if (rs) rollback_recurrent(n_keep);
+}
+
+void psl_context::clear() {
+    kv->clear();
+    if (rs) rollback_recurrent(0);
 }
 
 void psl_context::set_threads(int32_t n) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "kv_cache.h"
+#include "recurrent_state.h"
 #include "model.h"
 #include "pyllamaspec.h"
 
@@ -19,6 +20,8 @@ struct psl_context {
     psl_model * model;                       // holds a reference (psl::retain)
     psl_context_params params;               // with defaults resolved
     std::unique_ptr<psl::KvCache> kv;
+    std::unique_ptr<psl::RecurrentState> rs;  // hybrid models only
+    int32_t rs_replay = -1;                   // >= 0: the recurrent state must be rebuilt up to here
     // Owned handles: members are destroyed in reverse order, so a constructor that throws half
     // way frees what it made (the scheduler before the backends it drives).
     ggml_backend_ptr backend_cpu;
@@ -56,6 +59,7 @@ struct psl_context {
 
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
     void truncate(int32_t n_keep);
+    void clear();
     void set_threads(int32_t n);
     void set_output_ids(const int32_t * ids, int32_t n);
     void add_output_ids(const int32_t * ids, int32_t n);
@@ -66,4 +70,6 @@ private:
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
     void fill_inputs(const int32_t * tokens, int32_t n_past);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
+    void rollback_recurrent(int32_t n_keep);
+    void replay_recurrent();
 };

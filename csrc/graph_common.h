@@ -7,6 +7,8 @@
 
 namespace psl {
 
+class RecurrentState;
+
 // One forward graph over n_tokens new tokens attending to the first n_kv cache cells. Where the
 // tokens sit (positions, cells, mask) is all input data, so one graph serves many steps.
 struct Graph {
@@ -27,6 +29,12 @@ struct Graph {
     ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
     ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, n_tokens], causal
     ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, n_tokens], causal and windowed
+    // hybrid models (see recurrent_state.h); created by the architecture when it needs them
+    RecurrentState * rs = nullptr;
+    ggml_tensor * inp_rs_src = nullptr;     // I32 [1]: the state row the batch starts from
+    ggml_tensor * inp_rs_dst = nullptr;     // I64 [k]: rows for the states after the last k tokens, newest first
+    ggml_tensor * inp_rs_dst_old = nullptr; // I64 [k]: the same rows, oldest first
+    ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions (p, p, p, 0), section-major
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
           int32_t n_kv, bool all_outputs);

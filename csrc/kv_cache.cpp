@@ -27,6 +27,11 @@ KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_ty
         return ctx.get();
     };
     for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_recurrent(il)) {   // a hybrid's linear-attention layer keeps a recurrent state instead
+            k_.push_back(nullptr);
+            v_.push_back(nullptr);
+            continue;
+        }
         ggml_context * ctx = ctx_for(m.layer_on_gpu(il));
         k_.push_back(ggml_new_tensor_2d(ctx, type_k, hp.n_embd_k_gqa(), n_cells_));
         v_.push_back(ggml_new_tensor_2d(ctx, type_v, hp.n_embd_v_gqa(), n_cells_));

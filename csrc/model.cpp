@@ -250,7 +250,7 @@ void create_ffn(TensorLoader & tl, psl_model & m, int il) {
 
 namespace {
 const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
-                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss};
+                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35};
 }
 
 const ArchOps * find_arch(const std::string & name) {

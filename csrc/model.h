@@ -56,6 +56,27 @@ struct HParams {
     int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
     int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }
     bool is_swa(int il) const { return n_swa > 0 && il < (int) swa_layers.size() && swa_layers[il]; }
+
+    // Hybrid models (qwen35): which layers are linear attention (Gated DeltaNet) with a
+    // recurrent state instead of a KV cache, and that state's dimensions.
+    struct Ssm {
+        int32_t d_conv = 0;      // short convolution kernel length
+        int32_t d_inner = 0;     // value dimension (n_v_heads * head_v)
+        int32_t d_state = 0;     // head size of k (and v)
+        int32_t n_v_heads = 0;   // ssm.time_step_rank
+        int32_t n_k_heads = 0;   // ssm.group_count
+        int32_t conv_channels() const { return d_inner + 2 * n_k_heads * d_state; }
+        int64_t conv_row() const { return (int64_t) (d_conv - 1) * conv_channels(); }   // floats
+        int64_t state_row() const { return (int64_t) d_state * d_state * n_v_heads; }   // floats
+    } ssm;
+    std::vector<bool> recurrent_layers;
+    int32_t rope_sections[4] = {0, 0, 0, 0};
+    int32_t n_nextn = 0;         // MTP layers after the trunk (not run)
+    bool is_recurrent(int il) const { return il < (int) recurrent_layers.size() && recurrent_layers[il]; }
+    bool hybrid() const {
+        for (bool r : recurrent_layers) if (r) return true;
+        return false;
+    }
 };
 
 // The weights one layer may have; an architecture uses a subset (absent ones stay null).
@@ -93,6 +114,16 @@ struct Layer {
     ggml_tensor * ffn_gate_shexp = nullptr;
     ggml_tensor * ffn_up_shexp = nullptr;
     ggml_tensor * ffn_down_shexp = nullptr;
+    // Gated DeltaNet (qwen35's linear attention layers)
+    ggml_tensor * wqkv = nullptr;        // fused q/k/v input projection
+    ggml_tensor * wqkv_gate = nullptr;   // z, the output gate
+    ggml_tensor * ssm_conv1d = nullptr;
+    ggml_tensor * ssm_dt = nullptr;
+    ggml_tensor * ssm_a = nullptr;
+    ggml_tensor * ssm_beta = nullptr;
+    ggml_tensor * ssm_alpha = nullptr;
+    ggml_tensor * ssm_norm = nullptr;
+    ggml_tensor * ssm_out = nullptr;
 };
 
 }  // namespace psl

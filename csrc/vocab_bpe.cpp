@@ -151,6 +151,7 @@ struct WordConfig {
     uint32_t number_max = 0;              // \p{N}{1,k}; 0: unbounded
     bool punct_newlines = false;          // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
     bool newline_run = false;             // \s*[\r\n]+ (or \s*[\r\n]: same matches)
+    bool letter_marks = false;            // [\p{L}\p{M}]+ for letters, marks not punctuation (qwen35)
 };
 
 class WordSplit : public Stage {
@@ -160,12 +161,14 @@ public:
     void split(const Cpts & t, uint32_t b, uint32_t e, std::vector<uint32_t> & ends) const override {
         const uint32_t * cp = t.cpt.data();
         const uint8_t * pr = t.props.data();
+        const uint8_t word_groups = unicode::kGroupLetter | (cfg_.letter_marks ? unicode::kGroupMark : 0);
         auto letter = [&](uint32_t i) { return i < e && (group(pr[i]) & unicode::kGroupLetter); };
+        auto word = [&](uint32_t i) { return i < e && (group(pr[i]) & word_groups); };
         auto number = [&](uint32_t i) { return i < e && (group(pr[i]) & unicode::kGroupNumber); };
         auto space = [&](uint32_t i) { return i < e && is_whitespace(pr[i]); };
         // [^\s\p{L}\p{N}]
         auto other = [&](uint32_t i) {
-            return i < e && !is_whitespace(pr[i]) && !(group(pr[i]) & (unicode::kGroupLetter | unicode::kGroupNumber));
+            return i < e && !is_whitespace(pr[i]) && !(group(pr[i]) & (word_groups | unicode::kGroupNumber));
         };
         auto lower = [&](uint32_t i) -> uint32_t {
             if (i >= e) return 0;
@@ -191,22 +194,22 @@ public:
                 uint32_t start = pos;
                 bool ok = false;
                 if (cfg_.letter_prefix_any) {
-                    if (!crlf(pos) && !letter(pos) && !number(pos) && letter(pos + 1)) {
+                    if (!crlf(pos) && !letter(pos) && !number(pos) && word(pos + 1)) {
                         start = pos + 1;
                         ok = true;
-                    } else if (letter(pos)) {
+                    } else if (word(pos)) {
                         ok = true;
                     }
                 } else {
-                    if (c == ' ' && letter(pos + 1)) {
+                    if (c == ' ' && word(pos + 1)) {
                         start = pos + 1;
                         ok = true;
-                    } else if (letter(pos)) {
+                    } else if (word(pos)) {
                         ok = true;
                     }
                 }
                 if (ok) {
-                    while (letter(start)) ++start;
+                    while (word(start)) ++start;
                     return start;
                 }
             }
@@ -363,6 +366,12 @@ const std::vector<PreDef> & pre_defs() {
         // Qwen 2: as Llama 3 with single digits
         d.push_back({{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open", "grok-2"},
                      [](StagedPreTokenizer & p) { p.stages.push_back(words(llama3_config(1))); }});
+        // Qwen 3.5: Qwen 2 with [\p{L}\p{M}]+ words (marks join letters, never punctuation)
+        d.push_back({{"qwen35"}, [](StagedPreTokenizer & p) {
+            WordConfig c = llama3_config(1);
+            c.letter_marks = true;
+            p.stages.push_back(words(c));
+        }});
         // bailingmoe: \s*[\r\n] instead of \s*[\r\n]+ (the same matches)
         d.push_back({{"bailingmoe", "bailingmoe2", "llada-moe"},
                      [](StagedPreTokenizer & p) { p.stages.push_back(words(llama3_config(1))); }});
@@ -421,7 +430,7 @@ const std::vector<PreDef> & pre_defs() {
 const char * const kKnownUnsupported[] = {
     "deepseek-llm", "deepseek-v3", "hunyuan-dense", "hy_v4", "joyai-llm", "spark2_5", "youtu", "tekken", "chameleon",
     "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2", "granite-embed-multi-97m", "tiny_aya", "cohere2moe",
-    "kimi-k2", "superbpe", "afmoe", "exaone-moe", "jais-2", "qwen35", "gemma4", "granite-embed-multi-311m",
+    "kimi-k2", "superbpe", "afmoe", "exaone-moe", "jais-2", "gemma4", "granite-embed-multi-311m",
     "sarvam-moe", "whitespace",
 };
 

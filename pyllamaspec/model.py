@@ -144,6 +144,8 @@ class Model(VocabMixin, _native.Closeable):
         got = ffi.new("psl_context_params *")
         self._check(lib.psl_context_get_params(self._ctx, got))
         self.n_ctx, self.n_batch, self.n_threads = got.n_ctx, got.n_batch, got.n_threads
+        # how far truncate() rolls back in O(1): n_ctx, or a hybrid's recurrent snapshot ring
+        self.max_rollback: int = lib.psl_context_max_rollback(self._ctx)
         self.info = self._read_info()
         self.n_vocab = self.info.n_vocab
         self.output_ids: np.ndarray | None = None   # see set_output_ids

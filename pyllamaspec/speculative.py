@@ -380,7 +380,12 @@ class Decoder:
         room = self.room()
         if room < 1:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
-        k_cap = min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room)
+        # a hybrid target restores its recurrent state in O(1) only so far back (a longer draft,
+        # if rejected early, would replay the whole cache)
+        k_cap = min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room,
+                    self.target.max_rollback)
+        if isinstance(self.drafter, ModelDrafter):   # the draft drops at most k - 1 of its tokens
+            k_cap = min(k_cap, self.drafter.model.max_rollback + 1)
         k = 0
         t_round = time.perf_counter()
         if self.drafter is not None and k_cap > 0:

@@ -6,7 +6,8 @@
 //    B/ggml/src/libggml-base.a -ldl -lm -fopenmp -lpthread in place of -lllama)
 //   probe MODEL N_GPU_LAYERS [all] < prompts.txt     (one prompt a line: space-separated token ids)
 // Output: one line a prompt position: "p i id:logit id:logit ..." (the 5 largest logits; with
-// `all`, every logit in id order, %.9g, for tiny-vocabulary fixtures: scripts/moe_reference.py).
+// `all`, every logit in id order, %.9g, for tiny-vocabulary fixtures: scripts/moe_reference.py,
+// scripts/qwen35_reference.py). Each prompt starts from a cleared memory (KV cache or hybrid).
 #include "llama.h"
 
 #include <algorithm>

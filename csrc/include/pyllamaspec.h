@@ -155,8 +155,14 @@ PSL_API psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, i
 PSL_API psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab);
 PSL_API int32_t    psl_context_n_past(const psl_context * ctx);
 PSL_API int32_t    psl_context_n_ctx(const psl_context * ctx);
-/* Keeps the first n_keep tokens of the cache, in O(1): the rollback speculation needs. */
+/* Keeps the first n_keep tokens of the cache, in O(1): the rollback speculation needs. A
+ * hybrid model's recurrent state (qwen35) rolls back exactly, in O(1) by up to
+ * psl_context_max_rollback tokens past the end; further back, the next eval first replays the
+ * kept tokens. */
 PSL_API psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep);
+/* The most tokens truncate drops in O(1): n_ctx with a KV cache only, else the recurrent state's
+ * snapshot ring length - 1 (16 by default; PYLLAMASPEC_RS_SNAPSHOTS sets the length). */
+PSL_API int32_t    psl_context_max_rollback(const psl_context * ctx);
 PSL_API void       psl_context_clear(psl_context * ctx);
 /* Restricts the output head to the token ids ids[0..n): only those rows of the output matrix
  * are computed, and the logits of every other id read -INFINITY. For a draft model with a large
