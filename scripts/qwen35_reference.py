@@ -22,7 +22,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from models import write_qwen35_gguf  # noqa: E402
+from models_qwen35 import write_qwen35_gguf  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "reference" / "qwen35_tiny_llamacpp.json"
 

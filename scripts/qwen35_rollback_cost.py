@@ -26,7 +26,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from models import write_qwen35_gguf  # noqa: E402
+from models_qwen35 import write_qwen35_gguf  # noqa: E402
 from pyllamaspec import Model  # noqa: E402
 
 SIZES = dict(n_vocab=4096, n_embd=1024, n_head=8, n_head_kv=2, head_dim=256, n_rot=64, rope_sections=(11, 11, 10, 0),

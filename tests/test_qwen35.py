@@ -22,7 +22,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from models import write_gguf, write_qwen35_gguf
+from models import write_gguf
+from models_qwen35 import write_qwen35_gguf
 from pyllamaspec import Model, generate
 from pyllamaspec.errors import EvaluationInterrupted
 
