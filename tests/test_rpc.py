@@ -138,3 +138,21 @@ def test_server_killed_mid_generation(smollm2):
         assert m.closed
     finally:
         stop(proc)
+
+
+def test_hung_server_times_out(smollm2):
+    """A server that stops answering without closing its connection: rpc_timeout bounds the call."""
+    proc = start_server(free_port())
+    ep = f"127.0.0.1:{proc.args[proc.args.index('--port') + 1]}"
+    try:
+        with Model(smollm2, n_ctx=64, n_threads=1, rpc=[ep], rpc_timeout=2.0) as m:
+            assert "RPC0" in m.devices and "CPU" in m.devices        # by free memory: both take layers
+            m.eval([1, 2, 3])
+            proc.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            with pytest.raises(RpcError, match="rpc_timeout=2"):
+                m.eval([4])
+            assert time.monotonic() - t0 < 2.0 + FAULT_BOUND_S
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        stop(proc)
