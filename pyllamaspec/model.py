@@ -87,6 +87,12 @@ class Model(VocabMixin, _native.Closeable):
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
     matrix is never read). See DRAFT_OPTIONS.
+
+    rpc=["host:port", ...] puts the layers on ggml RPC servers and the local devices, by free
+    memory or tensor_split (one share per device: the servers', then the local ones); the
+    context then runs in a worker process so that a lost server is an RpcError here, and no
+    call may take longer than rpc_timeout seconds (see pyllamaspec.rpc; n_gpu_layers is
+    ignored: the split decides).
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,

@@ -91,6 +91,16 @@ def test_logits_and_greedy_match_local(servers, smollm2):
         assert spec.stats.drafted > 0
 
 
+def test_gemma3_logits_match_local(servers):
+    """Sliding-window layers and a 262k-row head, split over both servers and this process."""
+    path = real_model_or_skip("gemma3")
+    with Model(path, n_ctx=64, n_threads=1) as local, \
+            Model(path, n_ctx=64, n_threads=1, rpc=servers, tensor_split=[1, 1, 1]) as remote:
+        assert set(remote.devices) == {"RPC0", "RPC1", "CPU"}, remote.devices
+        ids = local.tokenize(PROMPT)
+        np.testing.assert_allclose(remote.eval(ids, logits="last"), local.eval(ids, logits="last"), atol=1e-3, rtol=0)
+
+
 def test_unreachable_and_bad_version():
     port = free_port()                  # nothing listens there
     t0 = time.monotonic()
