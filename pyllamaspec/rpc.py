@@ -21,6 +21,7 @@ only closes (its KV cache was on the lost server).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import signal
@@ -42,6 +43,7 @@ HELLO = 14                 # ggml-rpc's RPC_CMD_HELLO (fixed across protocol ver
 CONN_CAPS = 24             # bytes of transport capabilities in HELLO (protocol 7)
 PROBE_TIMEOUT = 5.0        # seconds for connect + handshake of one server
 OPEN_TIMEOUT = 600.0       # the worker's load sends every weight over the network
+SHM_ROWS = 64              # logits of up to this many rows come back through shared memory
 
 
 def available() -> bool:
@@ -163,14 +165,17 @@ class RemoteContext:
         self._log = tempfile.TemporaryFile()
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
+        # logits come back through shared memory (one copy, not four through the pipe); Linux only
+        self._shm_fd = os.memfd_create("pyllamaspec-logits") if hasattr(os, "memfd_create") else -1
+        self._shm: mmap.mmap | None = None
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         try:
             # its own session: the terminal's Ctrl-C reaches this process, which forwards it
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pyllamaspec._rpc_worker", str(p2c_r), str(c2p_w)],
-                pass_fds=(p2c_r, c2p_w), stdin=subprocess.DEVNULL, stdout=self._log,
+                [sys.executable, "-m", "pyllamaspec._rpc_worker", str(p2c_r), str(c2p_w), str(self._shm_fd)],
+                pass_fds=(p2c_r, c2p_w) + ((self._shm_fd,) if self._shm_fd >= 0 else ()), stdin=subprocess.DEVNULL, stdout=self._log,
                 stderr=self._log, env=env, start_new_session=True)
         finally:
             os.close(p2c_r)
@@ -185,6 +190,11 @@ class RemoteContext:
             raise
         self.info, self.devices = got["info"], got["devices"]
         self.n_ctx, self.n_batch, self.n_threads = got["n_ctx"], got["n_batch"], got["n_threads"]
+        if self._shm_fd >= 0:
+            size = SHM_ROWS * self.info["n_vocab"] * 4
+            os.ftruncate(self._shm_fd, size)
+            self._shm = mmap.mmap(self._shm_fd, size)
+            self.call("map_shm", size)
 
     # -- requests ---------------------------------------------------------------------------
     def call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
@@ -229,8 +239,12 @@ class RemoteContext:
         if self._interrupt:
             self._interrupt = False
             raise EvaluationInterrupted("evaluation interrupted", 10)
-        data = self.call("eval", toks.tobytes(), mode)
-        out.reshape(-1)[:rows * out.shape[-1]] = np.frombuffer(data, np.float32)
+        n = rows * out.shape[-1]
+        if self._shm is not None and rows <= SHM_ROWS:
+            self.call("eval_shm", toks.tobytes(), mode)
+            out.reshape(-1)[:n] = np.frombuffer(self._shm, np.float32, n)
+        else:
+            out.reshape(-1)[:n] = np.frombuffer(self.call("eval", toks.tobytes(), mode), np.float32)
 
     def n_past(self) -> int:
         return self.call("n_past")
@@ -281,5 +295,11 @@ class RemoteContext:
             self._proc.wait()
         for c in (self._out, self._in):
             c.close()
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
+        if self._shm_fd >= 0:
+            os.close(self._shm_fd)
+            self._shm_fd = -1
         self._log.close()
         self._proc = None

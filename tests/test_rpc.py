@@ -74,8 +74,8 @@ PROMPT = "The capital of France is Paris. The capital of Italy is"
 
 
 def test_logits_and_greedy_match_local(servers, smollm2):
-    with Model(smollm2, n_ctx=256, n_threads=1) as local, \
-            Model(smollm2, n_ctx=256, n_threads=1, rpc=servers, tensor_split=[1, 1, 0]) as remote:
+    kw = dict(n_ctx=256, n_threads=1, use_repack=False)     # as a server keeps its weights
+    with Model(smollm2, **kw) as local, Model(smollm2, rpc=servers, tensor_split=[1, 1, 0], **kw) as remote:
         devs = remote.devices
         assert all(d.startswith("RPC") for d in devs), devs          # tensor_split: nothing local
         assert len(set(devs)) == 2, devs                               # both servers hold layers
@@ -92,10 +92,13 @@ def test_logits_and_greedy_match_local(servers, smollm2):
 
 
 def test_gemma3_logits_match_local(servers):
-    """Sliding-window layers and a 262k-row head, split over both servers and this process."""
+    """Sliding-window layers and a 262k-row head, split over both servers and this process
+    (measured: identical logits)."""
     path = real_model_or_skip("gemma3")
-    with Model(path, n_ctx=64, n_threads=1) as local, \
-            Model(path, n_ctx=64, n_threads=1, rpc=servers, tensor_split=[1, 1, 1]) as remote:
+    # no repacking on either side: a server keeps weights as they are in the file, and the CPU's
+    # repacked Q4_K kernels round differently (up to ~0.9 on these logits, local against local)
+    kw = dict(n_ctx=64, n_threads=1, use_repack=False)
+    with Model(path, **kw) as local, Model(path, rpc=servers, tensor_split=[1, 1, 1], **kw) as remote:
         assert set(remote.devices) == {"RPC0", "RPC1", "CPU"}, remote.devices
         ids = local.tokenize(PROMPT)
         np.testing.assert_allclose(remote.eval(ids, logits="last"), local.eval(ids, logits="last"), atol=1e-3, rtol=0)
