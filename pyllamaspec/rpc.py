@@ -168,7 +168,8 @@ class RemoteContext:
         # logits come back through shared memory (one copy, not four through the pipe); Linux only
         self._shm_fd = os.memfd_create("pyllamaspec-logits") if hasattr(os, "memfd_create") else -1
         self._shm: mmap.mmap | None = None
-        env = dict(os.environ)
+        # ggml's abort would first attach gdb for a backtrace (over a second): the message suffices
+        env = dict(os.environ, GGML_NO_BACKTRACE="1")
         env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         try:
@@ -227,8 +228,8 @@ class RemoteContext:
                                    "answering?)")
                 except KeyboardInterrupt:     # Ctrl-C: stop the worker's eval, then raise it here
                     ctrl_c = self._interrupt = True
-                except (EOFError, OSError):
-                    self._lost(f"the worker died during '{op}'")
+                except (EOFError, OSError):   # ggml-rpc aborted it: a server failed or hung up
+                    self._lost(f"the worker process died during '{op.replace('_shm', '')}'")
         finally:
             self._busy = False
             self._interrupt = False

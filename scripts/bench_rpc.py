@@ -1,6 +1,7 @@
 """The target on a ggml RPC server vs local, plain vs speculative, with a simulated network delay.
 
     python scripts/bench_rpc.py -m TARGET.gguf -md DRAFT.gguf [--delays 0 2 5 10] [-r 5] [-n 48]
+    python scripts/bench_rpc.py -m TARGET.gguf -md DRAFT.gguf --faults 5    # fault-to-error times
 
 One RPC server (python -m pyllamaspec.rpc_server) on a free loopback port; between it and the
 client, a delaying TCP proxy (asyncio, in this process) holds every chunk `delay` ms in each
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyllamaspec import Model, generate  # noqa: E402
+from pyllamaspec import Model, generate, stream_generate  # noqa: E402
 from pyllamaspec import rpc as rpc_mod  # noqa: E402
 
 PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. "
@@ -164,6 +165,35 @@ def start_server(threads: int) -> tuple[subprocess.Popen, int]:
     raise SystemExit("rpc_server did not start")
 
 
+def faults(a: argparse.Namespace, reps: int) -> dict:
+    """Seconds from a fault to the RpcError: a server killed (SIGKILL) mid-generation, and an
+    unreachable one (a closed port); medians of reps."""
+    import signal
+    killed, unreachable = [], []
+    for _ in range(reps):
+        server, port = start_server(a.threads)
+        try:
+            with Model(a.model, rpc=[f"127.0.0.1:{port}"], tensor_split=[1, 0], n_ctx=256,
+                       n_threads=a.threads) as m:
+                t_kill = None
+                try:
+                    for i, _r in enumerate(stream_generate(PROMPT, m, max_tokens=64, temperature=0)):
+                        if i == 2:
+                            server.send_signal(signal.SIGKILL)
+                            t_kill = time.perf_counter()
+                except rpc_mod.RpcError:
+                    killed.append(time.perf_counter() - t_kill)
+        finally:
+            server.kill()
+            server.wait()
+        t0 = time.perf_counter()
+        try:
+            Model(a.model, rpc=[f"127.0.0.1:{port}"])
+        except rpc_mod.RpcError:
+            unreachable.append(time.perf_counter() - t0)
+    return {"killed_s": statistics.median(killed), "unreachable_s": statistics.median(unreachable), "n": reps}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-m", "--model", required=True, help="target GGUF")
@@ -178,8 +208,13 @@ def main() -> int:
                     help="threads of each of the server, the target and the draft (keep their sum <= cores: "
                          "ggml's CPU threads spin between graphs)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--faults", type=int, default=0, metavar="N",
+                    help="instead: time from a killed / unreachable server to the RpcError, medians of N")
     a = ap.parse_args()
 
+    if a.faults:
+        print(json.dumps(faults(a, a.faults)))
+        return 0
     server, port = start_server(a.threads)
     proxy = DelayProxy(("127.0.0.1", port))
     try:

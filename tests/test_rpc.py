@@ -169,3 +169,11 @@ def test_hung_server_times_out(smollm2):
     finally:
         proc.send_signal(signal.SIGCONT)
         stop(proc)
+
+
+def test_server_stops_on_ctrl_c():
+    proc = start_server(free_port())
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 0
+    assert b"stopped" in proc.stdout.read()
+    proc.stdout.close()
