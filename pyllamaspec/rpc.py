@@ -160,6 +160,8 @@ class RemoteContext:
         self._interrupt = False          # interrupt() with no call running: the next one stops
         self._busy = False
         self._proc: subprocess.Popen | None = None
+        self._shm: mmap.mmap | None = None
+        self._shm_fd = -1
         for e in servers:
             probe(e, min(PROBE_TIMEOUT, self.timeout))
         self._log = tempfile.TemporaryFile()
@@ -167,7 +169,6 @@ class RemoteContext:
         c2p_r, c2p_w = os.pipe()
         # logits come back through shared memory (one copy, not four through the pipe); Linux only
         self._shm_fd = os.memfd_create("pyllamaspec-logits") if hasattr(os, "memfd_create") else -1
-        self._shm: mmap.mmap | None = None
         # ggml's abort would first attach gdb for a backtrace (over a second): the message suffices
         env = dict(os.environ, GGML_NO_BACKTRACE="1")
         env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
@@ -176,8 +177,8 @@ class RemoteContext:
             # its own session: the terminal's Ctrl-C reaches this process, which forwards it
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "pyllamaspec._rpc_worker", str(p2c_r), str(c2p_w), str(self._shm_fd)],
-                pass_fds=(p2c_r, c2p_w) + ((self._shm_fd,) if self._shm_fd >= 0 else ()), stdin=subprocess.DEVNULL, stdout=self._log,
-                stderr=self._log, env=env, start_new_session=True)
+                pass_fds=(p2c_r, c2p_w) + ((self._shm_fd,) if self._shm_fd >= 0 else ()),
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env, start_new_session=True)
         finally:
             os.close(p2c_r)
             os.close(c2p_w)
@@ -186,16 +187,16 @@ class RemoteContext:
         self.alive = True
         try:
             got = self.call("open", path, servers, split, kw, timeout=max(self.timeout, OPEN_TIMEOUT))
+            self.info, self.devices = got["info"], got["devices"]
+            self.n_ctx, self.n_batch, self.n_threads = got["n_ctx"], got["n_batch"], got["n_threads"]
+            if self._shm_fd >= 0:
+                size = SHM_ROWS * self.info["n_vocab"] * 4
+                os.ftruncate(self._shm_fd, size)
+                self._shm = mmap.mmap(self._shm_fd, size)
+                self.call("map_shm", size)
         except BaseException:
             self.close()
             raise
-        self.info, self.devices = got["info"], got["devices"]
-        self.n_ctx, self.n_batch, self.n_threads = got["n_ctx"], got["n_batch"], got["n_threads"]
-        if self._shm_fd >= 0:
-            size = SHM_ROWS * self.info["n_vocab"] * 4
-            os.ftruncate(self._shm_fd, size)
-            self._shm = mmap.mmap(self._shm_fd, size)
-            self.call("map_shm", size)
 
     # -- requests ---------------------------------------------------------------------------
     def call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
@@ -282,8 +283,16 @@ class RemoteContext:
         return " | ".join(lines[-3:])
 
     def close(self) -> None:
-        if self._proc is None:
-            return
+        if self._proc is not None:
+            self._stop_worker()
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
+        if self._shm_fd >= 0:
+            os.close(self._shm_fd)
+            self._shm_fd = -1
+
+    def _stop_worker(self) -> None:
         if self.alive and self._proc.poll() is None:
             try:
                 self._out.send_bytes(pickle.dumps(("close", ()), protocol=5))
@@ -296,11 +305,5 @@ class RemoteContext:
             self._proc.wait()
         for c in (self._out, self._in):
             c.close()
-        if self._shm is not None:
-            self._shm.close()
-            self._shm = None
-        if self._shm_fd >= 0:
-            os.close(self._shm_fd)
-            self._shm_fd = -1
         self._log.close()
         self._proc = None

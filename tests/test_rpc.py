@@ -91,6 +91,14 @@ def test_logits_and_greedy_match_local(servers, smollm2):
         assert spec.stats.drafted > 0
 
 
+def test_bad_split_is_an_error_and_frees_the_servers(servers, smollm2):
+    from pyllamaspec import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match="tensor_split has 1 values for 3 devices"):
+        Model(smollm2, rpc=servers, tensor_split=[1])
+    for ep in servers:                  # the failed worker is gone: each server takes a client again
+        assert rpc_mod.probe(ep, 2.0)[0] == rpc_mod.protocol_version()[0]
+
+
 def test_gemma3_logits_match_local(servers):
     """Sliding-window layers and a 262k-row head, split over both servers and this process
     (measured: identical logits)."""
