@@ -18,6 +18,10 @@ closing the connection (a hung host, a cut cable) is caught by ``rpc_timeout``: 
 may take longer; the worker is then killed. A call legitimately slower than rpc_timeout (a long
 prompt on a slow link) fails the same way: raise it for such work. After an RpcError the model
 only closes (its KV cache was on the lost server).
+
+interrupt() and Ctrl-C reach the worker as SIGINT, and the core polls for them in its CPU
+computation: an eval stops at its next local step, and one whose layers are all remote runs to
+its end first (ggml's RPC protocol has no cancel).
 """
 from __future__ import annotations
 

@@ -99,6 +99,16 @@ def test_bad_split_is_an_error_and_frees_the_servers(servers, smollm2):
         assert rpc_mod.probe(ep, 2.0)[0] == rpc_mod.protocol_version()[0]
 
 
+def test_interrupt_reaches_the_next_eval(servers, smollm2):
+    from pyllamaspec import EvaluationInterrupted
+    with Model(smollm2, n_ctx=64, n_threads=1, rpc=servers[:1]) as m:
+        m.interrupt()
+        with pytest.raises(EvaluationInterrupted):
+            m.eval([1, 2])
+        assert m.n_past == 0
+        assert m.eval([1, 2]).shape == (2, m.n_vocab)
+
+
 def test_gemma3_logits_match_local(servers):
     """Sliding-window layers and a 262k-row head, split over both servers and this process
     (measured: identical logits)."""
