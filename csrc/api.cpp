@@ -93,6 +93,9 @@ psl_model_params psl_model_default_params(void) {
     p.use_repack = true;
     p.load_vocab = true;
     p.prefetch = true;
+    p.rpc_servers = nullptr;
+    p.tensor_split = nullptr;
+    p.n_tensor_split = 0;
     return p;
 }
 

@@ -121,6 +121,12 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
         if (!backend_gpu) fail(PSL_ERR_BACKEND, "cannot start the %s backend", ggml_backend_dev_name(m->dev_gpu));
         backends.push_back(backend_gpu.get());
     }
+    for (ggml_backend_dev_t dev : m->offload_devices()) {   // a split's other devices (RPC servers)
+        if (dev == m->dev_gpu) continue;
+        backends_split.emplace_back(ggml_backend_dev_init(dev, nullptr));
+        if (!backends_split.back()) fail(PSL_ERR_BACKEND, "cannot start the %s backend", ggml_backend_dev_name(dev));
+        backends.push_back(backends_split.back().get());
+    }
     backends.push_back(backend_cpu.get());   // the CPU last: the scheduler's fallback
 
     graph_size = std::max<size_t>(2048, 10 * (size_t) gguf_get_n_tensors(m->gguf));
@@ -145,6 +151,7 @@ psl_context::~psl_context() {
     kv.reset();
     rs.reset();
     backend_gpu.reset();
+    backends_split.clear();
     backend_cpu.reset();
     psl::release(model);
 }
@@ -370,8 +377,8 @@ void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
     head = ggml_new_tensor_2d(head_ctx.get(), src->type, src->ne[0], room);
     ggml_set_name(head, "output_ids.weight");
     // next to the full head: on the GPU if it was offloaded, else in plain CPU memory
-    ggml_backend_buffer_type_t buft = model->output_on_gpu && model->dev_gpu
-                                          ? ggml_backend_dev_buffer_type(model->dev_gpu)
+    ggml_backend_buffer_type_t buft = model->output_device() != model->dev_cpu
+                                          ? ggml_backend_dev_buffer_type(model->output_device())
                                           : ggml_backend_cpu_buffer_type();
     head_buf.reset(ggml_backend_alloc_ctx_tensors_from_buft(head_ctx.get(), buft));
     if (!head_buf) {

@@ -26,6 +26,7 @@ struct psl_context {
     // way frees what it made (the scheduler before the backends it drives).
     ggml_backend_ptr backend_cpu;
     ggml_backend_ptr backend_gpu;
+    std::vector<ggml_backend_ptr> backends_split;   // a split's RPC devices
     ggml_backend_sched_ptr sched;
     size_t graph_size = 0;
     std::vector<uint8_t> graph_buf;          // metadata of the current graph

@@ -17,14 +17,15 @@ KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_ty
              ggml_type_name(type_k), ggml_type_name(type_v), hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
     }
     // Each layer's cache sits on the device that runs the layer.
-    auto ctx_for = [&](bool gpu) -> ggml_context * {
-        ggml_context_ptr & ctx = ctxs_[gpu ? 1 : 0];
-        if (!ctx) {
-            ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 2), nullptr, true};
-            ctx.reset(ggml_init(p));
-            if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
+    auto ctx_for = [&](ggml_backend_dev_t dev) -> ggml_context * {
+        for (auto & [d, c] : ctxs_) {
+            if (d == dev) return c.get();
         }
-        return ctx.get();
+        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 2), nullptr, true};
+        ggml_context_ptr ctx(ggml_init(p));
+        if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
+        ctxs_.emplace_back(dev, std::move(ctx));
+        return ctxs_.back().second.get();
     };
     for (int il = 0; il < hp.n_layer; ++il) {
         if (hp.is_recurrent(il)) {   // a hybrid's linear-attention layer keeps a recurrent state instead
@@ -32,17 +33,17 @@ KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_ty
             v_.push_back(nullptr);
             continue;
         }
-        ggml_context * ctx = ctx_for(m.layer_on_gpu(il));
+        ggml_context * ctx = ctx_for(m.layer_device(il));
         k_.push_back(ggml_new_tensor_2d(ctx, type_k, hp.n_embd_k_gqa(), n_cells_));
         v_.push_back(ggml_new_tensor_2d(ctx, type_v, hp.n_embd_v_gqa(), n_cells_));
     }
-    for (size_t i = 0; i < 2; ++i) {
-        if (!ctxs_[i]) continue;
-        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(i == 1 ? m.dev_gpu : m.dev_cpu);
-        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[i].get(), buft);
+    for (auto & [dev, ctx] : ctxs_) {
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), buft);
         if (!buf) {
-            fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the KV cache (%d cells)",
-                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctxs_[i].get(), buft) / 1048576.0, n_cells_);
+            fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the KV cache (%d cells) on %s",
+                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.get(), buft) / 1048576.0, n_cells_,
+                 ggml_backend_dev_name(dev));
         }
         bufs_.emplace_back(buf);
         // Masked cells are still read by the attention: zeros, never NaN garbage.

@@ -7,6 +7,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 
+#include <utility>
 #include <vector>
 
 struct psl_model;
@@ -37,7 +38,7 @@ private:
     int32_t n_used_ = 0;
     std::vector<ggml_tensor *> k_, v_;
     // owned: a constructor that throws half way frees what it made
-    ggml_context_ptr ctxs_[2];                      // [0] CPU, [1] GPU
+    std::vector<std::pair<ggml_backend_dev_t, ggml_context_ptr>> ctxs_;   // one per device
     std::vector<ggml_backend_buffer_ptr> bufs_;
 };
 

@@ -74,13 +74,14 @@ bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_t
 }
 
 ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place place, int il, bool matrix) const {
-    bool gpu = false;
+    ggml_backend_dev_t dev = m_.dev_cpu;
     switch (place) {
-        case Place::Input:  gpu = false; break;
-        case Place::Output: gpu = m_.output_on_gpu; break;
-        case Place::Layer:  gpu = m_.layer_on_gpu(il); break;
+        case Place::Input:  dev = m_.dev_cpu; break;
+        case Place::Output: dev = m_.output_device(); break;
+        case Place::Layer:  dev = m_.layer_device(il); break;
     }
-    if (gpu && buft_gpu_) return buft_gpu_;
+    if (dev == m_.dev_gpu && buft_gpu_) return buft_gpu_;
+    if (dev != m_.dev_cpu) return ggml_backend_dev_buffer_type(dev);
     const TensorSource * src = m_.files->find(name);
     const ggml_tensor * meta = src ? src->meta : nullptr;
     if (matrix && meta) {
@@ -379,6 +380,7 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     m->hp.n_vocab = (int32_t) embd->ne[1];
 
     pick_devices(*m, params.n_gpu_layers);
+    if (params.rpc_servers && *params.rpc_servers) split_layers(*m, params);
     ggml_backend_buffer_type_t buft_cpu = ggml_backend_dev_buffer_type(m->dev_cpu);
     ggml_backend_buffer_type_t buft_gpu = m->dev_gpu ? ggml_backend_dev_buffer_type(m->dev_gpu) : nullptr;
 
@@ -398,6 +400,19 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     if (params.load_vocab) m->vocab = load_vocab(m->gguf);
     return m.release();
 }
+
+}  // namespace psl
+
+std::vector<ggml_backend_dev_t> psl_model::offload_devices() const {
+    std::vector<ggml_backend_dev_t> out;
+    if (dev_gpu) out.push_back(dev_gpu);
+    for (ggml_backend_dev_t d : split_devs) {
+        if (d != dev_cpu && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    }
+    return out;
+}
+
+namespace psl {
 
 void retain(psl_model * m) { m->refs.fetch_add(1); }
 

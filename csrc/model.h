@@ -152,11 +152,29 @@ struct psl_model {
     int32_t n_gpu_layers = 0;                 // layers actually offloaded
     bool output_on_gpu = false;
     bool layer_on_gpu(int il) const { return dev_gpu && il >= hp.n_layer - n_gpu_layers; }
+    // A split over several devices (RPC servers, see rpc.cpp): when split_devs is non-empty,
+    // layer il lives on split_devs[layer_split[il]] and the output head with the last layer.
+    std::vector<ggml_backend_dev_t> split_devs;
+    std::vector<int32_t> layer_split;
+    ggml_backend_dev_t layer_device(int il) const {
+        if (!split_devs.empty()) return split_devs[layer_split[il]];
+        return layer_on_gpu(il) ? dev_gpu : dev_cpu;
+    }
+    ggml_backend_dev_t output_device() const {
+        if (!split_devs.empty()) return layer_device(hp.n_layer - 1);
+        return output_on_gpu && dev_gpu ? dev_gpu : dev_cpu;
+    }
+    // The devices other than the CPU that hold weights: a context runs a backend on each.
+    std::vector<ggml_backend_dev_t> offload_devices() const;
 
     std::vector<ggml_context *> ctxs;         // tensor metadata, one context per buffer type
     std::vector<ggml_backend_buffer_t> bufs;  // weight memory
 
     std::shared_ptr<psl::Vocab> vocab;        // null when the file has no tokenizer
+
+    // A stand-in for a model whose weights are loaded in another process (psl_model_load_stub):
+    // tokenizer and metadata, the real n_vocab; no weights, so no context.
+    bool stub = false;
 
     std::atomic<int> refs{1};                 // the handle plus one per context / detokenizer
 
@@ -167,6 +185,9 @@ namespace psl {
 // Loads path; throws psl::Error.
 psl_model * load_model(const std::string & path, const psl_model_params & params);
 int32_t max_threads();   // for a context or for loading: 4x the hardware threads, at most 512
+// rpc.cpp: the RPC servers' devices plus the local ones in split order, and each layer's
+// device (llama.cpp's default split: proportional to free memory, or to params.tensor_split).
+void split_layers(psl_model & m, const psl_model_params & params);
 void retain(psl_model * m);
 void release(psl_model * m);
 }  // namespace psl

@@ -13,14 +13,16 @@ namespace psl {
 RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap) : n_snap_(n_snap) {
     const HParams & hp = m.hp;
     if (n_snap < 1) fail(PSL_ERR_INVALID_ARGUMENT, "the recurrent state needs at least one snapshot (got %d)", n_snap);
-    auto ctx_for = [&](bool gpu) -> ggml_context * {
-        ggml_context_ptr & ctx = ctxs_[gpu ? 1 : 0];
-        if (!ctx) {
-            ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 2), nullptr, true};
-            ctx.reset(ggml_init(p));
-            if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the recurrent state context");
+    // each layer's state sits on the device that runs the layer (a GPU, an RPC server, the CPU)
+    auto ctx_for = [&](ggml_backend_dev_t dev) -> ggml_context * {
+        for (auto & [d, c] : ctxs_) {
+            if (d == dev) return c.get();
         }
-        return ctx.get();
+        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 2), nullptr, true};
+        ggml_context_ptr ctx(ggml_init(p));
+        if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the recurrent state context");
+        ctxs_.emplace_back(dev, std::move(ctx));
+        return ctxs_.back().second.get();
     };
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent(il)) {
@@ -28,17 +30,16 @@ RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap) : n_snap_(n_
             ssm_.push_back(nullptr);
             continue;
         }
-        ggml_context * ctx = ctx_for(m.layer_on_gpu(il));
+        ggml_context * ctx = ctx_for(m.layer_device(il));
         conv_.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm.conv_row(), n_snap + 1));
         ssm_.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm.state_row(), n_snap + 1));
     }
-    for (size_t i = 0; i < 2; ++i) {
-        if (!ctxs_[i]) continue;
-        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(i == 1 ? m.dev_gpu : m.dev_cpu);
-        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[i].get(), buft);
+    for (auto & [dev, ctx] : ctxs_) {
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), buft);
         if (!buf) {
             fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the recurrent state (%d snapshots)",
-                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctxs_[i].get(), buft) / 1048576.0, n_snap);
+                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.get(), buft) / 1048576.0, n_snap);
         }
         bufs_.emplace_back(buf);
         ggml_backend_buffer_clear(buf, 0);   // row K, the state before any token, stays zero

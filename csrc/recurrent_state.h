@@ -10,6 +10,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 
+#include <utility>
 #include <vector>
 
 struct psl_model;
@@ -55,7 +56,7 @@ private:
     int32_t lo_ = 0;                           // oldest position whose state is in the ring
     std::vector<int32_t> history_;             // the tokens in the cache
     std::vector<ggml_tensor *> conv_, ssm_;    // null for attention layers
-    ggml_context_ptr ctxs_[2];                 // [0] CPU, [1] GPU
+    std::vector<std::pair<ggml_backend_dev_t, ggml_context_ptr>> ctxs_;   // one per device
     std::vector<ggml_backend_buffer_ptr> bufs_;
     std::vector<int64_t> idx_;                 // scratch for the row indices
 };

@@ -29,7 +29,7 @@ int64_t special_id(const psl_model * m, const char * key) {
 }
 
 void check(const psl_model * t, const psl_model * d) {
-    if (!t->arch || !d->arch) fail(PSL_ERR_INVALID_ARGUMENT, "both models must be loaded with their weights");
+    if ((!t->arch && !t->stub) || (!d->arch && !d->stub)) fail(PSL_ERR_INVALID_ARGUMENT, "both models must be loaded with their weights");
     if (t->hp.n_vocab != d->hp.n_vocab) {
         const bool tbig = t->hp.n_vocab > d->hp.n_vocab;
         fail(PSL_ERR_UNSUPPORTED,

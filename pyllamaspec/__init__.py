@@ -7,7 +7,7 @@ from .chat import ChatResult, chat
 from .chat_template import BUILTIN_TEMPLATES, ChatTemplate
 from .errors import (BackendError, ChatTemplateError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
                      ModelClosedError, ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
-                     OutOfMemoryError, PyllamaspecError, TokenOutOfRangeError, UnsupportedModelError)
+                     OutOfMemoryError, PyllamaspecError, RpcError, TokenOutOfRangeError, UnsupportedModelError)
 from .generate import GenerationResponse, GenerationResult, generate, stream_generate
 from .model import Model, ModelInfo
 from .sampling import SamplingParams, TokenLogprobs
@@ -23,5 +23,5 @@ __all__ = [
     "Stats", "Detokenizer", "Tokenizer", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
     "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",
     "TokenOutOfRangeError", "ContextFullError", "BackendError", "OutOfMemoryError",
-    "EvaluationInterrupted", "NoVocabularyError", "ModelClosedError",
+    "EvaluationInterrupted", "NoVocabularyError", "ModelClosedError", "RpcError",
 ]

@@ -122,14 +122,15 @@ def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
                  stack: ExitStack) -> tuple[Model, Model | None]:
     kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size)
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
-                                       type_k=a.cache_type_k, type_v=a.cache_type_v, **kw))
+                                       type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
+                                       tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
     draft = None
     if draft_path:
         draft = stack.enter_context(Model(
             draft_path, n_gpu_layers=a.n_gpu_layers_draft,
             n_threads=a.threads if a.threads_draft is None else a.threads_draft,
             type_k=a.cache_type_k_draft or a.cache_type_k, type_v=a.cache_type_v_draft or a.cache_type_v,
-            **DRAFT_OPTIONS, **kw))
+            rpc=a.rpc_draft, rpc_timeout=a.rpc_timeout, **DRAFT_OPTIONS, **kw))
     return target, draft
 
 

@@ -115,6 +115,16 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
                    help="target layers on the GPU (-1 or all = all)")
     g.add_argument("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl",
                    dest="n_gpu_layers_draft", type=_gpu_layers, default=0, help="draft layers on the GPU")
+    g.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
+                   help="the target's layers on these ggml RPC servers (python -m pyllamaspec.rpc_server "
+                        "or llama.cpp's rpc-server) and the local devices")
+    g.add_argument("--rpc-draft", dest="rpc_draft", default=None, metavar="HOST:PORT,...",
+                   help="the draft's RPC servers (default: none, the draft runs here)")
+    g.add_argument("-ts", "--tensor-split", dest="tensor_split", default=None, metavar="N0,N1,...",
+                   help="with --rpc: the target's share of layers per device (RPC servers' devices, "
+                        "then the local ones; default: by free memory)")
+    g.add_argument("--rpc-timeout", dest="rpc_timeout", type=float, default=60.0,
+                   help="seconds one evaluation on RPC servers may take before it fails (default 60)")
     g.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", default="f16", help="KV cache type of K")
     g.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", default="f16", help="KV cache type of V")
     g.add_argument("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k", dest="cache_type_k_draft", default=None)

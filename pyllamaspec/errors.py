@@ -57,6 +57,17 @@ class BackendError(PyllamaspecError, RuntimeError):
     status = 7
 
 
+class RpcError(BackendError):
+    """An RPC server could not be reached, is busy, speaks another protocol version, or was lost
+    during a call (see pyllamaspec.rpc). From generate(), ``tokens`` and ``text`` hold what was
+    produced before the failure."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message, status)
+        self.tokens: list[int] = []
+        self.text: str = ""
+
+
 class OutOfMemoryError(PyllamaspecError, MemoryError):
     status = 8
 

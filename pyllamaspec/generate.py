@@ -10,7 +10,7 @@ from typing import Iterator, Sequence, Union
 from . import _args
 from .cancel import Cancel
 from .chat_template import ChatPrompt, is_messages
-from .errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError
+from .errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError, RpcError
 from .model import DRAFT_OPTIONS, Model
 from .sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
 from .speculative import Decoder, DraftParams, Stats
@@ -114,6 +114,9 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
         if cancel is None or not cancel.is_set():
             raise
         result["finish_reason"] = "cancelled"
+    except RpcError as e:             # a server was lost: say what had been produced
+        e.tokens, e.text = list(result["tokens"]), result["text"]
+        raise
     finally:
         if t0 is not None:
             dec.stats.n_generated = len(result["tokens"])

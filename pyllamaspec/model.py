@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _args, _native, _split
+from . import rpc as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
 from .errors import InvalidArgumentError, ModelIOError, ModelNotFoundError
 from .vocab import VocabMixin
@@ -86,14 +87,23 @@ class Model(VocabMixin, _native.Closeable):
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
     matrix is never read). See DRAFT_OPTIONS.
+
+    rpc=["host:port", ...] puts the layers on ggml RPC servers and the local devices, by free
+    memory or tensor_split (one share per device: the servers', then the local ones); the
+    context then runs in a worker process so that a lost server is an RpcError here, and no
+    call may take longer than rpc_timeout seconds (see pyllamaspec.rpc; n_gpu_layers is
+    ignored: the split decides).
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
-                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True):
+                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
+                 rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
+                 rpc_timeout: float = 60.0, rpc_isolate: bool = True):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._ctx = ffi.NULL
+        self._remote = None                 # an rpc.RemoteContext when the layers live on RPC servers
         self._users = Users("model")
         self._excl = Exclusive(self._users)
         if not isinstance(path, (str, os.PathLike)):
@@ -111,6 +121,13 @@ class Model(VocabMixin, _native.Closeable):
         if not os.path.exists(path):
             raise ModelNotFoundError(f"model file not found: {path}")
         self.path = path
+        servers = rpc_mod.endpoints(rpc)
+        split = rpc_mod.split_values(tensor_split, servers)
+        if servers and rpc_isolate:
+            self._open_remote(path, servers, split, rpc_timeout, n_ctx=n_ctx, n_batch=n_batch,
+                              n_threads=n_threads, use_mmap=use_mmap, use_repack=use_repack,
+                              type_k=type_k, type_v=type_v, prefetch=prefetch)
+            return
 
         mp = lib.psl_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
@@ -119,6 +136,7 @@ class Model(VocabMixin, _native.Closeable):
         mp.use_repack = bool(use_repack)
         mp.load_vocab = bool(tokenizer)
         mp.prefetch = bool(prefetch)
+        keep = rpc_mod.set_params(mp, servers, split)      # the strings live through the load
         out = ffi.new("psl_model **")
         try:
             self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
@@ -127,6 +145,7 @@ class Model(VocabMixin, _native.Closeable):
             if not isinstance(e, ModelNotFoundError) and _split.missing_parts(path):
                 raise ModelNotFoundError(str(e), e.status) from None
             raise
+        del keep
         self._model = out[0]
 
         cp = lib.psl_context_default_params()
@@ -173,6 +192,35 @@ class Model(VocabMixin, _native.Closeable):
                                   progress=progress)
         return cls(path, **kwargs)
 
+    def _open_remote(self, path: str, servers: list[str], split: list[float] | None, timeout: float,
+                     **kw: Any) -> None:
+        """The layers on RPC servers, driven by a worker process (see pyllamaspec.rpc): ggml's RPC
+        client aborts its process when a server fails, which must not be this one. This process
+        keeps the tokenizer and the metadata."""
+        self._remote = r = rpc_mod.RemoteContext(path, servers, split, timeout, kw)
+        out = ffi.new("psl_model **")
+        try:
+            self._check(lib.psl_model_load_stub(os.fsencode(path), r.info["n_vocab"], out))
+        except BaseException:
+            self.close()
+            raise
+        self._model = out[0]
+        self.n_ctx, self.n_batch, self.n_threads = r.n_ctx, r.n_batch, r.n_threads
+        self.info = ModelInfo(**r.info)
+        self.n_vocab = self.info.n_vocab
+        self.output_ids = None
+        self._metadata = None
+        self._cache_ids = []
+
+    @property
+    def devices(self) -> list[str]:
+        """The device of each layer, then the output head's (e.g. "RPC0", "CPU")."""
+        if self._remote is not None:
+            return list(self._remote.devices)
+        with self._users:
+            n = self.info.n_layer
+            return [ffi.string(lib.psl_model_layer_device(self._model, il)).decode() for il in list(range(n)) + [-1]]
+
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Free the context and the model: a running eval (on another thread) is interrupted,
@@ -182,10 +230,14 @@ class Model(VocabMixin, _native.Closeable):
         self._users.close(self._free, stop=self._stop)
 
     def _stop(self) -> None:
+        if self._remote is not None:
+            self._remote.interrupt()
         if self._ctx != ffi.NULL:
             lib.psl_context_interrupt(self._ctx)
 
     def _free(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
         if self._ctx != ffi.NULL:
             lib.psl_context_free(self._ctx)
             self._ctx = ffi.NULL
@@ -195,6 +247,8 @@ class Model(VocabMixin, _native.Closeable):
 
     @property
     def closed(self) -> bool:
+        if self._remote is not None:
+            return self._users.closing or self._model == ffi.NULL
         return self._users.closing or self._ctx == ffi.NULL
 
     def __repr__(self) -> str:
@@ -277,7 +331,7 @@ class Model(VocabMixin, _native.Closeable):
     def n_past(self) -> int:
         """Tokens in the KV cache."""
         with self._excl:
-            return lib.psl_context_n_past(self._ctx)
+            return self._remote.n_past() if self._remote is not None else lib.psl_context_n_past(self._ctx)
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -290,15 +344,33 @@ class Model(VocabMixin, _native.Closeable):
         # even if a KeyboardInterrupt arrived the moment the call returned) or none (a failed
         # eval leaves the cache as it was); should it ever keep part, forget the ids past what
         # it holds rather than lie.
-        n = lib.psl_context_n_past(self._ctx)
+        if self._remote is not None:
+            if not self._remote.alive:
+                self._cache_ids.clear()
+                return
+            n = self._remote.n_past()
+        else:
+            n = lib.psl_context_n_past(self._ctx)
         ids = self._cache_ids
         if n == len(ids) + len(evaluated):
             ids.extend(evaluated)
         elif n != len(ids):
             del ids[min(n, len(ids)):]
             if n > len(ids):                       # unknown tokens: nothing may be reused
-                lib.psl_context_clear(self._ctx)
+                self._ctx_clear()
                 ids.clear()
+
+    def _ctx_clear(self) -> None:
+        if self._remote is not None:
+            self._remote.call("clear")
+        else:
+            lib.psl_context_clear(self._ctx)
+
+    def _ctx_truncate(self, n: int) -> None:
+        if self._remote is not None:
+            self._remote.call("truncate", n)
+        else:
+            self._check(lib.psl_context_truncate(self._ctx, n))
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         """Truncates the cache to its longest common prefix with ids; returns its length (the
@@ -309,7 +381,7 @@ class Model(VocabMixin, _native.Closeable):
             i = 0
             while i < n and cached[i] == ids[i]:
                 i += 1
-            self._check(lib.psl_context_truncate(self._ctx, i))
+            self._ctx_truncate(i)
             del cached[i:]
             return i
 
@@ -353,8 +425,12 @@ class Model(VocabMixin, _native.Closeable):
         evaluated = toks.tolist()
         with self._excl:
             try:
-                status = lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
-                                              ffi.from_buffer("float[]", out, require_writable=True), out.size)
+                if self._remote is not None:
+                    self._remote.eval(toks, mode, out, rows)
+                    status = 0
+                else:
+                    status = lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", toks), n, mode,
+                                                  ffi.from_buffer("float[]", out, require_writable=True), out.size)
             finally:
                 self._sync_cache_ids(evaluated)
             self._check(status)
@@ -372,7 +448,7 @@ class Model(VocabMixin, _native.Closeable):
         """Keep the first n_keep tokens of the cache (O(1) rollback)."""
         n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)
         with self._excl:
-            self._check(lib.psl_context_truncate(self._ctx, n_keep))
+            self._ctx_truncate(n_keep)
             del self._cache_ids[n_keep:]
 
     def set_output_ids(self, ids: "np.ndarray | list[int] | None") -> None:
@@ -383,7 +459,10 @@ class Model(VocabMixin, _native.Closeable):
         verification keeps the output exact."""
         a = np.empty(0, np.int32) if ids is None else _args.token_ids("output ids", ids, self.n_vocab)
         with self._excl:
-            self._check(lib.psl_context_set_output_ids(self._ctx, ffi.from_buffer("int32_t[]", a), len(a)))
+            if self._remote is not None:
+                self._remote.call("set_output_ids", a.tobytes())
+            else:
+                self._check(lib.psl_context_set_output_ids(self._ctx, ffi.from_buffer("int32_t[]", a), len(a)))
             self.output_ids = None if len(a) == 0 else a.copy()
 
     def add_output_ids(self, ids: "np.ndarray | list[int]") -> None:
@@ -394,7 +473,10 @@ class Model(VocabMixin, _native.Closeable):
         with self._excl:
             if self.output_ids is None:
                 raise InvalidArgumentError("the output head is not restricted (set_output_ids first)")
-            self._check(lib.psl_context_add_output_ids(self._ctx, ffi.from_buffer("int32_t[]", a), len(a)))
+            if self._remote is not None:
+                self._remote.call("add_output_ids", a.tobytes())
+            else:
+                self._check(lib.psl_context_add_output_ids(self._ctx, ffi.from_buffer("int32_t[]", a), len(a)))
             new = np.setdiff1d(np.unique(a), self.output_ids, assume_unique=True)
             self.output_ids = np.concatenate([self.output_ids, new.astype(np.int32)])
 
@@ -411,11 +493,14 @@ class Model(VocabMixin, _native.Closeable):
     def clear(self) -> None:
         """Empty the KV cache."""
         with self._excl:
-            lib.psl_context_clear(self._ctx)
+            self._ctx_clear()
             self._cache_ids.clear()
 
     def perf(self, reset: bool = False) -> dict[str, float]:
         """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset."""
+        if self._remote is not None:
+            with self._excl:
+                return self._remote.call("perf", bool(reset))
         raw = ffi.new("psl_perf *")
         with self._excl:
             self._check(lib.psl_context_get_perf(self._ctx, raw))
@@ -427,6 +512,9 @@ class Model(VocabMixin, _native.Closeable):
         """Stops the eval running now on another thread or, if none is, the next one to start:
         it raises EvaluationInterrupted, the cache as it was. Safe from any thread (a server's
         per-request cancel; see pyllamaspec.Cancel, which also withdraws a late request)."""
+        if self._remote is not None:
+            self._users.signal(self._remote.interrupt)
+            return
         self._users.signal(lambda: lib.psl_context_interrupt(self._ctx))
 
     def catch_sigint(self, enabled: bool) -> None:
@@ -439,12 +527,18 @@ class Model(VocabMixin, _native.Closeable):
 
     def clear_interrupt(self) -> None:
         """Withdraws an interrupt() that no eval has consumed yet."""
+        if self._remote is not None:
+            self._users.signal(self._remote.clear_interrupt)
+            return
         self._users.signal(lambda: lib.psl_context_clear_interrupt(self._ctx))
 
     def set_threads(self, n_threads: int) -> None:
         """CPU threads for evaluation: 1 to 4x the hardware threads (0: the default)."""
         n = _args.integer("n_threads", n_threads, 0, lib.psl_max_threads())
         with self._excl:
+            if self._remote is not None:
+                self.n_threads = self._remote.call("set_threads", n)
+                return
             self._check(lib.psl_context_set_threads(self._ctx, n))
             got = ffi.new("psl_context_params *")
             self._check(lib.psl_context_get_params(self._ctx, got))

@@ -67,6 +67,11 @@ typedef struct psl_model_params {
                              * (tokenizer calls then fail with PSL_ERR_NO_VOCAB)                    */
     bool    prefetch;       /* fault mapped weights in at load; false: on first use, so weights    *
                              * never used (a draft's full head) never take memory                  */
+    const char *  rpc_servers;    /* "host:port,host:port": ggml RPC servers the layers spread over *
+                                   * with the local devices (NULL or "" = none); see psl_rpc_*     */
+    const float * tensor_split;   /* with rpc_servers: the share of the layers of each device, in   *
+                                   * psl_model_device_name's order (NULL = by free memory)          */
+    int32_t       n_tensor_split; /* entries in tensor_split                                         */
 } psl_model_params;
 
 PSL_API psl_model_params psl_model_default_params(void);
@@ -102,6 +107,26 @@ typedef struct psl_model_info {
 } psl_model_info;
 
 PSL_API psl_status psl_model_get_info(const psl_model * model, psl_model_info * out);
+/* Devices the model's layers may live on, in split order (RPC servers' devices first, then the
+ * local ones, the CPU last); NULL past the end. The device of layer il (-1: the output head). */
+PSL_API const char * psl_model_device_name(const psl_model * model, int32_t i);
+PSL_API const char * psl_model_layer_device(const psl_model * model, int32_t il);
+
+/* ---- ggml RPC backend (llama.cpp's rpc-server protocol) ---- */
+/* A stand-in for a model loaded in another process (the Python layer's RPC worker): the
+ * tokenizer and metadata of path, n_vocab as that model has it (its output rows), no weights.
+ * It tokenizes and passes psl_vocab_compatible; psl_context_new refuses it. */
+PSL_API psl_status psl_model_load_stub(const char * path, int32_t n_vocab, psl_model ** out);
+/* Whether this build has ggml's RPC backend. */
+PSL_API bool       psl_rpc_available(void);
+/* ggml's RPC protocol version this build speaks (major, minor, patch). */
+PSL_API void       psl_rpc_version(int32_t * major, int32_t * minor, int32_t * patch);
+/* Serves this machine's devices to RPC clients at endpoint "host:port", as llama.cpp's rpc-server
+ * does: one client at a time, no authentication. devices: a comma-separated list of ggml device
+ * names (NULL: the accelerators, else the CPU); cache_dir: where large tensors are cached by
+ * hash (NULL: no cache). Returns only on failure (bad arguments, the port is taken). */
+PSL_API psl_status psl_rpc_serve(const char * endpoint, const char * cache_dir, int32_t n_threads,
+                                 const char * devices);
 
 /* GGUF metadata, by index 0..psl_model_meta_count()-1. Types are GGUF's gguf_type values
  * (0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64,

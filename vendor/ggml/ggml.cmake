@@ -45,6 +45,9 @@ set(GGML_LLAMAFILE ON CACHE BOOL "")
 # graph between evals as llama.cpp's do, which is what replaying a captured CUDA graph needs:
 # measured on an H100, SmolLM2 Q4_1 tg64 488 -> 901 t/s (llama-bench b11434: 890).
 set(GGML_CUDA_GRAPHS_DEFAULT ON)
+# ggml's RPC backend (a target's layers on other machines, psl_rpc_* / pyllamaspec.rpc_server).
+# Its client and server are plain sockets, no extra dependency: on unless turned off.
+set(GGML_RPC ON CACHE BOOL "")
 if (PYLLAMASPEC_PORTABLE)
     set(GGML_NATIVE OFF CACHE BOOL "" FORCE)
 endif()
