@@ -206,6 +206,7 @@ class Model(VocabMixin, _native.Closeable):
             raise
         self._model = out[0]
         self.n_ctx, self.n_batch, self.n_threads = r.n_ctx, r.n_batch, r.n_threads
+        self.max_rollback = r.max_rollback
         self.info = ModelInfo(**r.info)
         self.n_vocab = self.info.n_vocab
         self.output_ids = None

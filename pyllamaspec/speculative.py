@@ -29,7 +29,7 @@ import numpy as np
 
 from . import _args
 from .cost_model import DraftPolicy
-from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError
+from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .model import Model
 from .sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 
@@ -464,8 +464,11 @@ class Decoder:
         round accepted beyond the output (a stop string, max_tokens), so that the caches hold
         what the caller saw and the next call's prefix reuse starts from it."""
         for m in (self.target, self.draft):
-            if m is not None and not m.closed and m.n_past > n:
-                m.truncate(n)
+            try:
+                if m is not None and not m.closed and m.n_past > n:
+                    m.truncate(n)
+            except PyllamaspecError:      # a model that failed (a lost RPC server): its error stands
+                pass
 
     def close(self) -> None:
         """Leaves the models as they were given (a draft model's head restored), keeping the
