@@ -1,8 +1,14 @@
 """MTP drafting (draft_model="mtp", --spec-type draft-mtp) on seeded tiny qwen35 models with a
-NextN block: the trunk is unchanged by it, its first step matches a numpy oracle, its cache rolls
+NextN block: the trunk is unchanged by it, its chained steps match llama.cpp's draft-mtp logits
+(tests/data/reference/qwen35_mtp_llamacpp.json, scripts/mtp_reference.py), its first step
+matches a numpy oracle, its cache rolls
 back with the target's, greedy output is the plain output, sampled output keeps the target's
 distribution (with the negative control), and a model without MTP layers is refused clearly."""
 from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -38,6 +44,27 @@ def test_trunk_unchanged_by_mtp(files):
         ref = p.eval(PROMPT, logits="all").copy()
         m.enable_mtp()                  # the eval now also fills the MTP cache
         np.testing.assert_array_equal(m.eval(PROMPT, logits="all"), ref)
+
+
+REF = pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_mtp_llamacpp.json"
+
+
+@pytest.mark.parametrize("name", ["a", "b"])
+def test_matches_llamacpp(tmp_path, name):
+    spec = json.loads(REF.read_text())["models"][name]
+    p = tmp_path / f"{name}.gguf"
+    write_qwen35_gguf(p, **spec["kwargs"])
+    assert hashlib.sha256(p.read_bytes()).hexdigest() == spec["sha256"], "the model is not regenerated bit for bit"
+    with Model(p, n_ctx=128, n_threads=1) as m:     # f16 KV, as llama.cpp's default
+        m.enable_mtp()
+        for prompt, toks, rows in zip(spec["prompts"], spec["step_tokens"], spec["logits"]):
+            m.clear()
+            m.eval(prompt[:-1], logits="none")
+            for step, (tok, ref) in enumerate(zip(toks, rows)):
+                ref = np.asarray(ref, np.float32)
+                got = m.mtp_draft(tok, step)
+                assert np.abs(got - ref).max() < 1e-4 * np.abs(ref).max()
+                assert got.argmax() == ref.argmax()
 
 
 def _rms(x, w, eps=1e-6):
