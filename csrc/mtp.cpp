@@ -83,9 +83,10 @@ void mtp_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x) {
     mtp_block(g, mtp_embed(g, embd), prev, true);
 }
 
-MtpState::MtpState(psl_context & c) : c_(c), n_embd_(c.model->hp.n_embd) {
+MtpState::MtpState(psl_context & c)
+    : c_(c), n_embd_(c.model->hp.n_embd), ring_n_(std::max(64, c.rs ? c.rs->n_snap() + 1 : 64)) {
     if (c.model->mtp_layer < 0) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
-    ring_.assign((size_t) kRing * n_embd_, 0.0f);
+    ring_.assign((size_t) ring_n_ * n_embd_, 0.0f);
     zeros_.assign((size_t) n_embd_, 0.0f);
     chain_.assign((size_t) n_embd_, 0.0f);
     std::vector<ggml_backend_t> backends;
@@ -104,7 +105,7 @@ MtpState::~MtpState() {
 
 const float * MtpState::hidden_at(int32_t pos) {
     if (pos < lo_ || pos >= hi_) return zeros_.data();   // llama.cpp starts from zeros too
-    return ring_.data() + (size_t) (pos % kRing) * n_embd_;
+    return ring_.data() + (size_t) (pos % ring_n_) * n_embd_;
 }
 
 void MtpState::before_compute(const Graph & g, int32_t n_past) {
@@ -115,16 +116,16 @@ void MtpState::after_compute(const Graph & g, int32_t n_past) {
     const int32_t n = g.n_tokens;
     hi_ = std::min(hi_, n_past);   // rows at n_past and later are being replaced
     if (lo_ > hi_) lo_ = hi_;
-    const int32_t first = std::max(0, n - kRing);   // only the last kRing rows fit
+    const int32_t first = std::max(0, n - ring_n_);   // only the last ring_n_ rows fit
     scratch_.resize((size_t) (n - first) * n_embd_);
     ggml_backend_tensor_get(g.mtp_hidden, scratch_.data(), (size_t) first * g.mtp_hidden->nb[1], scratch_.size() * sizeof(float));
     for (int32_t i = first; i < n; ++i) {
-        std::memcpy(ring_.data() + (size_t) ((n_past + i) % kRing) * n_embd_,
+        std::memcpy(ring_.data() + (size_t) ((n_past + i) % ring_n_) * n_embd_,
                     scratch_.data() + (size_t) (i - first) * n_embd_, sizeof(float) * (size_t) n_embd_);
     }
     if (hi_ < n_past) lo_ = n_past;   // a gap: nothing before this batch is known
     hi_ = n_past + n;
-    lo_ = std::max(lo_, hi_ - kRing);
+    lo_ = std::max(lo_, hi_ - ring_n_);
 }
 
 void MtpState::build(int32_t n_kv) {

@@ -52,8 +52,9 @@ private:
 
     psl_context & c_;
     int32_t n_embd_;
-    // ring of the target's hidden rows: row p % kRing holds position p for p in [lo_, hi_)
-    static constexpr int32_t kRing = 64;
+    // ring of the target's hidden rows: row p % ring_n_ holds position p for p in [lo_, hi_);
+    // at least as deep as the recurrent ring, so an O(1) rollback always finds its row
+    int32_t ring_n_;
     std::vector<float> ring_, zeros_, chain_, scratch_;
     int32_t lo_ = 0, hi_ = 0;
     int32_t chain_step_ = -1, chain_past_ = -1;   // the last draft step and the n_past it ran at

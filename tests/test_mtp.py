@@ -115,6 +115,29 @@ def test_cache_rolls_back(files):
             m.mtp_draft(8, 5)
 
 
+def _steps(m, toks=(8, 21, 30)):
+    return [m.mtp_draft(t, s).copy() for s, t in enumerate(toks)]
+
+
+def test_enable_late_and_deep_rollback_replay(files, monkeypatch):
+    """Enabling MTP on a filled cache replays it, and so does a truncation past the recurrent
+    ring (2 snapshots here): both rebuild the MTP cache and hidden rows exactly."""
+    monkeypatch.setenv("PYLLAMASPEC_RS_SNAPSHOTS", "2")
+    long = PROMPT + [4, 50, 22, 17, 9, 31]
+    with _open(files[0]) as m, _open(files[0]) as fresh:
+        fresh.enable_mtp()
+        fresh.eval(PROMPT, logits="none")
+        ref = _steps(fresh)
+        m.eval(PROMPT, logits="none")
+        m.enable_mtp()                       # the 6 tokens cached so far have no MTP entries yet
+        for a, b in zip(_steps(m), ref):
+            np.testing.assert_array_equal(a, b)
+        m.eval(long[len(PROMPT):], logits="none")
+        m.truncate(len(PROMPT))              # 6 back: past the ring, a replay
+        for a, b in zip(_steps(m), ref):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("n_draft", [1, 4, 10])
 def test_greedy_equals_plain(files, n_draft):
     with _open(files[0]) as m:
