@@ -171,6 +171,10 @@ void MtpState::draft(int32_t token, int32_t step, float * out) {
     const float * h = step == 0 ? hidden_at(n_past - 1) : chain_.data();
     ggml_backend_tensor_set(graph_->inp_mtp_h, h, 0, sizeof(float) * (size_t) n_embd_);
     const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), gf_);
+    if (st == GGML_STATUS_ABORTED) {   // psl_context_interrupt: consumed, as by an eval
+        c_.interrupt = false;
+        fail(PSL_ERR_INTERRUPTED, "MTP draft interrupted");
+    }
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "MTP graph computation failed (ggml status %d)", (int) st);
     ggml_backend_tensor_get(logits_, out, 0, sizeof(float) * (size_t) n_vocab);
     ggml_backend_tensor_get(graph_->mtp_hidden, chain_.data(), 0, sizeof(float) * (size_t) n_embd_);
