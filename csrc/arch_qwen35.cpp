@@ -8,8 +8,9 @@
 // * Full attention: q and its output gate come interleaved per head from one projection; per-head
 //   q/k RMS norms; M-RoPE over the first rope.dimension_count dims (text: every section at the
 //   token position); attention output times sigmoid(gate).
-// MTP (nextn) layers after the trunk are not run.
+// The first MTP (nextn) layer after the trunk is loaded and run by the MTP drafter (mtp.cpp).
 #include "arch_common.h"
+#include "mtp.h"
 #include "recurrent_state.h"
 
 #include "gguf.h"
@@ -56,7 +57,7 @@ void hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     hp.n_nextn = (int32_t) f.get_int(a + ".nextn_predict_layers", 0);
     if (hp.n_nextn < 0 || hp.n_nextn >= hp.n_layer) fail(PSL_ERR_FORMAT, "'%s': bad nextn_predict_layers %d", path, hp.n_nextn);
     const int32_t n_all = hp.n_layer;
-    hp.n_layer -= hp.n_nextn;   // the trunk; MTP layers are not run
+    hp.n_layer -= hp.n_nextn;   // the trunk; MTP layers follow it (mtp.cpp)
     hp.recurrent_layers.assign(hp.n_layer, false);
     const std::vector<int64_t> rec = int_array(f, a + ".attention.recurrent_layers");
     if (!rec.empty()) {
@@ -113,6 +114,7 @@ void tensors(TensorLoader & tl, psl_model & m) {
         l.ffn_up = tl.layer_matrix(il, "ffn_up.weight", {n_embd, hp.n_ff});
         l.ffn_down = tl.layer_matrix(il, "ffn_down.weight", {hp.n_ff, n_embd});
     }
+    if (hp.n_nextn > 0) load_mtp_layer(tl, m);
 }
 
 ggml_tensor * input(Graph & g, ggml_type type, int64_t n, const char * name) {
@@ -129,7 +131,9 @@ ggml_tensor * l2_norm(ggml_context * ctx, ggml_tensor * x, float eps) {
     return ggml_scale(ctx, ggml_rms_norm(ctx, x, eps / n), 1.0f / sqrtf(n));
 }
 
-ggml_tensor * gated_attention(Graph & g, int il, ggml_tensor * x) {
+}  // namespace
+
+ggml_tensor * qwen35_gated_attention(Graph & g, int il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
     const HParams & hp = g.m.hp;
     const Layer & l = g.m.layers[il];
@@ -154,6 +158,8 @@ ggml_tensor * gated_attention(Graph & g, int il, ggml_tensor * x) {
     attn = ggml_mul(ctx, attn, ggml_sigmoid(ctx, gate));
     return ggml_mul_mat(ctx, l.wo, attn);
 }
+
+namespace {
 
 ggml_tensor * linear_attention(Graph & g, int il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
@@ -215,17 +221,19 @@ ggml_tensor * build(Graph & g) {
     if (!g.rs) fail(PSL_ERR_INTERNAL, "qwen35 graph without a recurrent state");
     ggml_context * ctx = g.ctx;
     ggml_tensor * x = g.embed();
+    ggml_tensor * embd = x;
     for (int il = 0; il < hp.n_layer; ++il) {
         const Layer & l = g.m.layers[il];
         ggml_tensor * h = g.rms_norm(x, l.attn_norm);
-        ggml_tensor * a = hp.is_recurrent(il) ? linear_attention(g, il, h) : gated_attention(g, il, h);
-        if (il == hp.n_layer - 1) {   // only the rows that produce logits go on
+        ggml_tensor * a = hp.is_recurrent(il) ? linear_attention(g, il, h) : qwen35_gated_attention(g, il, h);
+        if (il == hp.n_layer - 1 && !g.mtp) {   // only the rows that produce logits go on (MTP needs all)
             a = g.keep_outputs(a);
             x = g.keep_outputs(x);
         }
         x = ggml_add(ctx, x, a);
         x = ggml_add(ctx, x, g.ffn_swiglu(g.rms_norm(x, l.attn_post_norm), l));
     }
+    if (g.mtp) mtp_fill(g, embd, x);
     return g.output(x, g.m.output_norm);
 }
 

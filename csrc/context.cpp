@@ -1,6 +1,7 @@
 // A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
 // graphs of at most n_batch tokens.
 #include "context.h"
+#include "mtp.h"
 
 #include "error.h"
 #include "graph_common.h"
@@ -144,6 +145,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
 }
 
 psl_context::~psl_context() {
+    mtp.reset();
     sched.reset();
     free_head();
     graph.reset();
@@ -167,6 +169,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
     graph->rs = rs.get();
+    graph->mtp = mtp != nullptr;
     // the rows of the restricted head in use, if any
     graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
                        : nullptr;
@@ -174,8 +177,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     ggml_build_forward_expand(gf, graph->result);
 }
 
-void psl_context::fill_inputs(const int32_t * tokens, int32_t n_past) {
-    const Graph & g = *graph;
+void psl_context::fill_inputs(const Graph & g, const int32_t * tokens, int32_t n_past) {
     ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
     pos_buf.resize(g.n_tokens);
     idx_buf.resize(g.n_tokens);
@@ -193,7 +195,7 @@ void psl_context::fill_inputs(const int32_t * tokens, int32_t n_past) {
         }
         ggml_backend_tensor_set(g.inp_pos4, pos_buf.data(), 0, sizeof(int32_t) * pos_buf.size());
     }
-    if (rs) rs->fill_inputs(g, n_past);
+    if (rs && g.rs) rs->fill_inputs(g, n_past);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
     // with a sliding window only the last n_swa of them.
@@ -229,7 +231,8 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         }
         graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
     }
-    fill_inputs(tokens, n_past);
+    fill_inputs(*graph, tokens, n_past);
+    if (graph->mtp) mtp->before_compute(*graph, n_past);
     // In CPU memory the last node writes the logits straight into `out` rather than into the
     // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node
     // reads it, so its data may point elsewhere during this compute.
@@ -263,6 +266,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
     } else if (mode != PSL_LOGITS_NONE && !direct) {
         ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
+    if (graph->mtp) mtp->after_compute(*graph, n_past);
     kv->set_used(n_past + n_tokens);
     if (rs) rs->end_batch(tokens, n_tokens);
 }
@@ -444,7 +448,28 @@ void psl_context::truncate(int32_t n_keep) {
 
 void psl_context::clear() {
     kv->clear();
+    if (mtp) mtp->clear();
     if (rs) rollback_recurrent(0);
+}
+
+void psl_context::enable_mtp() {
+    if (mtp) return;
+    mtp = std::make_unique<MtpState>(*this);
+    graph_tokens = -1;   // the target's graph now also fills the MTP cache
+    // tokens already in the cache have no MTP entries: rebuild them by a replay
+    if (kv->used() > 0) {
+        if (!rs) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
+        rs_replay = rs_replay < 0 ? kv->used() : rs_replay;
+    }
+}
+
+void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {
+    if (!mtp) fail(PSL_ERR_INVALID_ARGUMENT, "MTP drafting is not enabled on this context (psl_context_enable_mtp)");
+    if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
+    if (out_cap < model->hp.n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %d needed", (long long) out_cap, model->hp.n_vocab);
+    }
+    mtp->draft(token, step, out);
 }
 
 void psl_context::set_threads(int32_t n) {

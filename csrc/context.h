@@ -14,6 +14,7 @@
 
 namespace psl {
 struct Graph;
+class MtpState;
 }
 
 struct psl_context {
@@ -22,6 +23,7 @@ struct psl_context {
     std::unique_ptr<psl::KvCache> kv;
     std::unique_ptr<psl::RecurrentState> rs;  // hybrid models only
     int32_t rs_replay = -1;                   // >= 0: the recurrent state must be rebuilt up to here
+    std::unique_ptr<psl::MtpState> mtp;       // MTP drafting enabled (mtp.h)
     // Owned handles: members are destroyed in reverse order, so a constructor that throws half
     // way frees what it made (the scheduler before the backends it drives).
     ggml_backend_ptr backend_cpu;
@@ -64,12 +66,15 @@ struct psl_context {
     void set_threads(int32_t n);
     void set_output_ids(const int32_t * ids, int32_t n);
     void add_output_ids(const int32_t * ids, int32_t n);
+    void enable_mtp();
+    void mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
 
 private:
+    friend class psl::MtpState;
     void free_head();
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
-    void fill_inputs(const int32_t * tokens, int32_t n_past);
+    void fill_inputs(const psl::Graph & g, const int32_t * tokens, int32_t n_past);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
     void rollback_recurrent(int32_t n_keep);
     void replay_recurrent();

@@ -35,6 +35,10 @@ struct Graph {
     ggml_tensor * inp_rs_dst = nullptr;     // I64 [k]: rows for the states after the last k tokens, newest first
     ggml_tensor * inp_rs_dst_old = nullptr; // I64 [k]: the same rows, oldest first
     ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions (p, p, p, 0), section-major
+    // MTP (mtp.h): the target's eval also fills the MTP block's cache and returns its hidden rows
+    bool mtp = false;
+    ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1]: the hidden state before the first token
+    ggml_tensor * mtp_hidden = nullptr;     // F32 [n_embd, n_tokens]: hidden rows to keep
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
           int32_t n_kv, bool all_outputs);

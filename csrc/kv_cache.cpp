@@ -21,13 +21,15 @@ KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_ty
         for (auto & [d, c] : ctxs_) {
             if (d == dev) return c.get();
         }
-        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 2), nullptr, true};
+        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 4), nullptr, true};
         ggml_context_ptr ctx(ggml_init(p));
         if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
         ctxs_.emplace_back(dev, std::move(ctx));
         return ctxs_.back().second.get();
     };
-    for (int il = 0; il < hp.n_layer; ++il) {
+    // an MTP block's attention (mtp.h) caches at index n_layer, like one more layer
+    const int n_cached = m.mtp_layer >= 0 ? m.mtp_layer + 1 : hp.n_layer;
+    for (int il = 0; il < n_cached; ++il) {
         if (hp.is_recurrent(il)) {   // a hybrid's linear-attention layer keeps a recurrent state instead
             k_.push_back(nullptr);
             v_.push_back(nullptr);

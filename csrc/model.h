@@ -7,6 +7,7 @@
 #include "ggml.h"
 #include "ggml-backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -71,7 +72,7 @@ struct HParams {
     } ssm;
     std::vector<bool> recurrent_layers;
     int32_t rope_sections[4] = {0, 0, 0, 0};
-    int32_t n_nextn = 0;         // MTP layers after the trunk (not run)
+    int32_t n_nextn = 0;         // MTP layers after the trunk (run only by an MTP draft, mtp.h)
     bool is_recurrent(int il) const { return il < (int) recurrent_layers.size() && recurrent_layers[il]; }
     bool hybrid() const {
         for (bool r : recurrent_layers) if (r) return true;
@@ -124,6 +125,14 @@ struct Layer {
     ggml_tensor * ssm_alpha = nullptr;
     ggml_tensor * ssm_norm = nullptr;
     ggml_tensor * ssm_out = nullptr;
+    // NextN / MTP block (qwen35): input projection of [enorm(embed); hnorm(hidden)], its own
+    // embeddings and head (else the model's)
+    ggml_tensor * nextn_eh_proj = nullptr;
+    ggml_tensor * nextn_enorm = nullptr;
+    ggml_tensor * nextn_hnorm = nullptr;
+    ggml_tensor * nextn_embed = nullptr;
+    ggml_tensor * nextn_head_norm = nullptr;
+    ggml_tensor * nextn_head = nullptr;
 };
 
 }  // namespace psl
@@ -145,6 +154,7 @@ struct psl_model {
     ggml_tensor * output = nullptr;           // == tok_embd when tied
     bool tied_output = false;
     std::vector<psl::Layer> layers;
+    int32_t mtp_layer = -1;                   // index in layers of a loaded MTP block, else -1
 
     // Devices: the CPU always; a GPU when one was compiled in and layers are offloaded.
     ggml_backend_dev_t dev_cpu = nullptr;
@@ -157,7 +167,8 @@ struct psl_model {
     std::vector<ggml_backend_dev_t> split_devs;
     std::vector<int32_t> layer_split;
     ggml_backend_dev_t layer_device(int il) const {
-        if (!split_devs.empty()) return split_devs[layer_split[il]];
+        // an MTP block (index n_layer, mtp.h) goes with the last layer
+        if (!split_devs.empty()) return split_devs[layer_split[std::min<size_t>(il, layer_split.size() - 1)]];
         return layer_on_gpu(il) ? dev_gpu : dev_cpu;
     }
     ggml_backend_dev_t output_device() const {

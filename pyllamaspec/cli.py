@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             target, draft = open_models(a, target_path, draft_path, stack)
             if a.lookup:
                 draft = "ngram"
+            if getattr(a, "mtp", False):
+                draft = "mtp"
             if _conversing(a, target, demo):
                 if a.file:
                     a.prompt = _prompt(a, "")

@@ -15,7 +15,8 @@ from .errors import PyllamaspecError
 # --spec-type names (llama.cpp's common/speculative.cpp): which map to a drafter of ours.
 SPEC_TYPES_MODEL = {"draft-simple"}
 SPEC_TYPES_NGRAM = {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
-SPEC_TYPES_OTHER = {"draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"}
+SPEC_TYPES_MTP = {"draft-mtp"}          # the target's own MTP layers (mtp_drafter.py)
+SPEC_TYPES_OTHER = {"draft-eagle3", "draft-dflash", "draft-dspark"}
 PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
 
 
@@ -83,7 +84,8 @@ def add_speculation_args(ap: argparse.ArgumentParser) -> None:
                    help="stop drafting when the draft's top probability is below this (default: the cost "
                         "model decides token by token; 0.75 with --no-adaptive)")
     g.add_argument("--spec-type", help="llama.cpp's speculative types, comma-separated: draft-simple (a draft "
-                                       "model), ngram-* (our n-gram lookup), none")
+                                       "model), draft-mtp (the target's MTP layers), ngram-* (our n-gram "
+                                       "lookup), none")
     g.add_argument("--lookup", action="store_true",
                    help="draft without a model: copy what followed the last n-gram earlier in the text")
     g.add_argument("--draft-vocab", type=int, default=32768,
@@ -172,18 +174,25 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
 
 def resolve_spec_type(a: argparse.Namespace) -> None:
     """--spec-type as llama.cpp's names: ngram types are our n-gram lookup, draft-simple a draft
-    model, none no speculation; others are refused by name."""
+    model, draft-mtp the target's MTP layers (sets a.mtp), none no speculation; others are
+    refused by name."""
+    a.mtp = False
     if not a.spec_type:
         return
     types = [t.strip() for t in a.spec_type.split(",") if t.strip()]
     for t in types:
         if t in SPEC_TYPES_OTHER:
-            raise PyllamaspecError(f"--spec-type {t} is not supported (supported: draft-simple, ngram-*, none)")
-        if t not in SPEC_TYPES_MODEL | SPEC_TYPES_NGRAM | {"none"}:
+            raise PyllamaspecError(f"--spec-type {t} is not supported "
+                                   f"(supported: draft-simple, draft-mtp, ngram-*, none)")
+        if t not in SPEC_TYPES_MODEL | SPEC_TYPES_NGRAM | SPEC_TYPES_MTP | {"none"}:
             raise PyllamaspecError(f"--spec-type: unknown type {t!r}")
     if "none" in types:
         a.model_draft = a.hf_repo_draft = None
         a.lookup = False
+    elif "draft-mtp" in types:
+        if a.model_draft or a.hf_repo_draft:
+            raise PyllamaspecError("--spec-type draft-mtp drafts with the target's own layers: drop -md / -hfd")
+        a.mtp = True
     elif any(t in SPEC_TYPES_NGRAM for t in types) and not (a.model_draft or a.hf_repo_draft):
         a.lookup = True
     elif "draft-simple" in types and not (a.model_draft or a.hf_repo_draft):

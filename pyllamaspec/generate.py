@@ -245,7 +245,7 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
         with ExitStack() as stack:
             kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
             target = _open(model, stack, **kw)
-            dm = (draft_model if draft_model is None or draft_model == "ngram"
+            dm = (draft_model if draft_model is None or draft_model in ("ngram", "mtp")
                   else _open(draft_model, stack, **DRAFT_OPTIONS, **kw))
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
@@ -268,7 +268,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     Models are paths (loaded for this call) or loaded Model objects (reused: what their caches
     hold of the prompt, its longest common prefix with the last call's, is not evaluated again
     unless cache_prompt=False; see pyllamaspec.chat for conversations); draft_model="ngram"
-    drafts by prompt lookup (n-gram size `ngram`) instead of a model.
+    drafts by prompt lookup (n-gram size `ngram`) instead of a model, draft_model="mtp" with the
+    target's own MTP (NextN) layers (qwen35 files that carry them; UnsupportedModelError else).
     adaptive lets a cost model pick the draft length each round (up to n_draft, 0 = plain
     decoding when speculation would not pay) and where each draft stops; p_min (a draft stops
     where its top probability is below it) then defaults to none, else to llama.cpp's 0.75. Its choices follow measured times, and with

@@ -491,6 +491,34 @@ class Model(VocabMixin, _native.Closeable):
             self._check(lib.psl_vocab_draft_ids(self._model, n, ffi.from_buffer("int32_t[]", out), got))
         return out[:got[0]]
 
+    # -- MTP drafting (the file's NextN layers; pyllamaspec.mtp_drafter) --------------------
+    @property
+    def n_mtp_layers(self) -> int:
+        """MTP (NextN) blocks this model can draft with: 0 or 1."""
+        with self._users:
+            return lib.psl_model_n_mtp_layers(self._model)
+
+    def enable_mtp(self) -> None:
+        """From now on every eval also fills the MTP block's cache (what is cached is replayed
+        once); UnsupportedError when the file has no MTP layers."""
+        with self._excl:
+            self._check(lib.psl_context_enable_mtp(self._ctx))
+
+    def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
+        """One chained MTP step (psl_context_mtp_draft): step 0 runs `token`, the one after the
+        cache, with the target's last hidden state; step s the step s - 1 draft token. Returns
+        the n_vocab logits of the token after it; the cache is unchanged."""
+        token = _args.integer("token", token, -_args.INT32_MAX - 1)
+        step = _args.integer("step", step, -_args.INT32_MAX - 1)
+        if out is None:
+            out = np.empty(self.n_vocab, np.float32)
+        elif out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise InvalidArgumentError("out must be a C-contiguous float32 array")
+        with self._excl:
+            self._check(lib.psl_context_mtp_draft(self._ctx, token, step,
+                                                  ffi.from_buffer("float[]", out, require_writable=True), out.size))
+        return out
+
     def clear(self) -> None:
         """Empty the KV cache."""
         with self._excl:

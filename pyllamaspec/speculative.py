@@ -31,6 +31,7 @@ from . import _args
 from .cost_model import DraftPolicy
 from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .model import Model
+from .mtp_drafter import MtpDrafter
 from .sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 
 
@@ -284,8 +285,8 @@ class NgramDrafter:
 
 
 class Decoder:
-    """Token-level generation from a target model, with an optional drafter: a draft Model or
-    "ngram" (prompt lookup). tokens() yields (token, from_draft) as tokens are accepted.
+    """Token-level generation from a target model, with an optional drafter: a draft Model,
+    "ngram" (prompt lookup) or "mtp" (the target's own MTP layers, mtp_drafter.py). tokens() yields (token, from_draft) as tokens are accepted.
     With `logprobs` (0..20), each round's TokenLogprobs (the token's and the top n) are in
     round_logprobs, read from the verification's logits rows (no extra evaluation)."""
 
@@ -309,9 +310,12 @@ class Decoder:
         if draft is None:
             self.drafter = None
         elif isinstance(draft, str):
-            if draft != "ngram":
-                raise InvalidArgumentError(f"draft must be a Model or 'ngram', got {draft!r}")
-            self.drafter = NgramDrafter(self.dp)
+            if draft == "mtp":
+                self.drafter = MtpDrafter(target, sampling, self.dp, eog)
+            elif draft == "ngram":
+                self.drafter = NgramDrafter(self.dp)
+            else:
+                raise InvalidArgumentError(f"draft must be a Model, 'ngram' or 'mtp', got {draft!r}")
         else:
             if draft.n_vocab != V:
                 raise InvalidArgumentError(f"draft has {draft.n_vocab} logits, target {V}")
@@ -329,7 +333,7 @@ class Decoder:
             self.policy.c_draft, self.policy.n_draft_obs = getattr(draft, "_psl_c_draft", (None, 0))
         # so do acceptance estimates, a property of the pair more than of the text: kept on the
         # target by drafter ("ngram" or the draft's file), they start the next generation
-        self._pair = "ngram" if isinstance(self.drafter, NgramDrafter) else getattr(draft, "path", None)
+        self._pair = draft if isinstance(draft, str) else getattr(draft, "path", None)
         if self.drafter is not None and (known := getattr(target, "_psl_acceptance", {}).get(self._pair)):
             self.policy.resume(known)
         self.stats = Stats()
@@ -357,7 +361,7 @@ class Decoder:
         head = np.asarray(prompt[:-1], np.int32)
         if self.sampling.penalized:              # llama.cpp penalizes repeats of the prompt too
             self.t_sampler.reset(prompt)
-            if isinstance(self.drafter, ModelDrafter):
+            if isinstance(self.drafter, (ModelDrafter, MtpDrafter)):
                 self.drafter.sampler.reset(prompt)
         n_keep = self.target.reuse_prefix(prompt[:-1])
         if n_keep < len(head):
@@ -435,7 +439,7 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.accepted(self.seq, ids, k)
             self.policy.observe_round(k, n_acc)
-            if isinstance(self.drafter, ModelDrafter) and k:
+            if isinstance(self.drafter, (ModelDrafter, MtpDrafter)) and k:
                 self.policy.observe_tokens(self.drafter.p_max[:k], n_acc)
                 self.policy.observe_rate(time.perf_counter() - t_round, n_acc + 1)
             self.stats.rounds += 1

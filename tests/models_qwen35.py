@@ -37,6 +37,7 @@ def write_qwen35_gguf(
     eps: float = 1e-6,
     seed: int = 0,
     dtype: str = "F32",
+    n_nextn: int = 0,
     name: str = "tiny-random-qwen35",
     extra_kv: Mapping[str, object] | None = None,
 ) -> dict:
@@ -52,6 +53,9 @@ def write_qwen35_gguf(
     Attention layers: ``attn_q`` of 2 * head_dim per head (q and its gate interleaved per head),
     ``attn_k``, ``attn_v``, ``attn_output``, q/k norms. Every layer: ``attn_norm``,
     ``post_attention_norm`` (the FFN pre-norm) and the SwiGLU FFN. Seeded as ``write_gguf``.
+    ``n_nextn`` MTP blocks follow the trunk (``block_count`` counts them,
+    ``nextn_predict_layers`` names them): an attention layer plus ``nextn.eh_proj``,
+    ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm`` (the head is the model's).
     """
     import gguf
 
@@ -61,6 +65,7 @@ def write_qwen35_gguf(
         recurrent = [(il + 1) % full_attention_interval != 0 for il in range(n_layer)]
     else:
         recurrent = [bool(r) for r in recurrent_layers]
+    recurrent = recurrent + [False] * n_nextn   # MTP blocks are attention layers
 
     def lin(n_out, n_in):
         return rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
@@ -74,7 +79,7 @@ def write_qwen35_gguf(
         ("output_norm.weight", norm(n_embd), "F32"),
         ("output.weight", lin(n_vocab, n_embd), dtype),
     ]
-    for i in range(n_layer):
+    for i in range(n_layer + n_nextn):
         p = f"blk.{i}."
         tensors += [(p + "attn_norm.weight", norm(n_embd), "F32"),
                     (p + "post_attention_norm.weight", norm(n_embd), "F32")]
@@ -104,6 +109,13 @@ def write_qwen35_gguf(
             (p + "ffn_up.weight", lin(n_ff, n_embd), dtype),
             (p + "ffn_down.weight", lin(n_embd, n_ff), dtype),
         ]
+        if i >= n_layer:
+            tensors += [
+                (p + "nextn.eh_proj.weight", lin(n_embd, 2 * n_embd), dtype),
+                (p + "nextn.enorm.weight", norm(n_embd), "F32"),
+                (p + "nextn.hnorm.weight", norm(n_embd), "F32"),
+                (p + "nextn.shared_head_norm.weight", norm(n_embd), "F32"),
+            ]
 
     tokens, merges = models.gpt2_byte_tokens(n_vocab)
     a = "qwen35"
@@ -113,7 +125,7 @@ def write_qwen35_gguf(
         "general.quantization_version": gguf.GGML_QUANT_VERSION,
         f"{a}.context_length": n_ctx_train,
         f"{a}.embedding_length": n_embd,
-        f"{a}.block_count": n_layer,
+        f"{a}.block_count": n_layer + n_nextn,
         f"{a}.feed_forward_length": n_ff,
         f"{a}.attention.head_count": n_head,
         f"{a}.attention.head_count_kv": n_head_kv,
@@ -137,6 +149,8 @@ def write_qwen35_gguf(
         "tokenizer.ggml.bos_token_id": 0,
         "tokenizer.ggml.eos_token_id": 1,
     }
+    if n_nextn:
+        kv[f"{a}.nextn_predict_layers"] = n_nextn
     if recurrent_layers is None:
         kv[f"{a}.full_attention_interval"] = full_attention_interval
     else:

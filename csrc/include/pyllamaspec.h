@@ -221,6 +221,22 @@ PSL_API void       psl_context_clear_interrupt(psl_context * ctx);
  * Python still sees it. POSIX only. */
 PSL_API void       psl_context_set_catch_sigint(psl_context * ctx, bool on);
 
+/* ---- MTP drafting (csrc/mtp.cpp): a target whose file carries NextN/MTP layers (qwen35)
+ * drafts with them from its own hidden state: no draft model, shared weights. ---- */
+/* MTP blocks this core runs for the model: 0 (none, or not shipped in the file) or 1. */
+PSL_API int32_t    psl_model_n_mtp_layers(const psl_model * model);
+/* From now on every eval of ctx also fills the MTP block's KV cache (it rolls back with the
+ * rest) and keeps the last hidden rows; tokens already in the cache are replayed before the next
+ * eval. PSL_ERR_UNSUPPORTED when the model has no MTP layers. Idempotent. */
+PSL_API psl_status psl_context_enable_mtp(psl_context * ctx);
+/* One chained draft step, writing n_vocab logits into logits (out_cap floats). Step 0 runs
+ * `token` (the next token, not yet in the cache) with the target's hidden state at n_past - 1;
+ * step s > 0 runs the step s - 1 draft token with the MTP's own step s - 1 output, and must
+ * follow step s - 1 with the cache unchanged (else PSL_ERR_INVALID_ARGUMENT). The cache's
+ * contents and length are unchanged as far as evals see. */
+PSL_API psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
+                                         int64_t out_cap);
+
 /* ---- vocabulary and tokenizer (csrc/vocab*.cpp), from the GGUF tokenizer.ggml.* keys ---- */
 /* Token for token as llama.cpp tokenizes: SentencePiece-style ("llama") and BPE ("gpt2") models.
  * Every function here fails with PSL_ERR_NO_VOCAB when the model file has no tokenizer, and with

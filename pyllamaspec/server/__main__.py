@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         target_path, draft_path, _ = resolve_models(a)
         with ExitStack() as stack:
             target, draft = open_models(a, target_path, draft_path, stack)
-            drafter = "ngram" if a.lookup else draft
+            drafter = "mtp" if getattr(a, "mtp", False) else "ngram" if a.lookup else draft
+            if drafter == "mtp" and target.n_mtp_layers < 1:
+                raise PyllamaspecError(f"--spec-type draft-mtp: {target_path} has no MTP (NextN) layers")
             if isinstance(drafter, type(target)):
                 target.check_draft(drafter)
             defaults = Defaults(sampling, draft_params, seeded=a.seed >= 0,
@@ -82,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
             app = create_app(worker, alias, key)
-            what = ("plain decoding" if drafter is None else "n-gram lookup drafts" if isinstance(drafter, str)
-                    else f"draft model {draft_path}")
+            what = ("plain decoding" if drafter is None else "n-gram lookup drafts" if drafter == "ngram"
+                    else "MTP drafts" if drafter == "mtp" else f"draft model {draft_path}")
             print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, "
                   f"listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
             # a stream still running at shutdown is cut after 5 s (its generation then stops)
