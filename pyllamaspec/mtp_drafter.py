@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import draft_loop
 from .errors import UnsupportedModelError
 from .model import Model
 from .sampling import Sampler, SamplingParams
@@ -64,34 +65,10 @@ class MtpDrafter:
         """Drafts up to k_max tokens after seq (the target's cache holds seq[:-1]), stopping
         where the top probability is below p_min or the cost model says stop, as
         ModelDrafter.propose does."""
-        t, n_min = self.model, self.params.n_min
+        t = self.model
         k_max = min(k_max, t.n_ctx - t.n_past)
-        k = 0
-        self.evals = 0
-        p_all = 1.0
-        tok = int(seq[-1])
-        while k < k_max:
-            logits = t.mtp_draft(tok, k, out=self.logits)
-            self.evals += 1
-            drafted, p_max = self.sampler.sample(logits, None if self.q is None else self.q[k])
-            keep = more = True
-            if k >= n_min:
-                if p_max < p_min:
-                    break
-                if policy is not None:
-                    p_all *= policy.token_alpha(p_max)
-                    keep, more = policy.keep_drafting(p_all, first=k == 0)
-                    if not keep:
-                        break
-            out[k] = drafted
-            self.p_max[k] = p_max
-            k += 1
-            if self.penalized:
-                self.sampler.push(out[k - 1:k])
-            if drafted in self.eog or not more:
-                break
-            tok = int(drafted)
-        return k
+        return draft_loop.draft(self, lambda tok, k: t.mtp_draft(tok, k, out=self.logits), int(seq[-1]),
+                                k_max, out, p_min, policy)
 
     def q_rows(self, k: int) -> np.ndarray | None:
         return None if self.q is None else self.q[:k]

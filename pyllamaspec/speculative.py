@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from . import _args
+from . import draft_loop
 from .cost_model import DraftPolicy
 from .errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .model import Model
@@ -196,34 +197,14 @@ class ModelDrafter:
         """Drafts up to k_max tokens after seq (call catch_up first), stopping early where the
         draft's top probability is below p_min, or where the cost model (policy) says the next
         token is not worth its cost. The top probabilities are kept in self.p_max."""
-        d, n_min = self.model, self.params.n_min
+        d = self.model
         k_max = min(k_max, d.n_ctx - d.n_past)
-        k = 0
-        self.evals = 0
-        p_all = 1.0                              # the chance that the whole draft is accepted
-        toks = np.asarray(seq[-1:], np.int32)
-        while k < k_max:
-            logits = d.eval(toks, logits="last", out=self.logits)
-            self.evals += 1
-            tok, p_max = self.sampler.sample(logits[0], None if self.q is None else self.q[k])
-            keep = more = True
-            if k >= n_min:
-                if p_max < p_min:
-                    break
-                if policy is not None:
-                    p_all *= policy.token_alpha(p_max)
-                    keep, more = policy.keep_drafting(p_all, first=k == 0)
-                    if not keep:
-                        break
-            out[k] = tok
-            self.p_max[k] = p_max
-            k += 1
-            if self.penalized:
-                self.sampler.push(out[k - 1:k])
-            if tok in self.eog or not more:      # nothing worth drafting after the end
-                break
-            toks = out[k - 1:k]
-        return k
+        step = np.empty(1, np.int32)
+
+        def next_logits(tok: int, k: int) -> np.ndarray:
+            step[0] = tok
+            return d.eval(step, logits="last", out=self.logits)[0]
+        return draft_loop.draft(self, next_logits, int(seq[-1]), k_max, out, p_min, policy)
 
     def q_rows(self, k: int) -> np.ndarray | None:
         return None if self.q is None else self.q[:k]
