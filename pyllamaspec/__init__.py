@@ -1,18 +1,18 @@
 """pyllamaspec: speculative decoding for quantized GGUF models on a ggml core."""
 from __future__ import annotations
 
-from ._native import set_verbose, system_info
-from .cancel import Cancel
-from .chat import ChatResult, chat
-from .chat_template import BUILTIN_TEMPLATES, ChatTemplate
+from .engine._native import set_verbose, system_info
+from .engine.cancel import Cancel
+from .frontends.chat import ChatResult, chat
+from .engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate
 from .errors import (BackendError, ChatTemplateError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
                      ModelClosedError, ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
                      OutOfMemoryError, PyllamaspecError, RpcError, TokenOutOfRangeError, UnsupportedModelError)
-from .generate import GenerationResponse, GenerationResult, generate, stream_generate
-from .model import Model, ModelInfo
-from .sampling import SamplingParams, TokenLogprobs
-from .speculative import Decoder, DraftParams, Stats
-from .vocab import Detokenizer, Tokenizer
+from .frontends.generate import GenerationResponse, GenerationResult, generate, stream_generate
+from .engine.model import Model, ModelInfo
+from .engine.sampling import SamplingParams, TokenLogprobs
+from .speculation.decoder import Decoder, DraftParams, Stats
+from .engine.vocab import Detokenizer, Tokenizer
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,7 @@ import statistics
 import sys
 
 import pyllamaspec
-from pyllamaspec.offline import real_model_path
+from pyllamaspec.files.offline import real_model_path
 
 QUESTIONS = ["What is a cat?", "And a dog?", "Which of the two lives longer, and why?",
              "Name three famous dogs from films.", "Summarize our conversation in one sentence."]

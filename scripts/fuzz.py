@@ -96,7 +96,7 @@ class Context:
             self._tokenizers()
 
     def _real_models(self):
-        from pyllamaspec.offline import REAL_MODEL_NAMES, ModelUnavailable, real_model_path
+        from pyllamaspec.files.offline import REAL_MODEL_NAMES, ModelUnavailable, real_model_path
         for name in REAL_MODEL_NAMES:
             try:
                 yield name, real_model_path(name)

@@ -49,7 +49,7 @@ def write_models(folder: pathlib.Path) -> dict[str, pathlib.Path]:
 
 def policy_row(curve: dict[int, float], alpha: float, draft_frac: float) -> tuple[int, float]:
     """(best k, expected speed-up over plain decoding) by the cost model for this curve."""
-    from pyllamaspec.speculative import DraftPolicy
+    from pyllamaspec.speculation.cost_model import DraftPolicy
 
     p = DraftPolicy(len(curve) - 1, prior_alpha=alpha, prior_weight=1e9)
     p.c_target = dict(curve)

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from pyllamaspec.sampling import Sampler, SamplingParams, logprobs
+from pyllamaspec.engine.sampling import Sampler, SamplingParams, logprobs
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 REPS = 200
@@ -50,7 +50,7 @@ def main() -> None:
 
 def end_to_end(target_path: str, draft_path: str, rounds: int = 5) -> None:
     from pyllamaspec import Model, generate
-    from pyllamaspec.model import DRAFT_OPTIONS
+    from pyllamaspec.engine.model import DRAFT_OPTIONS
     prompt = "Write a short story about a cat who learns to fly."
     cases = {"plain settings": {}, "penalties": dict(repeat_penalty=1.1, presence_penalty=0.3),
              "logprobs=5": dict(logprobs=5)}

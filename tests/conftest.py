@@ -23,7 +23,7 @@ def _offload_by_default() -> None:
     n = os.environ.get("PYLLAMASPEC_TEST_GPU_LAYERS")
     if not n:
         return
-    from pyllamaspec import model
+    from pyllamaspec.engine import model
     init = model.Model.__init__
 
     def offloaded(self, path, **kwargs):

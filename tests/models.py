@@ -56,7 +56,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-from pyllamaspec.offline import (REAL_MODEL_NAMES, ModelUnavailable, cache_dir,  # noqa: E402,F401
+from pyllamaspec.files.offline import (REAL_MODEL_NAMES, ModelUnavailable, cache_dir,  # noqa: E402,F401
                                  real_model_path)
 
 

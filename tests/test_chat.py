@@ -31,7 +31,7 @@ def smol(smollm2_path):
 
 @pytest.fixture(scope="module")
 def smol_draft(smollm2_path):
-    from pyllamaspec.convert import ensure_variant
+    from pyllamaspec.files.convert import ensure_variant
     with Model(ensure_variant(smollm2_path, "q4_0"), n_ctx=1024, n_batch=32, n_threads=1, tokenizer=False) as d:
         yield d
 
@@ -156,7 +156,7 @@ def test_bad_arguments(smol):
 
 def test_chatml_fallback_stops_at_im_end(gemma3_path):
     """Gemma 3 270M has no template: ChatML, whose <|im_end|> is text there, so it is a stop string."""
-    from pyllamaspec import chat_template
+    from pyllamaspec.engine import chat_template
     chat_template._warned_fallback.discard(str(gemma3_path))
     with pytest.warns(UserWarning, match="no chat template"):
         r = pyllamaspec.chat([{"role": "user", "content": "Hi"}], str(gemma3_path), max_tokens=24,

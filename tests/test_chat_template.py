@@ -13,8 +13,9 @@ import warnings
 import pytest
 
 import pyllamaspec
-from pyllamaspec import InvalidArgumentError, Model, chat_template
-from pyllamaspec.chat_template import BUILTIN_TEMPLATES, ChatTemplate, ChatTemplateError, check_messages
+from pyllamaspec import InvalidArgumentError, Model
+from pyllamaspec.engine import chat_template
+from pyllamaspec.engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate, ChatTemplateError, check_messages
 
 from conftest import real_model, reference_dir
 
@@ -94,7 +95,7 @@ def test_builtin_gemma_bos_not_doubled(real_models):
 
 
 def test_fallback_chatml_warns_once(real_models):
-    from pyllamaspec import chat_template as ct
+    from pyllamaspec.engine import chat_template as ct
     m = real_models("gemma3")
     ct._warned_fallback.discard(m.path)
     with pytest.warns(UserWarning, match="no chat template"):
@@ -172,7 +173,7 @@ def test_template_file(real_models, tmp_path):
 def test_harmony_reply_ends_at_return_not_end(real_models, llamacpp_templates):
     """gpt-oss: <|end|> closes the analysis channel inside a reply, so it must not stop
     generation; <|return|> / <|call|> do (as stop strings where the vocabulary lacks them)."""
-    from pyllamaspec.chat_template import ChatPrompt
+    from pyllamaspec.engine.chat_template import ChatPrompt
     m = real_models("smollm2")
     harmony = next(src for name, src in llamacpp_templates.items() if "gpt-oss" in name)
     stops = ChatPrompt._stops(m, ChatTemplate(harmony))

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from pyllamaspec import cli, cli_args
+from pyllamaspec.frontends.cli import main as cli
+from pyllamaspec.frontends.cli import args as cli_args
 from pyllamaspec.errors import PyllamaspecError
 
 

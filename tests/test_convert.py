@@ -1,4 +1,4 @@
-"""pyllamaspec.convert: re-quantizing GGUF files (metadata copied exactly, weights re-encoded).
+"""pyllamaspec.files.convert: re-quantizing GGUF files (metadata copied exactly, weights re-encoded).
 
 Tolerances are the measured values times ~2 (measured numbers in the comments). The SmolLM2
 variants are cached with ensure_variant in the model cache: the first run converts them
@@ -249,7 +249,7 @@ def test_every_metadata_type_copied_exactly(tmp_path):
 # ---- errors, CLI, atomicity, cache ------------------------------------------------------------
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pyllamaspec.convert", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "pyllamaspec.files.convert", *map(str, args)],
                           capture_output=True, text=True, timeout=120)
 
 

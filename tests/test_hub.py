@@ -1,4 +1,4 @@
-"""pyllamaspec.hub: -hf user/repo[:QUANT] resolution against a local Hugging Face cache.
+"""pyllamaspec.files.hub: -hf user/repo[:QUANT] resolution against a local Hugging Face cache.
 
 Every test runs with no network: the cache is built in a tmp dir exactly as huggingface_hub lays it
 out (models--user--repo/{blobs/<sha256>, refs/main, snapshots/<commit>/<file> -> ../../blobs/<sha>}),
@@ -226,7 +226,7 @@ def test_mmproj_is_never_the_model(cache):
 def test_default_falls_back_when_no_q4_k_m(cache, caplog):
     repo = "someone/NoQ4KM-GGUF"
     make_cached_repo(cache, repo, ["n-Q8_0.gguf", "n-Q2_K.gguf", "n-Q6_K.gguf"])
-    with caplog.at_level(logging.WARNING, logger="pyllamaspec.hub"):
+    with caplog.at_level(logging.WARNING, logger="pyllamaspec.files.hub"):
         p = hub.resolve(repo, cache_dir=cache, offline=True)
     check(p, cache, repo, "n-Q6_K.gguf")  # nearest to Q4_K_M in DEFAULT_FALLBACK
     assert "Q4_K_M" in caplog.text and "n-Q6_K.gguf" in caplog.text
@@ -405,7 +405,7 @@ def test_online_repo_not_found(cache, monkeypatch):
 
 def test_online_unreachable_falls_back_to_cache(quants_cache, monkeypatch, caplog):
     fake = FakeHub(monkeypatch, list_error=OSError("connection refused"))
-    with caplog.at_level(logging.WARNING, logger="pyllamaspec.hub"):
+    with caplog.at_level(logging.WARNING, logger="pyllamaspec.files.hub"):
         p = hub.resolve(QUANTS_REPO + ":Q8_0", cache_dir=quants_cache, offline=False)
     check(p, quants_cache, QUANTS_REPO, "tiny.Q8_0.gguf")
     assert fake.downloads[0]["local_files_only"] is True

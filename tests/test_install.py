@@ -34,7 +34,7 @@ CHECK = r"""
 import sys
 import numpy as np
 import pyllamaspec
-from pyllamaspec import _native
+from pyllamaspec.engine import _native
 info = pyllamaspec.system_info()
 print(info)
 print("library", _native._lib_path)

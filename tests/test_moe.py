@@ -159,7 +159,7 @@ def test_speculative_greedy_identity_on_moe_target(moe_dir):
     """Verification runs k + 1 tokens through the router at once; greedy speculative output
     must be the plain greedy output whatever k. The draft is the target's first layer alone
     (same seed, same draws), so it agrees often, not always."""
-    from pyllamaspec.generate import generate
+    from pyllamaspec.frontends.generate import generate
 
     t, d = moe_dir / "spec-target.gguf", moe_dir / "spec-draft.gguf"
     models_moe.write_moe_gguf(t, arch="qwen3moe", seed=21, n_layer=2)
@@ -177,7 +177,7 @@ def test_speculative_greedy_identity_on_moe_target(moe_dir):
 
 # ---- speculation on a mixture of experts: the cost model ------------------------------------
 
-from pyllamaspec.speculative import DraftPolicy
+from pyllamaspec.speculation.cost_model import DraftPolicy
 
 
 def _policy(alpha: float, c_draft: float, c_target: dict[int, float]) -> DraftPolicy:

@@ -17,9 +17,9 @@ from models_qwen35 import write_qwen35_gguf
 from oracle import load_matrix
 from pyllamaspec import Model
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
-from pyllamaspec.generate import generate
-from pyllamaspec.sampling import SamplingParams
-from pyllamaspec.speculative import Decoder
+from pyllamaspec.frontends.generate import generate
+from pyllamaspec.engine.sampling import SamplingParams
+from pyllamaspec.speculation.decoder import Decoder
 from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
 
 SPEC = dict(n_vocab=64, n_embd=32, n_layer=4, seed=5)
@@ -179,7 +179,7 @@ def test_model_without_mtp_is_refused(files):
 
 
 def test_cli_spec_type_draft_mtp():
-    from pyllamaspec import cli_args
+    from pyllamaspec.frontends.cli import args as cli_args
     from pyllamaspec.errors import PyllamaspecError
     a = cli_args.parse_args(cli_args.build_parser(), ["-m", "t", "--spec-type", "draft-mtp"])
     cli_args.resolve_spec_type(a)

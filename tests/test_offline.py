@@ -11,7 +11,9 @@ import zipfile
 import pytest
 
 from conftest import _must_have
-from pyllamaspec import Model, _pypi, offline
+from pyllamaspec import Model
+from pyllamaspec.files import pypi as _pypi
+from pyllamaspec.files import offline
 
 
 def _no_pip(*a, **k):

@@ -17,7 +17,7 @@ import pytest
 
 from models import real_model_or_skip
 from pyllamaspec import Model, RpcError, generate, stream_generate
-from pyllamaspec import rpc as rpc_mod
+from pyllamaspec.engine import remote as rpc_mod
 
 pytestmark = pytest.mark.skipif(not rpc_mod.available(), reason="core built without GGML_RPC")
 

@@ -11,10 +11,10 @@ import pytest
 import models
 import pyllamaspec
 from pyllamaspec import Model, TokenLogprobs
-from pyllamaspec._native import ffi, lib
-from pyllamaspec.generate import generate, stream_generate
-from pyllamaspec.sampling import Sampler, SamplingParams
-from pyllamaspec.speculative import Decoder, DraftParams
+from pyllamaspec.engine._native import ffi, lib
+from pyllamaspec.frontends.generate import generate, stream_generate
+from pyllamaspec.engine.sampling import Sampler, SamplingParams
+from pyllamaspec.speculation.decoder import Decoder, DraftParams
 from test_speculative import chi2_pvalue, smollm2_pair  # noqa: F401  (a fixture)
 
 OFF = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)      # the bare softmax
@@ -312,7 +312,7 @@ def test_core_logprobs_against_numpy():
     rows = rng.normal(0.0, 4.0, (5, 300)).astype(np.float32)
     rows[2, [10, 20, 30]] = rows[2].max() + 1.0                 # a three-way tie at the top
     tokens = [3, 299, 20, 0, 150]
-    from pyllamaspec.sampling import logprobs
+    from pyllamaspec.engine.sampling import logprobs
     for n_top in (0, 1, 5, 20):
         lps = logprobs(rows, tokens, n_top)
         assert_logprobs_match_rows(lps, tokens, rows, n_top, atol=2e-6)

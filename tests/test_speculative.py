@@ -13,9 +13,9 @@ import models
 import pyllamaspec
 from conftest import load_reference
 from pyllamaspec import Model
-from pyllamaspec.generate import generate
-from pyllamaspec.sampling import Sampler, SamplingParams
-from pyllamaspec.speculative import Decoder, DraftParams
+from pyllamaspec.frontends.generate import generate
+from pyllamaspec.engine.sampling import Sampler, SamplingParams
+from pyllamaspec.speculation.decoder import Decoder, DraftParams
 
 
 # ---- statistics ------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_caches_hold_exactly_the_accepted_tokens(pair, synth_dir, temperature):
 
 @pytest.fixture(scope="module")
 def smollm2_pair(smollm2_path):
-    from pyllamaspec.convert import ensure_variant
+    from pyllamaspec.files.convert import ensure_variant
     q4_0 = ensure_variant(smollm2_path, "q4_0")       # a draft that really disagrees sometimes
     with Model(smollm2_path, n_ctx=1024) as target, Model(q4_0, n_ctx=1024) as draft:
         yield target, draft
@@ -282,7 +282,7 @@ def test_vocab_mismatch_named(synth_dir, tmp_path):
 # ---- the CLI --------------------------------------------------------------------------------
 
 def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
-    from pyllamaspec.convert import ensure_variant
+    from pyllamaspec.files.convert import ensure_variant
     draft = ensure_variant(smollm2_path, "q4_0")
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "-md", str(draft),
                            "-p", "The capital of France is", "-n", "24", "--temp", "0", "--draft-max", "6",
@@ -315,7 +315,7 @@ def test_cli_errors_cleanly(tmp_path):
 # ---- Gemma 3: kernels differ by batch size, so identity holds up to small margins ------------
 
 def test_greedy_identity_gemma3_up_to_small_margins(gemma3_path):
-    from pyllamaspec.convert import ensure_variant
+    from pyllamaspec.files.convert import ensure_variant
     draft_path = ensure_variant(gemma3_path, "q8_0")
     prompts = [r["text"] for r in load_reference("gen", "gemma-3-270m-q4_k_m")]
     n_tok, diverged, compared, low_margin = 32, 0, 0, 0
@@ -344,7 +344,7 @@ def test_greedy_identity_gemma3_up_to_small_margins(gemma3_path):
 
 # ---- the cost model ----------------------------------------------------------------------------
 
-from pyllamaspec.speculative import DraftPolicy  # noqa: E402
+from pyllamaspec.speculation.cost_model import DraftPolicy  # noqa: E402
 
 
 def _policy(alpha: float, c_draft: float, c_target: dict[int, float], k_max: int = 16) -> DraftPolicy:
@@ -447,18 +447,19 @@ def test_adaptive_greedy_is_identical_and_never_much_slower(smollm2_pair):
 # ---- n-gram (prompt lookup) drafting ----------------------------------------------------------
 
 def test_ngram_drafter_proposes_the_continuation():
-    from pyllamaspec.speculative import NgramDrafter
-    d = NgramDrafter(DraftParams(n_draft=8, ngram=3))
-    out = np.empty(8, np.int32)
+    from pyllamaspec.speculation.drafters import NgramDrafter
+    d = NgramDrafter(DraftParams(n_draft=8, ngram=3, adaptive=False))
+    pol = DraftPolicy(8)
     seq = [5, 6, 7, 8, 9, 10, 1, 2, 6, 7, 8]
-    assert d.propose(seq, 3, out) == 3 and list(out[:3]) == [9, 10, 1]
-    assert d.propose(seq, 8, out) == 7 and list(out[:7]) == [9, 10, 1, 2, 6, 7, 8]   # up to the end
-    assert d.propose([1, 2, 3, 4], 8, out) == 0
+    assert list(d.propose(seq, 3, pol).tokens) == [9, 10, 1]
+    assert list(d.propose(seq, 8, pol).tokens) == [9, 10, 1, 2, 6, 7, 8]     # up to the end
+    assert d.propose([1, 2, 3, 4], 8, pol).n == 0
     seq = [1, 2, 3, 9, 9, 1, 2, 3, 7, 7, 2, 3]          # the latest match wins
-    assert d.propose(seq, 2, out) == 2 and list(out[:2]) == [7, 7] and d.match == 2
-    d.accepted(seq, [7, 7, 4], 2)                       # took every drafted token: copying
+    draft = d.propose(seq, 2, pol)
+    assert list(draft.tokens) == [7, 7] and d.match == 2 and draft.q is None
+    d.accepted(seq, [7, 7, 4], draft)                   # took every drafted token: copying
     assert d.copying
-    d.accepted(seq, [7, 5], 2)
+    d.accepted(seq, [7, 5], draft)
     assert not d.copying
 
 
@@ -543,25 +544,26 @@ def test_eog_list_from_the_core_matches_per_token_checks(smollm2_path):
 def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkeypatch):
     """After a long plain stretch the draft evaluates only the last CATCH_UP_MAX tokens (placed
     after what it holds); output stays identical and its cache stays in step with `skipped`."""
-    from pyllamaspec import speculative as sp
+    from pyllamaspec.speculation import cost_model
+    from pyllamaspec.speculation.drafters import ModelDrafter
     target, draft = smollm2_pair
     prompt = "Write a list of ten fruits, one per line:"
     plain = generate(prompt, target, max_tokens=160, temperature=0)
     rounds = iter(range(10**6))
     # plain for 40 rounds, then speculate (k = 4), then plain again for 50, then speculate
-    monkeypatch.setattr(sp.DraftPolicy, "choose",
+    monkeypatch.setattr(cost_model.DraftPolicy, "choose",
                         lambda self, k_cap, n=0: 0 if (r := next(rounds)) < 40 or 44 <= r < 94 else 4)
     seen = []
-    orig = sp.ModelDrafter.catch_up
+    orig = ModelDrafter.catch_up
 
     def spy(self, seq):
         n = orig(self, seq)
         seen.append((n, self.skipped, self.model.n_past, len(seq)))
         return n
-    monkeypatch.setattr(sp.ModelDrafter, "catch_up", spy)
+    monkeypatch.setattr(ModelDrafter, "catch_up", spy)
     spec = generate(prompt, target, draft, max_tokens=160, temperature=0, n_draft=8, p_min=0.0)
     assert spec.tokens == plain.tokens
-    assert seen[0][0] == sp.ModelDrafter.CATCH_UP_MAX and seen[0][1] > 0   # the window, not 60 tokens
+    assert seen[0][0] == ModelDrafter.CATCH_UP_MAX and seen[0][1] > 0   # the window, not 60 tokens
     for n, skipped, n_past, n_seq in seen:
         assert n_past + skipped == n_seq - 1                                # level with seq[:-1]
     assert seen[-1][1] > seen[0][1]                                         # skipped again later
@@ -641,13 +643,13 @@ def test_restricted_draft_head_keeps_greedy_output_and_learns_tokens(smollm2_pai
     assert spec.tokens == plain.tokens
     assert draft.output_ids is None                      # given back as it was
     # the head learned the text's rare tokens: drafts then cover them
-    from pyllamaspec.speculative import ModelDrafter
-    from pyllamaspec.sampling import SamplingParams as SP
+    from pyllamaspec.speculation.drafters import ModelDrafter
+    from pyllamaspec.engine.sampling import SamplingParams as SP
     d = ModelDrafter(draft, SP(temperature=0), DraftParams(n_draft=4, draft_vocab=512), frozenset(), target)
     try:
         rare = [t for t in plain.tokens if t not in set(draft.output_ids.tolist())]
         assert rare, "the text should use tokens beyond the 512 common ones"
-        d.prefill(np.asarray(target.tokenize(prompt) + plain.tokens, np.int32))
+        d.prefill(target.tokenize(prompt) + plain.tokens + [0])   # (its last token: the next round's)
         assert set(rare) <= set(draft.output_ids.tolist())
     finally:
         d.close()
@@ -725,10 +727,10 @@ def test_cost_rule_stops_without_a_wasted_draft_evaluation(pair):
     pol.c_target = {n: 0.010 + 0.001 * (n - 1) for n in range(1, 18)}
     pol.c_draft = pol.token_time = 0.010                  # but drafting costs as much as a token
     dec.drafter.catch_up(dec.seq)
-    k = dec.drafter.propose(dec.seq, 8, dec.drafts, policy=pol)
+    k = dec.drafter.draft(dec.seq[-1], 8, 0.0, pol)
     assert k == 1 and dec.drafter.evals == 1
     pol.c_draft = 0.0                                     # free drafts: it goes on to k_max
-    k = dec.drafter.propose(dec.seq, 8, dec.drafts, policy=pol)
+    k = dec.drafter.draft(dec.seq[-1], 8, 0.0, pol)
     assert k == 8 and dec.drafter.evals == 8
 
 

@@ -107,7 +107,7 @@ def test_tokenizer_of_a_split_model(smollm2_path, smol_split):
 
 
 def test_speculative_generation_with_a_split_target(smollm2_path, smol_split):
-    from pyllamaspec.convert import ensure_variant
+    from pyllamaspec.files.convert import ensure_variant
     draft = ensure_variant(smollm2_path, "q4_0")
     kw = dict(max_tokens=24, temperature=0, n_draft=4, p_min=0.0, adaptive=False, n_ctx=512)
     plain = generate("Write a haiku about rivers.", smollm2_path, max_tokens=24, temperature=0, n_ctx=512)
@@ -117,7 +117,7 @@ def test_speculative_generation_with_a_split_target(smollm2_path, smol_split):
 
 def test_cli_takes_first_shards(smollm2_path, smol_split, tmp_path):
     """-m and -md given first shards, as llama.cpp's CLI takes them."""
-    from pyllamaspec.convert import ensure_variant
+    from pyllamaspec.files.convert import ensure_variant
     draft = models.split_gguf(ensure_variant(smollm2_path, "q4_0"), tmp_path / "d", n_shards=2)[0]
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smol_split[3]), "-md", str(draft),
                            "-p", "The capital of France is", "-n", "12", "--temp", "0", "-t", "2"],

@@ -22,7 +22,7 @@ from conftest import load_reference
 from pyllamaspec import Model
 from pyllamaspec.errors import (InvalidArgumentError, NoVocabularyError, PyllamaspecError, TokenOutOfRangeError,
                                 UnsupportedModelError)
-from pyllamaspec.vocab import (TokenAttr, Tokenizer, english_sample_text, llama_utf8_repair,
+from pyllamaspec.engine.vocab import (TokenAttr, Tokenizer, english_sample_text, llama_utf8_repair,
                                pretokenize, tokenizer_throughput)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -912,7 +912,7 @@ def test_synthetic_model_tokenizer(synth_model):
 
 def test_c_buffer_protocol(smollm):
     """The C API's sizing protocol: a short buffer gives PSL_ERR_BUFFER_TOO_SMALL and the size."""
-    from pyllamaspec._native import ffi, lib
+    from pyllamaspec.engine._native import ffi, lib
     text = b"Hello world, how are you?"
     n = ffi.new("int32_t *")
     assert lib.psl_tokenize(smollm._model, text, len(text), False, False, ffi.NULL, 0, n) == 9

@@ -22,7 +22,7 @@ from test_tokenizer import (
     write_tokenizer_gguf,
 )
 
-from pyllamaspec.vocab import TokenAttr, Tokenizer, pretokenize
+from pyllamaspec.engine.vocab import TokenAttr, Tokenizer, pretokenize
 
 N = 200_000          # the small size; the large one is 8 N
 MAX_RATIO = 20       # linear: 8, n log n: ~9.5; quadratic: 64

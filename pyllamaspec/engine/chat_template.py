@@ -1,0 +1,331 @@
+"""Chat templates: a GGUF's `tokenizer.chat_template` (Jinja) rendered as Hugging Face's
+transformers and llama-cpp-python render it, and the prompt tokenized as llama.cpp does.
+
+Rendering: jinja2's ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
+loopcontrols extension, HF's `tojson` (no ASCII escaping, keys in order), and the globals
+`raise_exception` and `strftime_now`; the variables `messages`, `add_generation_prompt`,
+`bos_token`, `eos_token`, `tools` (when given) and any extra keyword arguments.
+
+A model without a template falls back to ChatML, as llama.cpp does (with a warning, once per
+model file). `chat_template` may also name a built-in template (BUILTIN_TEMPLATES), a file, or
+be Jinja source itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from ..errors import ChatTemplateError, InvalidArgumentError
+
+# Templates written for pyllamaspec (not copied from any model card), for models whose GGUF
+# has none or a broken one.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+LLAMA3 = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+# Gemma has no system role: a system message opens the first user turn; the assistant is "model".
+GEMMA = (
+    "{{ bos_token }}"
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = ns.system + message['content'] | trim + '\n\n' %}"
+    "{% else %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{% if role == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}"
+    "{{ message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+# Llama 2 style: [INST] ... [/INST] answer</s>, a system message inside the first [INST].
+LLAMA2 = (
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = '<<SYS>>\n' + message['content'] | trim + '\n<</SYS>>\n\n' %}"
+    "{% elif message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + ns.system + message['content'] | trim + ' [/INST]' }}{% set ns.system = '' %}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] | trim + ' ' + eos_token }}"
+    "{% else %}{{ raise_exception('llama2 template: unknown role ' + message['role']) }}"
+    "{% endif %}"
+    "{% endfor %}"
+)
+
+# Mistral style: one BOS, [INST]user[/INST]answer</s>, a system message before the last user turn.
+MISTRAL = (
+    "{{ bos_token }}"
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{% set ns.system = message['content'] | trim + '\n\n' %}{% endif %}{% endfor %}"
+    "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}"
+    "{{ '[INST] ' + (ns.system if message is sameas users[-1] else '') + message['content'] | trim + '[/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] | trim + eos_token }}"
+    "{% elif message['role'] != 'system' %}{{ raise_exception('mistral template: unknown role ' + message['role']) }}"
+    "{% endif %}"
+    "{% endfor %}"
+)
+
+BUILTIN_TEMPLATES: dict[str, str] = {
+    "chatml": CHATML, "llama3": LLAMA3, "gemma": GEMMA, "llama2": LLAMA2, "mistral": MISTRAL,
+}
+
+_warned_fallback: set[str] = set()
+
+
+class _RaisedByTemplate(Exception):
+    """raise_exception() inside a template."""
+
+
+def _raise_exception(message: str) -> None:
+    raise _RaisedByTemplate(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # HF's tojson: jinja2's own escapes HTML characters and sorts keys, which changes prompts
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@lru_cache(maxsize=32)
+def _compile(source: str):
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"chat template: syntax error at line {e.lineno}: {e.message}") from None
+
+
+def check_messages(messages: Any) -> list[dict]:
+    """A conversation: a non-empty list of dicts, each with a str role and str content (other
+    keys are kept, for templates that read them)."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, "
+                                   f"got {type(messages).__name__}")
+    if not messages:
+        raise InvalidArgumentError("messages is empty")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise InvalidArgumentError(f"messages[{i}] must be a dict with 'role' and 'content', "
+                                       f"got {type(m).__name__}")
+        for key in ("role", "content"):
+            if key not in m:
+                raise InvalidArgumentError(f"messages[{i}] has no {key!r}")
+            if not isinstance(m[key], str):
+                raise InvalidArgumentError(f"messages[{i}][{key!r}] must be a str, got {type(m[key]).__name__}")
+    return [dict(m) for m in messages]
+
+
+def is_messages(x: Any) -> bool:
+    """Whether x looks like a conversation (a list of dicts) rather than a prompt or token ids."""
+    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(m, Mapping) for m in x)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A Jinja chat template with the special-token strings it may print."""
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+    name: str = "custom"
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+               tools: list | None = None, **kwargs: Any) -> str:
+        """The prompt text, as Hugging Face's apply_chat_template(tokenize=False) gives it."""
+        import jinja2
+
+        msgs = check_messages(messages)
+        if not isinstance(add_generation_prompt, bool):
+            raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
+        if tools is not None:
+            kwargs["tools"] = tools
+        variables = dict(bos_token=self.bos_token, eos_token=self.eos_token)
+        variables.update(kwargs)          # a caller's bos_token etc. win, as in HF
+        msgs = _llamacpp_messages(self.source, msgs)
+        try:
+            text = _compile(self.source).render(messages=msgs, add_generation_prompt=add_generation_prompt,
+                                                **variables)
+        except _RaisedByTemplate as e:
+            raise ChatTemplateError(f"chat template ({self.name}) refused the conversation: {e}") from None
+        except jinja2.TemplateError as e:
+            raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {e}") from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+            raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {e}") from None
+        if _is_harmony(self.source) and not add_generation_prompt:
+            # llama.cpp (its issue 15417): a conversation rendered for inference ends its last
+            # final message with <|end|>, not the <|return|> that closes a finished exchange
+            head, sep, tail = text.rpartition("<|return|>")
+            text = head + "<|end|>" + tail if sep else text
+        return text
+
+
+# ---- what llama.cpp does to a conversation before rendering it (common/chat.cpp) ----
+
+def _is_harmony(source: str) -> bool:
+    """gpt-oss's harmony format: llama.cpp recognizes it by its channel marker."""
+    return "<|channel|>" in source
+
+
+_PROBE_SYSTEM = "System message"
+
+
+@lru_cache(maxsize=32)
+def _supports_system_role(source: str) -> bool:
+    """Whether the template prints a system message (llama.cpp probes it likewise: a template
+    that refuses or ignores one gets it merged into the first user message instead)."""
+    probe = [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "User message"}]
+    try:
+        out = _compile(source).render(messages=probe, add_generation_prompt=False, bos_token="", eos_token="")
+    except Exception:        # noqa: BLE001 - any failure on the probe means "not supported"
+        return False
+    return _PROBE_SYSTEM in out
+
+
+def _llamacpp_messages(source: str, msgs: list[dict]) -> list[dict]:
+    """The conversation as llama.cpp hands it to the template: the OpenAI "developer" role is
+    "system" except for harmony (which has a developer role of its own), gpt-oss reads
+    reasoning as "thinking", and a template without a system role gets the system prompt
+    prefixed to the next message."""
+    if _is_harmony(source):
+        return [dict(m, thinking=m["reasoning_content"]) if isinstance(m.get("reasoning_content"), str) else m
+                for m in msgs]
+    msgs = [dict(m, role="system") if m["role"] == "developer" else m for m in msgs]
+    if msgs[0]["role"] == "system" and not _supports_system_role(source):
+        if len(msgs) == 1:
+            return []          # llama.cpp drops it (with a warning) when nothing follows
+        merged = dict(msgs[1], content=msgs[0]["content"] + "\n" + msgs[1]["content"])
+        return [merged] + msgs[2:]
+    return msgs
+
+
+def template_source(chat_template: str, what: str = "chat_template") -> tuple[str, str]:
+    """(source, name) for a built-in name, a file path, or Jinja source."""
+    if not isinstance(chat_template, str) or not chat_template:
+        raise InvalidArgumentError(f"{what} must be a non-empty str, got {chat_template!r}")
+    if chat_template in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[chat_template], chat_template
+    if "{{" in chat_template or "{%" in chat_template:
+        return chat_template, "custom"
+    if os.path.isfile(chat_template):
+        try:
+            with open(chat_template, encoding="utf-8") as f:
+                return f.read(), chat_template
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidArgumentError(f"cannot read the chat template file {chat_template}: {e}") from None
+    raise InvalidArgumentError(f"{what} {chat_template!r} is neither a built-in template "
+                               f"({', '.join(BUILTIN_TEMPLATES)}), a file, nor Jinja source")
+
+
+def model_template(model, chat_template: str | None = None) -> ChatTemplate:
+    """The template to use for `model`: chat_template if given, else the model's own, else
+    ChatML with a warning (once per model file), as llama.cpp does."""
+    if chat_template is not None:
+        source, name = template_source(chat_template)
+    else:
+        source = model.meta("tokenizer.chat_template")
+        name = "model"
+        if not isinstance(source, str) or not source:
+            source, name = CHATML, "chatml (fallback)"
+            path = getattr(model, "path", "")
+            if path not in _warned_fallback:
+                _warned_fallback.add(path)
+                warnings.warn(f"{os.path.basename(path) or 'the model'} has no chat template; using ChatML",
+                              stacklevel=3)
+    return ChatTemplate(source, _special_text(model, model.bos_token), _special_text(model, model.eos_token), name)
+
+
+def _special_text(model, token: int | None) -> str:
+    if token is None:
+        return ""
+    return model.token_to_piece(token, render_special=True).decode("utf-8", "replace")
+
+
+def prompt_ids(model, text: str, template: ChatTemplate) -> list[int]:
+    """Token ids of a rendered prompt as llama.cpp makes them: special tokens parsed, BOS (EOS)
+    added when the vocabulary asks for it, and a BOS (EOS) the template wrote itself dropped
+    first so it is not doubled."""
+    info = model.vocab_info
+    if info.add_bos and template.bos_token and text.startswith(template.bos_token):
+        text = text[len(template.bos_token):]
+    if info.add_eos and template.eos_token and text.endswith(template.eos_token):
+        text = text[:-len(template.eos_token)]
+    return model.tokenize(text, add_special=True, parse_special=True)
+
+
+
+
+# End-of-turn markers a template may print; one the vocabulary lacks as an end-of-generation
+# token (ChatML on a model without <|im_end|>) becomes a stop string.
+_TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+# In harmony (gpt-oss) <|end|> closes the analysis channel inside one reply; the reply ends at
+# <|return|> or <|call|>.
+_HARMONY_TURN_ENDS = ("<|return|>", "<|call|>")
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A conversation to render with a model's template once the model is loaded."""
+    messages: tuple
+    chat_template: str | None = None
+    add_generation_prompt: bool = True
+    kwargs: tuple = ()
+
+    @classmethod
+    def make(cls, messages: Any, chat_template: str | None = None, add_generation_prompt: bool = True,
+             **kwargs: Any) -> "ChatPrompt":
+        msgs = check_messages(messages)
+        if chat_template is not None:
+            template_source(chat_template)            # a bad name fails before any model loads
+        if not isinstance(add_generation_prompt, bool):
+            raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
+        return cls(tuple(msgs), chat_template, add_generation_prompt, tuple(kwargs.items()))
+
+    def render(self, model) -> tuple[list[int], list[str]]:
+        """(prompt ids, stop strings the template implies)."""
+        tmpl = model_template(model, self.chat_template)
+        text = tmpl.render(list(self.messages), add_generation_prompt=self.add_generation_prompt,
+                           **dict(self.kwargs))
+        return prompt_ids(model, text, tmpl), self._stops(model, tmpl)
+
+    @staticmethod
+    def _stops(model, tmpl: ChatTemplate) -> list[str]:
+        stops = []
+        for marker in _HARMONY_TURN_ENDS if _is_harmony(tmpl.source) else _TURN_ENDS:
+            if marker in tmpl.source:
+                ids = model.tokenize(marker, add_special=False, parse_special=True)
+                if not (len(ids) == 1 and model.is_eog(ids[0])):
+                    stops.append(marker)
+        return stops
+
+
+__all__ = ["ChatTemplate", "ChatPrompt", "BUILTIN_TEMPLATES", "model_template", "template_source", "prompt_ids",
+           "check_messages", "is_messages"]

@@ -1,0 +1,152 @@
+"""Where a Model's tokens are evaluated: a context (its KV cache and the compute that fills it).
+
+Model (model.py) drives one Context and never asks which: LocalContext runs the core in this
+process; RemoteContext (remote.py) runs it in a worker process whose layers live on ggml RPC
+servers, so that a lost server is an RpcError here, not an abort."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from . import _native
+from ._native import ffi, lib
+
+
+class Context(ABC):
+    """The operations a Model delegates. Calls come one at a time (the Model's lock), except
+    interrupt() and clear_interrupt(), which any thread may call at any time."""
+
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    max_rollback: int          # how far truncate() rolls back in O(1) (a hybrid's snapshot ring)
+    alive: bool = True         # False once its state is lost (a dead RPC worker)
+    info: dict | None = None   # the loaded model's ModelInfo fields, where the model is elsewhere
+
+    @abstractmethod
+    def n_past(self) -> int: ...
+
+    @abstractmethod
+    def eval(self, tokens: np.ndarray, mode: int, out: np.ndarray, rows: int) -> None:
+        """Evaluates int32 tokens; writes `rows` rows of logits into out (mode: 0 none, 1 last,
+        2 all). Raises on failure, the cache as it was."""
+
+    @abstractmethod
+    def truncate(self, n_keep: int) -> None: ...
+
+    @abstractmethod
+    def clear(self) -> None: ...
+
+    @abstractmethod
+    def set_output_ids(self, ids: np.ndarray) -> None:
+        """Restricts the output head to ids (empty: all of them)."""
+
+    @abstractmethod
+    def add_output_ids(self, ids: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def perf(self, reset: bool) -> dict[str, float]: ...
+
+    @abstractmethod
+    def set_threads(self, n_threads: int) -> int:
+        """Returns the thread count now in use."""
+
+    @abstractmethod
+    def interrupt(self) -> None: ...
+
+    @abstractmethod
+    def clear_interrupt(self) -> None: ...
+
+    def set_catch_sigint(self, on: bool) -> None:
+        """Whether SIGINT interrupts an eval (the worker of a remote context gets Ctrl-C from
+        this process instead)."""
+
+    @abstractmethod
+    def enable_mtp(self) -> None: ...
+
+    @abstractmethod
+    def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def devices(self, n_layer: int) -> list[str]:
+        """The device of each layer, then the output head's."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class LocalContext(Context):
+    """A psl_context of the core, in this process."""
+
+    def __init__(self, model, n_ctx: int, n_batch: int, n_threads: int, type_k: int, type_v: int):
+        self._model = model                      # the psl_model it was made from (owned by Model)
+        cp = lib.psl_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_threads = n_ctx, n_batch, n_threads
+        cp.type_k, cp.type_v = type_k, type_v
+        out = ffi.new("psl_context **")
+        _native.check(lib.psl_context_new(model, ffi.addressof(cp), out))
+        self._ctx = out[0]
+        self._read_params()
+        self.max_rollback = lib.psl_context_max_rollback(self._ctx)
+
+    def _read_params(self) -> None:
+        got = ffi.new("psl_context_params *")
+        _native.check(lib.psl_context_get_params(self._ctx, got))
+        self.n_ctx, self.n_batch, self.n_threads = got.n_ctx, got.n_batch, got.n_threads
+
+    def n_past(self) -> int:
+        return lib.psl_context_n_past(self._ctx)
+
+    def eval(self, tokens: np.ndarray, mode: int, out: np.ndarray, rows: int) -> None:
+        _native.check(lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", tokens), len(tokens), mode,
+                                           ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def truncate(self, n_keep: int) -> None:
+        _native.check(lib.psl_context_truncate(self._ctx, n_keep))
+
+    def clear(self) -> None:
+        lib.psl_context_clear(self._ctx)
+
+    def set_output_ids(self, ids: np.ndarray) -> None:
+        _native.check(lib.psl_context_set_output_ids(self._ctx, ffi.from_buffer("int32_t[]", ids), len(ids)))
+
+    def add_output_ids(self, ids: np.ndarray) -> None:
+        _native.check(lib.psl_context_add_output_ids(self._ctx, ffi.from_buffer("int32_t[]", ids), len(ids)))
+
+    def perf(self, reset: bool) -> dict[str, float]:
+        raw = ffi.new("psl_perf *")
+        _native.check(lib.psl_context_get_perf(self._ctx, raw))
+        if reset:
+            lib.psl_context_reset_perf(self._ctx)
+        return {"t_eval": raw.t_eval_us * 1e-6, "n_evals": int(raw.n_evals), "n_tokens": int(raw.n_tokens)}
+
+    def set_threads(self, n_threads: int) -> int:
+        _native.check(lib.psl_context_set_threads(self._ctx, n_threads))
+        self._read_params()
+        return self.n_threads
+
+    def interrupt(self) -> None:
+        lib.psl_context_interrupt(self._ctx)
+
+    def clear_interrupt(self) -> None:
+        lib.psl_context_clear_interrupt(self._ctx)
+
+    def set_catch_sigint(self, on: bool) -> None:
+        lib.psl_context_set_catch_sigint(self._ctx, on)
+
+    def enable_mtp(self) -> None:
+        _native.check(lib.psl_context_enable_mtp(self._ctx))
+
+    def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_mtp_draft(self._ctx, token, step,
+                                                ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def devices(self, n_layer: int) -> list[str]:
+        return [ffi.string(lib.psl_model_layer_device(self._model, il)).decode()
+                for il in list(range(n_layer)) + [-1]]
+
+    def close(self) -> None:
+        if self._ctx != ffi.NULL:
+            lib.psl_context_free(self._ctx)
+            self._ctx = ffi.NULL

@@ -1,0 +1,509 @@
+"""Model: a GGUF model loaded in the core, with its own KV cache (context)."""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, ModelIOError, ModelNotFoundError
+from ..files import split as _split
+from . import _args, _native
+from . import remote as rpc_mod
+from ._native import Exclusive, Users, ffi, lib
+from .context import Context, LocalContext
+from .vocab import VocabMixin
+
+# ggml_type ids accepted for the KV cache.
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+# llama.cpp's llama_ftype names for general.file_type.
+FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+              11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+              17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+_LOGITS_MODES = {"none": 0, "last": 1, "all": 2}
+
+# GGUF metadata value types (gguf_type).
+_GGUF_INT = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
+             10: np.uint64, 11: np.int64, 7: np.bool_}
+_GGUF_FLOAT = {6: np.float32, 12: np.float64}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Hyper-parameters and sizes of a loaded model."""
+    arch: str
+    name: str
+    n_vocab: int
+    n_ctx_train: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_embd_head_k: int
+    n_embd_head_v: int
+    n_ff: int
+    n_rot: int
+    rope_freq_base: float
+    rope_freq_scale: float
+    norm_eps: float
+    file_type: int
+    size_bytes: int
+    n_params: int
+    n_gpu_layers: int
+    tied_output: bool
+
+    @property
+    def file_type_name(self) -> str:
+        return FILE_TYPES.get(self.file_type, f"type {self.file_type}")
+
+
+# How generate(), the CLI and the benchmark load a draft model given as a path.
+DRAFT_OPTIONS = dict(tokenizer=False, prefetch=False)
+
+
+class Model(VocabMixin, _native.Closeable):
+    """A GGUF model and one context (KV cache) to evaluate tokens with.
+
+    >>> with Model("SmolLM2-135M-Instruct.Q4_1.gguf", n_ctx=512) as m:
+    ...     logits = m.eval(m.tokenize("Hello"))      # [n, n_vocab] float32
+    ...     m.truncate(1)                             # roll the cache back to one token
+
+    A split model (llama.cpp's gguf-split: ``name-00001-of-0000N.gguf`` ...) loads from its first
+    part; the other parts are found beside it (see models/README.md).
+
+    eval() returns a numpy array the core wrote into directly (no copy). The context's cache
+    advances with every eval; truncate(n) rolls it back in O(1).
+
+    Threads: a Model may be shared. Calls that use its context (eval, truncate, n_past, ...)
+    run one at a time, in the order they get its lock; tokenizer and metadata calls run
+    alongside them. close() interrupts a running eval, waits for the calls in flight, then
+    frees the model; any call after that raises ModelClosedError. interrupt() stops an eval from
+    any thread (EvaluationInterrupted). Ctrl-C stops an eval at once (KeyboardInterrupt).
+
+    For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
+    a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
+    faulted in on first use (with a restricted head, most of a large vocabulary's output
+    matrix is never read). See DRAFT_OPTIONS.
+
+    rpc=["host:port", ...] puts the layers on ggml RPC servers and the local devices, by free
+    memory or tensor_split (one share per device: the servers', then the local ones); the
+    context then runs in a worker process so that a lost server is an RpcError here, and no
+    call may take longer than rpc_timeout seconds (see pyllamaspec.rpc; n_gpu_layers is
+    ignored: the split decides).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
+                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
+                 rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
+                 rpc_timeout: float = 60.0, rpc_isolate: bool = True):
+        self._lib, self._ffi = lib, ffi
+        self._model = ffi.NULL
+        self._context: Context | None = None
+        self._users = Users("model")
+        self._excl = Exclusive(self._users)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError(f"a model path is a str or os.PathLike, got {type(path).__name__}")
+        path = os.fspath(path)
+        if not isinstance(path, str):
+            raise InvalidArgumentError(f"a model path is a str or os.PathLike, got {path!r}")
+        n_ctx = _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
+        n_batch = _args.integer("n_batch", n_batch)
+        n_threads = _args.integer("n_threads", 0 if n_threads is None else n_threads, 0, lib.psl_max_threads())
+        n_gpu_layers = _args.integer("n_gpu_layers", n_gpu_layers, -1)
+        for name, t in (("type_k", type_k), ("type_v", type_v)):
+            if not isinstance(t, str) or t not in KV_TYPES:
+                raise InvalidArgumentError(f"{name} must be one of {sorted(KV_TYPES)}, got {t!r}")
+        if not os.path.exists(path):
+            raise ModelNotFoundError(f"model file not found: {path}")
+        self.path = path
+        servers = rpc_mod.endpoints(rpc)
+        split = rpc_mod.split_values(tensor_split, servers)
+        ctx_kw = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+        try:
+            if servers and rpc_isolate:
+                self._open_remote(path, servers, split, rpc_timeout, use_mmap=use_mmap, use_repack=use_repack,
+                                  type_k=type_k, type_v=type_v, prefetch=prefetch, **ctx_kw)
+            else:
+                self._open_local(path, servers, split, n_gpu_layers=n_gpu_layers, n_threads=n_threads, use_mmap=use_mmap,
+                                 use_repack=use_repack, tokenizer=tokenizer, prefetch=prefetch)
+                self._context = LocalContext(self._model, type_k=KV_TYPES[type_k], type_v=KV_TYPES[type_v],
+                                             **ctx_kw)
+        except BaseException:
+            self.close()
+            raise
+        c = self._context
+        if threading.current_thread() is threading.main_thread():
+            c.set_catch_sigint(True)             # Ctrl-C stops a long eval
+        self.n_ctx, self.n_batch, self.n_threads = c.n_ctx, c.n_batch, c.n_threads
+        # how far truncate() rolls back in O(1): n_ctx, or a hybrid's recurrent snapshot ring
+        self.max_rollback: int = c.max_rollback
+        # a remote context reports the model it loaded; this process holds a stub of it
+        self.info = ModelInfo(**c.info) if c.info is not None else self._read_info()
+        self.n_vocab = self.info.n_vocab
+        self.output_ids: np.ndarray | None = None   # see set_output_ids
+        self._metadata: dict[str, Any] | None = None
+        # The ids in the KV cache, in order (the core keeps only K/V): a new prompt then
+        # evaluates only what follows its longest common prefix with them (cached_tokens).
+        self._cache_ids: list[int] = []
+
+    def _open_local(self, path: str, servers: list[str], split: list[float] | None, *, n_gpu_layers: int,
+                    n_threads: int, use_mmap: bool, use_repack: bool, tokenizer: bool, prefetch: bool) -> None:
+        """Loads the model in this process (its layers on local devices, or on RPC servers
+        driven from here: rpc_isolate=False, as the worker process does)."""
+        mp = lib.psl_model_default_params()
+        mp.n_gpu_layers = n_gpu_layers
+        mp.n_threads = n_threads
+        mp.use_mmap = bool(use_mmap)
+        mp.use_repack = bool(use_repack)
+        mp.load_vocab = bool(tokenizer)
+        mp.prefetch = bool(prefetch)
+        keep = rpc_mod.set_params(mp, servers, split)      # the strings live through the load
+        out = ffi.new("psl_model **")
+        try:
+            self._check(lib.psl_model_load(os.fsencode(path), ffi.addressof(mp), out))
+        except ModelIOError as e:
+            # the core names the shard it could not open; a part that is not there is "not found"
+            if not isinstance(e, ModelNotFoundError) and _split.missing_parts(path):
+                raise ModelNotFoundError(str(e), e.status) from None
+            raise
+        del keep
+        self._model = out[0]
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename_or_quant: str | None = None, *,
+                        cache_dir: str | os.PathLike | None = None, offline: bool | None = None,
+                        token: str | bool | None = None, progress: bool = True, **kwargs: Any) -> "Model":
+        """A model from a Hugging Face repository (llama-cpp-python's Llama.from_pretrained):
+
+            Model.from_pretrained("user/repo-GGUF", "Q4_K_M", n_ctx=4096)
+            Model.from_pretrained("user/repo-GGUF", "*q8_0.gguf")      # a glob, as llama-cpp-python
+
+        filename_or_quant: a quant tag (None: Q4_K_M, else the nearest; see pyllamaspec.hub), a
+        file name, or a glob that matches one model file. The file comes from the Hugging Face
+        cache, downloaded first when needed (offline: HF_HUB_OFFLINE=1 or offline=True, the cache
+        only); cache_dir, token and progress go to the download, the other keyword arguments to
+        Model(). Needs huggingface_hub (pip install "pyllamaspec[hub]")."""
+        from ..files.pretrained import resolve_pretrained
+        path = resolve_pretrained(repo_id, filename_or_quant, cache_dir=cache_dir, offline=offline, token=token,
+                                  progress=progress)
+        return cls(path, **kwargs)
+
+    def _open_remote(self, path: str, servers: list[str], split: list[float] | None, timeout: float,
+                     **kw: Any) -> None:
+        """The layers on RPC servers, driven by a worker process (see pyllamaspec.rpc): ggml's RPC
+        client aborts its process when a server fails, which must not be this one. This process
+        keeps the tokenizer and the metadata (a stub model of the file's vocabulary)."""
+        self._context = r = rpc_mod.RemoteContext(path, servers, split, timeout, kw)
+        out = ffi.new("psl_model **")
+        self._check(lib.psl_model_load_stub(os.fsencode(path), r.info["n_vocab"], out))
+        self._model = out[0]
+
+    @property
+    def devices(self) -> list[str]:
+        """The device of each layer, then the output head's (e.g. "RPC0", "CPU")."""
+        with self._users:
+            return self._context.devices(self.info.n_layer)
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the context and the model: a running eval (on another thread) is interrupted,
+        the calls in flight end first. Safe to call twice, from any thread."""
+        if "_users" not in self.__dict__:          # __init__ failed before there was anything
+            return
+        self._users.close(self._free, stop=self._stop)
+
+    def _stop(self) -> None:
+        if self._context is not None:
+            self._context.interrupt()
+
+    def _free(self) -> None:
+        if self._context is not None:
+            self._context.close()
+            self._context = None
+        if self._model != ffi.NULL:
+            lib.psl_model_free(self._model)
+            self._model = ffi.NULL
+
+    @property
+    def closed(self) -> bool:
+        return self._users.closing or self._context is None
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<Model {self.path!r} (closed)>"
+        i = self.info
+        return (f"<Model {i.arch} {i.name!r} {i.file_type_name} n_params={i.n_params} "
+                f"n_ctx={self.n_ctx} n_past={self.n_past}>")
+
+    @staticmethod
+    def _check(status: int) -> None:
+        _native.check(status)
+
+    # -- information ------------------------------------------------------------------------
+    def _read_info(self) -> ModelInfo:
+        raw = ffi.new("psl_model_info *")
+        self._check(lib.psl_model_get_info(self._model, raw))
+        values = {}
+        for f in ModelInfo.__dataclass_fields__:
+            v = getattr(raw, f)
+            if f in ("arch", "name"):
+                v = ffi.string(v).decode("utf-8", "replace")
+            values[f] = v
+        return ModelInfo(**values)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """All GGUF key/values: numbers, strings, and arrays (numpy arrays or lists of str)."""
+        if self._metadata is None:
+            with self._users:
+                meta = {}
+                for i in range(lib.psl_model_meta_count(self._model)):
+                    key = ffi.new("char **")
+                    self._check(lib.psl_model_meta_key(self._model, i, key))
+                    meta[ffi.string(key[0]).decode("utf-8", "replace")] = self._meta_value(i)
+                self._metadata = meta
+        return self._metadata
+
+    def _meta_value(self, i: int) -> Any:
+        t, at, n = ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
+        self._check(lib.psl_model_meta_type(self._model, i, t, at, n))
+        t, at, n = t[0], at[0], n[0]
+        if t in _GGUF_INT:
+            v = ffi.new("int64_t *")
+            self._check(lib.psl_model_meta_get_int(self._model, i, v))
+            return bool(v[0]) if t == 7 else int(v[0])
+        if t in _GGUF_FLOAT:
+            v = ffi.new("double *")
+            self._check(lib.psl_model_meta_get_float(self._model, i, v))
+            return float(v[0])
+        if t == _GGUF_STRING:
+            s, ln = ffi.new("char **"), ffi.new("size_t *")
+            self._check(lib.psl_model_meta_get_str(self._model, i, s, ln))
+            return ffi.unpack(s[0], ln[0]).decode("utf-8", "replace")
+        if t == _GGUF_ARRAY and at == _GGUF_STRING:
+            s, ln = ffi.new("char **"), ffi.new("size_t *")
+            out = []
+            for j in range(n):
+                self._check(lib.psl_model_meta_get_array_str(self._model, i, j, s, ln))
+                out.append(ffi.unpack(s[0], ln[0]).decode("utf-8", "replace"))
+            return out
+        if t == _GGUF_ARRAY and (at in _GGUF_INT or at in _GGUF_FLOAT):
+            dtype = _GGUF_INT.get(at) or _GGUF_FLOAT[at]
+            p = ffi.new("void **")
+            self._check(lib.psl_model_meta_get_array(self._model, i, p))
+            nbytes = n * np.dtype(dtype).itemsize
+            return np.frombuffer(ffi.buffer(p[0], nbytes), dtype=dtype).copy() if n else np.zeros(0, dtype)
+        return None   # nested arrays: not used by any model key we know
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        """One GGUF metadata value (without reading all of them)."""
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"a metadata key is a str, got {key!r}")
+        with self._users:
+            i = lib.psl_model_meta_find(self._model, key.encode())
+            return default if i < 0 else self._meta_value(i)
+
+    # -- evaluation -------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache."""
+        with self._excl:
+            return self._context.n_past()
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The token ids the KV cache holds, in order (a copy)."""
+        with self._excl:
+            return list(self._cache_ids)
+
+    def _sync_cache_ids(self, evaluated: list[int]) -> None:
+        # After an eval of `evaluated`, whatever became of it: the core holds them all (done,
+        # even if a KeyboardInterrupt arrived the moment the call returned) or none (a failed
+        # eval leaves the cache as it was); should it ever keep part, forget the ids past what
+        # it holds rather than lie.
+        if not self._context.alive:
+            self._cache_ids.clear()
+            return
+        n = self._context.n_past()
+        ids = self._cache_ids
+        if n == len(ids) + len(evaluated):
+            ids.extend(evaluated)
+        elif n != len(ids):
+            del ids[min(n, len(ids)):]
+            if n > len(ids):                       # unknown tokens: nothing may be reused
+                self._context.clear()
+                ids.clear()
+
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
+        """Truncates the cache to its longest common prefix with ids; returns its length (the
+        tokens of ids that need no evaluation)."""
+        with self._excl:
+            cached = self._cache_ids
+            n = min(len(cached), len(ids))
+            i = 0
+            while i < n and cached[i] == ids[i]:
+                i += 1
+            self._context.truncate(i)
+            del cached[i:]
+            return i
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = False, *,
+                            chat_template: str | None = None, **kwargs: Any) -> "str | list[int]":
+        """Renders a conversation with the model's chat template (Hugging Face's name and
+        meaning): the prompt text, or with tokenize=True its token ids as llama.cpp makes them
+        (special tokens parsed, no doubled BOS). chat_template: a built-in name
+        (chat_template.BUILTIN_TEMPLATES), a file or Jinja source in place of the model's own;
+        without either, ChatML (with a warning). Other keyword arguments (tools, ...) reach the
+        template. Errors: InvalidArgumentError (ChatTemplateError from the template)."""
+        from .chat_template import model_template, prompt_ids
+        if not isinstance(tokenize, bool):
+            raise InvalidArgumentError(f"tokenize must be True or False, got {tokenize!r}")
+        tmpl = model_template(self, chat_template)
+        text = tmpl.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+        return prompt_ids(self, text, tmpl) if tokenize else text
+
+    def eval(self, tokens: Sequence[int] | np.ndarray, logits: str = "all",
+             out: np.ndarray | None = None) -> np.ndarray:
+        """Evaluate tokens at positions [n_past, n_past + n) in one call and append them to the cache.
+
+        tokens: integers in [0, n_vocab) (a list or an integer numpy array).
+        logits: "all" → [n, n_vocab], "last" → [1, n_vocab], "none" → [0, n_vocab].
+        out: an optional float32 C-contiguous array to write into (reused across calls).
+        Ctrl-C stops a long evaluation at once: KeyboardInterrupt, the cache as it was; so does
+        interrupt() from another thread, with EvaluationInterrupted.
+        Returns the logits array, written by the core in place.
+        """
+        mode = _LOGITS_MODES.get(logits) if isinstance(logits, str) else None
+        if mode is None:
+            raise InvalidArgumentError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
+        toks = _args.token_ids("tokens", tokens, self.n_vocab)
+        n = toks.shape[0]
+        rows = n if mode == 2 else (1 if mode == 1 and n else 0)
+        if out is None:
+            out = np.empty((rows, self.n_vocab), dtype=np.float32)
+        elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+                or not out.flags.writeable:
+            raise InvalidArgumentError("out must be a writeable C-contiguous float32 numpy array")
+        evaluated = toks.tolist()
+        with self._excl:
+            try:
+                self._context.eval(toks, mode, out, rows)
+            finally:
+                self._sync_cache_ids(evaluated)
+        return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
+
+    def check_draft(self, draft: "Model") -> None:
+        """Raise UnsupportedModelError unless `draft` tokenizes exactly as this model (same ids,
+        token text and types, special tokens), naming the first difference."""
+        if not isinstance(draft, Model):
+            raise InvalidArgumentError(f"a draft is a Model, got {type(draft).__name__}")
+        with self._users, draft._users:
+            self._check(lib.psl_vocab_compatible(self._model, draft._model))
+
+    def truncate(self, n_keep: int) -> None:
+        """Keep the first n_keep tokens of the cache (O(1) rollback)."""
+        n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)
+        with self._excl:
+            self._context.truncate(n_keep)
+            del self._cache_ids[n_keep:]
+
+    def set_output_ids(self, ids: "np.ndarray | list[int] | None") -> None:
+        """Compute logits only for these token ids (the others read -inf); None: all of them.
+
+        A draft model's head over its likely tokens drafts several times faster when the
+        vocabulary is large (Gemma 3: 262k rows, most of a token's cost); the target's
+        verification keeps the output exact."""
+        a = np.empty(0, np.int32) if ids is None else _args.token_ids("output ids", ids, self.n_vocab)
+        with self._excl:
+            self._context.set_output_ids(a)
+            self.output_ids = None if len(a) == 0 else a.copy()
+
+    def add_output_ids(self, ids: "np.ndarray | list[int]") -> None:
+        """Add ids to the restricted head (those in it already are skipped): one row copied
+        for each new one."""
+        a = _args.token_ids("output ids", np.asarray(ids).reshape(-1) if isinstance(ids, np.ndarray) else ids,
+                            self.n_vocab)
+        with self._excl:
+            if self.output_ids is None:
+                raise InvalidArgumentError("the output head is not restricted (set_output_ids first)")
+            self._context.add_output_ids(a)
+            new = np.setdiff1d(np.unique(a), self.output_ids, assume_unique=True)
+            self.output_ids = np.concatenate([self.output_ids, new.astype(np.int32)])
+
+    def common_token_ids(self, n: int) -> np.ndarray:
+        """Up to n token ids a restricted draft head should cover, sorted (from this model's
+        vocabulary: special, byte and single-character tokens, then BPE merges by rank)."""
+        n = min(_args.integer("n", n), self.n_vocab)        # more than n_vocab: all of them
+        out = np.empty(n, np.int32)
+        got = ffi.new("int32_t *")
+        with self._users:
+            self._check(lib.psl_vocab_draft_ids(self._model, n, ffi.from_buffer("int32_t[]", out), got))
+        return out[:got[0]]
+
+    # -- MTP drafting (the file's NextN layers; pyllamaspec.mtp_drafter) --------------------
+    @property
+    def n_mtp_layers(self) -> int:
+        """MTP (NextN) blocks this model can draft with: 0 or 1."""
+        with self._users:
+            return lib.psl_model_n_mtp_layers(self._model)
+
+    def enable_mtp(self) -> None:
+        """From now on every eval also fills the MTP block's cache (what is cached is replayed
+        once); UnsupportedError when the file has no MTP layers."""
+        with self._excl:
+            self._context.enable_mtp()
+
+    def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
+        """One chained MTP step (psl_context_mtp_draft): step 0 runs `token`, the one after the
+        cache, with the target's last hidden state; step s the step s - 1 draft token. Returns
+        the n_vocab logits of the token after it; the cache is unchanged."""
+        token = _args.integer("token", token, -_args.INT32_MAX - 1)
+        step = _args.integer("step", step, -_args.INT32_MAX - 1)
+        if out is None:
+            out = np.empty(self.n_vocab, np.float32)
+        elif out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise InvalidArgumentError("out must be a C-contiguous float32 array")
+        with self._excl:
+            self._context.mtp_draft(token, step, out)
+        return out
+
+    def clear(self) -> None:
+        """Empty the KV cache."""
+        with self._excl:
+            self._context.clear()
+            self._cache_ids.clear()
+
+    def perf(self, reset: bool = False) -> dict[str, float]:
+        """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset."""
+        with self._excl:
+            return self._context.perf(bool(reset))
+
+    def interrupt(self) -> None:
+        """Stops the eval running now on another thread or, if none is, the next one to start:
+        it raises EvaluationInterrupted, the cache as it was. Safe from any thread (a server's
+        per-request cancel; see pyllamaspec.Cancel, which also withdraws a late request)."""
+        self._users.signal(lambda: self._context.interrupt())
+
+    def catch_sigint(self, enabled: bool) -> None:
+        """Whether Ctrl-C (SIGINT) interrupts this model's evaluations (on by default for a
+        Model made on the main thread). A program that owns Ctrl-C itself (a server) turns it
+        off and stops evaluations with interrupt() / pyllamaspec.Cancel instead."""
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise InvalidArgumentError(f"enabled must be True or False, got {enabled!r}")
+        self._users.signal(lambda: self._context.set_catch_sigint(bool(enabled)))
+
+    def clear_interrupt(self) -> None:
+        """Withdraws an interrupt() that no eval has consumed yet."""
+        self._users.signal(lambda: self._context.clear_interrupt())
+
+    def set_threads(self, n_threads: int) -> None:
+        """CPU threads for evaluation: 1 to 4x the hardware threads (0: the default)."""
+        n = _args.integer("n_threads", n_threads, 0, lib.psl_max_threads())
+        with self._excl:
+            self.n_threads = self._context.set_threads(n)

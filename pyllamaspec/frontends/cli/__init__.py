@@ -1,0 +1,5 @@
+"""The command line (llama-cli's flags): args.py parses and checks them, main.py runs a prompt
+or the demo, chat.py a conversation. Every path ends in frontends.generate's loop."""
+from .main import main
+
+__all__ = ["main"]

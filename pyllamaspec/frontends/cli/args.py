@@ -1,0 +1,224 @@
+"""The command line's flags, with llama.cpp's names and its parsing of them.
+
+llama.cpp's short flags have several letters (-ngl, -fa, -cnv, -ctk, -td): argparse would read
+an undefined one as a one-letter flag and its value (-fa as -f a, -cnv as -c nv), so every
+flag is defined whole, abbreviations are off, and an unknown one is refused by name.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from ...errors import PyllamaspecError
+
+# --spec-type names (llama.cpp's common/speculative.cpp): which map to a drafter of ours.
+SPEC_TYPES_MODEL = {"draft-simple"}
+SPEC_TYPES_NGRAM = {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
+SPEC_TYPES_MTP = {"draft-mtp"}          # the target's own MTP layers (mtp_drafter.py)
+SPEC_TYPES_OTHER = {"draft-eagle3", "draft-dflash", "draft-dspark"}
+PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
+
+
+def add_model_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("models")
+    g.add_argument("-m", "--model", help="target model (GGUF)")
+    g.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft",
+                   help="draft model (GGUF); without it, plain decoding")
+    g.add_argument("-hf", "--hf-repo", help="target from Hugging Face: user/repo[:QUANT] (default quant Q4_K_M)")
+    g.add_argument("-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf", dest="hf_repo_draft",
+                   help="draft from Hugging Face: user/repo[:QUANT]")
+    g.add_argument("-hff", "--hf-file", help="the file to take from --hf-repo (instead of the quant tag)")
+    g.add_argument("--demo", action="store_true", help="run the offline demo pair (also the default with no model)")
+
+
+def add_prompt_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("prompt and output")
+    g.add_argument("-p", "--prompt", help="prompt text (with -cnv: the first user message)")
+    g.add_argument("-f", "--file", help="read the prompt from a file")
+    g.add_argument("-n", "--n-predict", type=int, default=-1, help="tokens to generate (-1 = until end or context full)")
+    g.add_argument("--color", action="store_true", help="colour accepted draft tokens")
+    g.add_argument("--compare", action=argparse.BooleanOptionalAction, default=None,
+                   help="then decode the same prompt plainly with the target and print both speeds "
+                        "(on by default with --demo)")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--no-special", action="store_true", help="do not parse special tokens in the prompt")
+
+
+def add_conversation_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("conversation")
+    g.add_argument("-cnv", "--conversation", dest="conversation", action="store_true", default=None,
+                   help="chat turn by turn with the model's template (default when the model has one and "
+                        "no -p/-f is given); /exit or end of input leaves, Ctrl-C stops an answer")
+    g.add_argument("-no-cnv", "--no-conversation", dest="conversation", action="store_false")
+    g.add_argument("-st", "--single-turn", action="store_true", help="one turn of conversation, then exit")
+    g.add_argument("-sys", "--system-prompt", help="system message of the conversation")
+    g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
+                                           "Jinja source, or a file, in place of the model's")
+    g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
+    g.add_argument("--turn-stats", action="store_true",
+                   help="after each answer, print its prompt reuse, speed and speculation statistics")
+
+
+def add_sampling_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("sampling")
+    g.add_argument("--temp", "--temperature", dest="temp", type=float, default=0.8, help="temperature (0 = greedy)")
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--min-p", type=float, default=0.05)
+    g.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1 = random)")
+    for name in PENALTIES:
+        g.add_argument("--" + name.replace("_", "-"), dest=name, type=float, default=None,
+                       help="as llama.cpp's (off by default)")
+    g.add_argument("--repeat-last-n", dest="repeat_last_n", type=int, default=None,
+                   help="last n tokens the penalties consider (default 64, 0 = off, -1 = the whole context)")
+
+
+def add_speculation_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("speculation")
+    g.add_argument("--draft", "--draft-max", "--draft-n", "--spec-draft-n-max", dest="draft_max", type=int,
+                   default=16, help="most tokens drafted per round")
+    g.add_argument("--draft-min", "--spec-draft-n-min", dest="draft_min", type=int, default=0,
+                   help="fewest tokens drafted per round")
+    g.add_argument("--draft-p-min", "--spec-draft-p-min", dest="draft_p_min", type=float, default=None,
+                   help="stop drafting when the draft's top probability is below this (default: the cost "
+                        "model decides token by token; 0.75 with --no-adaptive)")
+    g.add_argument("--spec-type", help="llama.cpp's speculative types, comma-separated: draft-simple (a draft "
+                                       "model), draft-mtp (the target's MTP layers), ngram-* (our n-gram "
+                                       "lookup), none")
+    g.add_argument("--lookup", action="store_true",
+                   help="draft without a model: copy what followed the last n-gram earlier in the text")
+    g.add_argument("--draft-vocab", type=int, default=32768,
+                   help="a draft with over twice this many tokens computes the logits of this many common "
+                        "ones only (faster drafts for 100k+ vocabularies); 0 = all")
+    g.add_argument("--lookup-ngram", "--spec-ngram-simple-size-n", dest="lookup_ngram", type=int, default=3,
+                   help="longest n-gram --lookup matches")
+    g.add_argument("--no-adaptive", action="store_true",
+                   help="always draft --draft-max tokens (no cost model; it may then be slower than plain)")
+
+
+def _gpu_layers(value: str) -> int:
+    if value in ("all", "auto"):           # llama.cpp's words; here -1 offloads everything
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, 'auto' or 'all', got {value!r}") from None
+
+
+def add_resource_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("resources")
+    g.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size (0 = from the model)")
+    g.add_argument("-b", "--batch-size", type=int, default=512)
+    g.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    g.add_argument("-td", "--threads-draft", "--spec-draft-threads", dest="threads_draft", type=int, default=None,
+                   help="CPU threads of the draft (default: -t)")
+    g.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="n_gpu_layers", type=_gpu_layers, default=0,
+                   help="target layers on the GPU (-1 or all = all)")
+    g.add_argument("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl",
+                   dest="n_gpu_layers_draft", type=_gpu_layers, default=0, help="draft layers on the GPU")
+    g.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
+                   help="the target's layers on these ggml RPC servers (python -m pyllamaspec.rpc_server "
+                        "or llama.cpp's rpc-server) and the local devices")
+    g.add_argument("--rpc-draft", dest="rpc_draft", default=None, metavar="HOST:PORT,...",
+                   help="the draft's RPC servers (default: none, the draft runs here)")
+    g.add_argument("-ts", "--tensor-split", dest="tensor_split", default=None, metavar="N0,N1,...",
+                   help="with --rpc: the target's share of layers per device (RPC servers' devices, "
+                        "then the local ones; default: by free memory)")
+    g.add_argument("--rpc-timeout", dest="rpc_timeout", type=float, default=60.0,
+                   help="seconds one evaluation on RPC servers may take before it fails (default 60)")
+    g.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", default="f16", help="KV cache type of K")
+    g.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", default="f16", help="KV cache type of V")
+    g.add_argument("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k", dest="cache_type_k_draft", default=None)
+    g.add_argument("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v", dest="cache_type_v_draft", default=None)
+    g.add_argument("-fa", "--flash-attn", dest="flash_attn", nargs="?", const="on", default="auto",
+                   choices=["on", "off", "auto"], help="accepted for llama.cpp's sake: attention here is "
+                                                       "ggml's, flash attention is not used")
+    g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pyllamaspec", description=description, allow_abbrev=False,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    for add in (add_model_args, add_prompt_args, add_conversation_args, add_sampling_args, add_speculation_args, add_resource_args):
+        add(ap)
+    return ap
+
+
+_MULTI_LETTER = re.compile(r"-[A-Za-z][A-Za-z-]+")
+
+
+def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """argparse as llama.cpp parses: an unknown multi-letter single-dash flag is refused by name
+    (-fitt is not -f itt), and a flag's value is the next argument whatever it looks like
+    (-p -hello, -n -1)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    known = {s: a for a in ap._actions for s in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        action = known.get(tok)
+        if action is None and _MULTI_LETTER.fullmatch(tok):
+            ap.error(f"unknown argument: {tok}")
+        takes = action is not None and (action.nargs is None or
+                                        (action.nargs == "?" and i + 1 < len(argv) and argv[i + 1] in (action.choices or ())))
+        if takes and i + 1 < len(argv):
+            long = max(action.option_strings, key=len)      # --name=value: argparse takes the value as is
+            out.append(f"{long}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return ap.parse_args(out)
+
+
+def resolve_spec_type(a: argparse.Namespace) -> None:
+    """--spec-type as llama.cpp's names: ngram types are our n-gram lookup, draft-simple a draft
+    model, draft-mtp the target's MTP layers (sets a.mtp), none no speculation; others are
+    refused by name."""
+    a.mtp = False
+    if not a.spec_type:
+        return
+    types = [t.strip() for t in a.spec_type.split(",") if t.strip()]
+    for t in types:
+        if t in SPEC_TYPES_OTHER:
+            raise PyllamaspecError(f"--spec-type {t} is not supported "
+                                   f"(supported: draft-simple, draft-mtp, ngram-*, none)")
+        if t not in SPEC_TYPES_MODEL | SPEC_TYPES_NGRAM | SPEC_TYPES_MTP | {"none"}:
+            raise PyllamaspecError(f"--spec-type: unknown type {t!r}")
+    if "none" in types:
+        a.model_draft = a.hf_repo_draft = None
+        a.lookup = False
+    elif "draft-mtp" in types:
+        if a.model_draft or a.hf_repo_draft:
+            raise PyllamaspecError("--spec-type draft-mtp drafts with the target's own layers: drop -md / -hfd")
+        a.mtp = True
+    elif any(t in SPEC_TYPES_NGRAM for t in types) and not (a.model_draft or a.hf_repo_draft):
+        a.lookup = True
+    elif "draft-simple" in types and not (a.model_draft or a.hf_repo_draft):
+        raise PyllamaspecError("--spec-type draft-simple needs a draft model (-md or -hfd)")
+
+
+def penalty_kwargs(a: argparse.Namespace) -> dict:
+    """The penalties given (llama.cpp's flags and meaning; see SamplingParams)."""
+    given = {k: getattr(a, k) for k in PENALTIES if getattr(a, k) is not None}
+    if a.repeat_last_n is not None:
+        given["penalty_last_n"] = a.repeat_last_n
+    return given
+
+
+def gpu_available() -> bool:
+    from ...engine._native import system_info
+    info = system_info()
+    return any(name in info for name in ("CUDA", "Metal", "Vulkan", "HIP", "SYCL"))
+
+
+def warn_gpu_layers(a: argparse.Namespace) -> None:
+    """llama.cpp's warning when layers are asked for the GPU of a build without one."""
+    for flag, n in (("--gpu-layers", a.n_gpu_layers), ("--gpu-layers-draft", a.n_gpu_layers_draft)):
+        if n != 0 and not gpu_available():
+            print(f"warning: no usable GPU found, {flag} option will be ignored\n"
+                  "warning: one possible reason is that pyllamaspec was built without GPU support "
+                  "(see README: Building)", file=sys.stderr)
+    if not gpu_available():
+        a.n_gpu_layers = a.n_gpu_layers_draft = 0

@@ -1,0 +1,130 @@
+"""The command line's conversation mode (-cnv), like llama-cli's: read a user message, stream
+the answer, repeat. The Model is reused, so each turn evaluates only the new part of the prompt.
+
+Commands: /exit (or end of input) leaves, /clear starts the conversation afresh; a line ending
+in a backslash continues on the next. Ctrl-C while an answer streams stops that answer (what was
+said is kept in the conversation); Ctrl-C at the prompt leaves.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+
+from ...engine.chat_template import ChatPrompt
+from ...errors import ContextFullError, PyllamaspecError
+from ..generate import iter_generate
+from ...engine.model import Model
+from ...engine.sampling import SamplingParams
+from ...speculation.decoder import DraftParams, Stats
+
+GREEN, RESET = "\033[32m", "\033[0m"
+
+
+@dataclass
+class Conversation:
+    system: str | None = None
+    messages: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+
+
+def read_message(prompt: str = "\n> ") -> str | None:
+    """One user message from stdin (None at end of input); a trailing backslash continues it."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    lines = []
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return "\n".join(lines) if lines else None
+        line = line.rstrip("\n")
+        if line.endswith("\\"):
+            lines.append(line[:-1])
+            continue
+        lines.append(line)
+        if not sys.stdin.isatty():          # no terminal echoed it: a piped session reads as a transcript
+            sys.stdout.write("\n".join(lines) + "\n")
+        return "\n".join(lines)
+
+
+def turn_stats(stats: Stats, has_draft: bool) -> str:
+    s = (f"[prompt {stats.n_prompt} tokens, {stats.n_reused} reused, {stats.n_prompt - stats.n_reused} evaluated "
+         f"in {stats.t_prompt:.3f} s | {stats.n_generated} tokens at {stats.generate_tps:.1f} t/s")
+    if has_draft:
+        s += (f" | drafted {stats.drafted}, accepted {stats.accepted} ({100 * stats.acceptance_rate:.1f}%), "
+              f"{stats.mean_accepted:.2f} tokens per round")
+    return s + "]"
+
+
+def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, sampling: SamplingParams,
+           draft_params: DraftParams, chat_template: str | None) -> tuple[str, Stats | None, bool]:
+    """Streams one answer to stdout: (its text, stats, whether Ctrl-C stopped it)."""
+    max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
+    result: dict = {}
+    pieces = iter_generate(ChatPrompt.make(conv.messages, chat_template), target, draft, sampling=sampling,
+                           draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result)
+    text, interrupted = "", False
+    try:
+        for piece in pieces:
+            text += piece.text
+            sys.stdout.write(GREEN + piece.text + RESET if a.color and piece.from_draft else piece.text)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        pieces.close()
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return result.get("text", text), result.get("stats"), interrupted
+
+
+def run_conversation(a: argparse.Namespace, target: Model, draft, sampling: SamplingParams,
+                     draft_params: DraftParams, chat_template: str | None) -> int:
+    conv = Conversation(a.system_prompt)
+    first = a.prompt
+    while True:
+        if first is not None:
+            msg, first = first, None
+            sys.stdout.write(f"\n> {msg}\n")
+        else:
+            try:
+                msg = read_message()
+            except KeyboardInterrupt:
+                sys.stdout.write("\n")
+                return 0
+            if msg is None or msg.strip() == "/exit":
+                sys.stdout.write("\n")
+                return 0
+            if msg.strip() == "/clear":
+                conv.clear()
+                continue
+            if not msg.strip():
+                continue
+        conv.messages.append({"role": "user", "content": msg})
+        try:
+            text, stats, interrupted = answer(conv, target, draft, a, sampling, draft_params, chat_template)
+        except KeyboardInterrupt:           # before the answer's first token (rendering, prompt)
+            text, stats, interrupted = "", None, True
+        except ContextFullError as e:
+            conv.messages.pop()
+            print(f"[{e}; /clear starts afresh]", file=sys.stderr)
+            continue
+        except PyllamaspecError as e:
+            conv.messages.pop()
+            print(f"error: {e}", file=sys.stderr)
+            continue
+        if interrupted:
+            print("[interrupted]", file=sys.stderr)
+            if not text:                    # nothing was said: the question is withdrawn
+                conv.messages.pop()
+                continue
+        conv.messages.append({"role": "assistant", "content": text})
+        if a.turn_stats and stats is not None:
+            print(turn_stats(stats, draft is not None), file=sys.stderr)
+        if a.single_turn:
+            return 0

@@ -1,0 +1,336 @@
+"""generate(): text in, text out, with or without a draft model; streaming as a generator."""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+from typing import Iterator, Sequence, Union
+
+from ..engine import _args
+from ..engine.cancel import Cancel
+from ..engine.chat_template import ChatPrompt, is_messages
+from ..errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError, RpcError
+from ..engine.model import DRAFT_OPTIONS, Model
+from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
+from ..speculation.decoder import Decoder, DraftParams, Stats
+
+ModelLike = Union[str, "os.PathLike[str]", Model]
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]            # generated ids (end-of-generation token excluded)
+    prompt_tokens: list[int]
+    finish_reason: str           # "stop" (eog token or stop string), "length", "context_full", "cancelled"
+    stats: Stats
+    seed: int
+    logprobs: list[TokenLogprobs] | None = None   # one per generated token, when asked
+
+
+@dataclass
+class Piece:
+    """A piece of streamed text and whether the draft proposed the token it came from; with
+    per_token, one per token (text "" while held back), with its logprobs when asked."""
+    text: str
+    token: int
+    from_draft: bool
+    logprobs: TokenLogprobs | None = None
+
+
+def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
+    if isinstance(m, Model):
+        if m.closed:
+            raise InvalidArgumentError("the model is closed")
+        return m
+    if isinstance(m, (str, os.PathLike)):
+        return stack.enter_context(Model(m, **kwargs))
+    raise InvalidArgumentError(f"a model is a path or a Model, got {type(m).__name__}")
+
+
+def _max_threads() -> int:
+    from ..engine._native import lib
+    return lib.psl_max_threads()
+
+
+def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if not all(isinstance(s, str) and s for s in stops):
+        raise InvalidArgumentError("stop must be a non-empty string or a list of them")
+    return stops
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """Length of the longest suffix of text that could still grow into a stop string."""
+    best = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:n]):
+                best = n
+                break
+    return best
+
+
+def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | str | None, *,
+                  sampling: SamplingParams, draft: DraftParams, max_tokens: int,
+                  stop: list[str], result: dict, add_special: bool = True,
+                  parse_special: bool = True, cancel: Cancel | None = None,
+                  logprobs: int | None = None, per_token: bool = False,
+                  cache_prompt: bool = True) -> Iterator[Piece]:
+    """The generation loop. Yields Pieces (per_token: one per generated token, then the text
+    held back to the end as a Piece of token -1); fills result with tokens, finish reason,
+    stats, logprobs (a list, when asked) and "eog" (the Piece of the end-of-generation token
+    that stopped it, if one did). prompt: text, token ids, or a ChatPrompt (rendered with the
+    model's chat template). cache_prompt: keep what the models' caches hold of the prompt
+    (else they start empty)."""
+    if isinstance(draft_model, Model):
+        model.check_draft(draft_model)
+    if isinstance(prompt, ChatPrompt):
+        ids, chat_stops = prompt.render(model)
+        stop = stop + [s for s in chat_stops if s not in stop]
+    elif isinstance(prompt, str):
+        ids = model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+    else:
+        ids = _args.token_ids("prompt", prompt, model.n_vocab).tolist()
+    if not cache_prompt:
+        for m in (model, draft_model):
+            if isinstance(m, Model):
+                m.clear()
+    dec = Decoder(model, draft_model, sampling, draft, logprobs=logprobs)
+    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy,
+                  text="", logprobs=None if logprobs is None else [], eog=None)
+    t0 = None                    # when generation (after the prompt) started
+    try:
+        with cancel.watching(model, dec.draft) if cancel is not None else nullcontext():
+            dec.prefill(ids)
+            if max_tokens == 0:
+                return
+            t0 = time.perf_counter()
+            yield from _decode(dec, max_tokens, stop, result, cancel, per_token)
+    except EvaluationInterrupted:
+        if cancel is None or not cancel.is_set():
+            raise
+        result["finish_reason"] = "cancelled"
+    except RpcError as e:             # a server was lost: say what had been produced
+        e.tokens, e.text = list(result["tokens"]), result["text"]
+        raise
+    finally:
+        if t0 is not None:
+            dec.stats.n_generated = len(result["tokens"])
+            dec.stats.t_generate = time.perf_counter() - t0
+            dec.keep(len(ids) + len(result["tokens"]))
+        dec.close()
+
+
+def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
+            cancel: Cancel | None, per_token: bool = False) -> Iterator[Piece]:
+    """Rounds of dec until a stop: yields the text as it becomes final (held back while it could
+    still be the start of a stop string); result["text"] is what went out."""
+    model = dec.target
+    out_tokens: list[int] = result["tokens"]
+    out_logprobs: list[TokenLogprobs] | None = result["logprobs"]
+    text, emitted = "", 0        # all text so far; how much of it went out
+    hit_stop_string = False
+    try:
+        with model.detokenizer() as detok:
+            while not hit_stop_string:
+                if cancel is not None and cancel.is_set():
+                    result["finish_reason"] = "cancelled"
+                    break
+                if dec.room() < 1:
+                    result["finish_reason"] = "context_full"
+                    break
+                done = False
+                new = dec.step(max_tokens - len(out_tokens))
+                lps = dec.round_logprobs if out_logprobs is not None else [None] * len(new)
+                for (tok, from_draft), lp in zip(new, lps):
+                    if model.is_eog(tok):
+                        result["finish_reason"], done = "stop", True
+                        result["eog"] = Piece("", tok, from_draft, lp)
+                        break
+                    out_tokens.append(tok)
+                    if out_logprobs is not None:
+                        out_logprobs.append(lp)
+                    text += detok.push(tok)
+                    if stop:
+                        start = max(0, emitted - max(map(len, stop)))
+                        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+                        if hits:                    # cut the text at the stop string
+                            text = text[:min(hits)]
+                            result["finish_reason"], hit_stop_string = "stop", True
+                    safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
+                    if safe > emitted or per_token:
+                        yield Piece(text[emitted:safe], tok, from_draft, lp)
+                        emitted = max(emitted, safe)
+                    if hit_stop_string:
+                        break
+                    if len(out_tokens) >= max_tokens:
+                        result["finish_reason"], done = "length", True
+                        break
+                if done:
+                    break
+            if not hit_stop_string:     # no stop string can complete any more: release the rest
+                text += detok.flush()
+                if len(text) > emitted:
+                    last = -1 if per_token or not out_tokens else out_tokens[-1]
+                    yield Piece(text[emitted:], last, False)
+                    emitted = len(text)
+    finally:
+        result["text"] = text[:emitted]
+
+
+@dataclass
+class GenerationResponse:
+    """One item of stream_generate (mlx-lm's name): the text that became final with `token`
+    (possibly "" while a stop string or a UTF-8 character is incomplete), whether the drafter
+    proposed it, and its TokenLogprobs when asked. The stream ends with one more response that
+    carries finish_reason and stats (and the text held back to the end): its token is the
+    end-of-generation token when one stopped the generation (not part of the text), else -1."""
+    text: str
+    token: int
+    from_draft: bool
+    logprobs: TokenLogprobs | None = None
+    finish_reason: str | None = None
+    stats: Stats | None = None
+
+
+def _check_prompt(prompt) -> None:
+    if isinstance(prompt, (str, ChatPrompt)):
+        return
+    if is_messages(prompt) or (isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], dict)):
+        raise InvalidArgumentError("prompt is a list of messages; generate() takes text or token ids "
+                                   "(for a conversation use pyllamaspec.chat(messages, model))")
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise InvalidArgumentError(f"prompt must be a string or a non-empty list of token ids, "
+                                   f"got {type(prompt).__name__}")
+    _args.int_sequence("prompt", prompt)         # types now; the vocabulary range once loaded
+
+
+def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_p, min_p, seed, n_draft,
+             n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
+             parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
+             logprobs, cache_prompt):
+    """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
+    generation as a generator of Pieces, loading what needs loading."""
+    if adaptive is None:
+        adaptive = seed is None or temperature == 0
+    if seed is None:
+        seed = int.from_bytes(os.urandom(8), "little")
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                              repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                              presence_penalty=presence_penalty, penalty_last_n=penalty_last_n)
+    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
+                        draft_vocab=draft_vocab)
+    stops = _check_stop(stop)
+    max_tokens = _args.integer("max_tokens", max_tokens)
+    _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
+    _args.integer("n_gpu_layers", n_gpu_layers, -1)
+    if n_threads is not None:
+        _args.integer("n_threads", n_threads, 0, _max_threads())
+    if logprobs is not None:
+        _args.integer("logprobs", logprobs, 0, MAX_LOGPROBS)
+    _check_prompt(prompt)
+    if not isinstance(cache_prompt, bool):
+        raise InvalidArgumentError(f"cache_prompt must be True or False, got {cache_prompt!r}")
+    if cancel is not None and not isinstance(cancel, Cancel):
+        raise InvalidArgumentError(f"cancel must be a pyllamaspec.Cancel, got {type(cancel).__name__}")
+    for name, m in (("model", model), ("draft_model", draft_model)):
+        if not isinstance(m, (str, os.PathLike, Model)) and not (m is None and name == "draft_model"):
+            raise InvalidArgumentError(f"{name} must be a path or a Model, got {type(m).__name__}")
+
+    def run(per_token: bool, result: dict) -> Iterator[Piece]:
+        with ExitStack() as stack:
+            kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+            target = _open(model, stack, **kw)
+            dm = (draft_model if draft_model is None or draft_model in ("ngram", "mtp")
+                  else _open(draft_model, stack, **DRAFT_OPTIONS, **kw))
+            yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
+                                     max_tokens=max_tokens, stop=stops, result=result,
+                                     add_special=add_special, parse_special=parse_special, cancel=cancel,
+                                     logprobs=logprobs, per_token=per_token, cache_prompt=cache_prompt)
+    return run, seed
+
+
+def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
+             max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+             min_p: float = 0.05, seed: int | None = None, n_draft: int = 16, n_min: int = 0,
+             p_min: float | None = None, adaptive: bool | None = None, ngram: int = 3, draft_vocab: int = 32768,
+             stop: str | Sequence[str] | None = None, stream: bool = False,
+             n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
+             add_special: bool = True, parse_special: bool = True, cancel: Cancel | None = None,
+             repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+             penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True):
+    """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
+
+    Models are paths (loaded for this call) or loaded Model objects (reused: what their caches
+    hold of the prompt, its longest common prefix with the last call's, is not evaluated again
+    unless cache_prompt=False; see pyllamaspec.chat for conversations); draft_model="ngram"
+    drafts by prompt lookup (n-gram size `ngram`) instead of a model, draft_model="mtp" with the
+    target's own MTP (NextN) layers (qwen35 files that carry them; UnsupportedModelError else).
+    adaptive lets a cost model pick the draft length each round (up to n_draft, 0 = plain
+    decoding when speculation would not pay) and where each draft stops; p_min (a draft stops
+    where its top probability is below it) then defaults to none, else to llama.cpp's 0.75. Its choices follow measured times, and with
+    sampling the exact sample drawn depends on them (its distribution never does), so by default
+    (None) it is on unless a seed is given with temperature > 0: same seed, same output.
+    draft_vocab: a draft model with over twice as many tokens computes the logits of this many
+    common ones only, restored when the call ends (0 = all).
+    temperature 0 is greedy. repeat_penalty, frequency_penalty, presence_penalty and
+    penalty_last_n are llama.cpp's penalties (see SamplingParams), over the prompt and output;
+    speculative output keeps the exact distribution of the penalized target. logprobs (0..20):
+    each generated token's log-probability under the target's raw softmax and the `logprobs`
+    most likely alternatives (TokenLogprobs; result.logprobs). Returns a GenerationResult;
+    with stream=True, a generator of text pieces instead (never a broken UTF-8 character; see
+    stream_generate for response objects). cancel (a pyllamaspec.Cancel)
+    stops the generation from another thread: finish_reason "cancelled", the tokens so far
+    kept. Parameters are checked before any work (InvalidArgumentError).
+    """
+    run, seed = _prepare(prompt, model, draft_model, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                         top_p=top_p, min_p=min_p, seed=seed, n_draft=n_draft, n_min=n_min, p_min=p_min,
+                         adaptive=adaptive, ngram=ngram, draft_vocab=draft_vocab, stop=stop, n_ctx=n_ctx,
+                         n_threads=n_threads, n_gpu_layers=n_gpu_layers, add_special=add_special,
+                         parse_special=parse_special, cancel=cancel, repeat_penalty=repeat_penalty,
+                         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                         penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt)
+    result: dict = {}
+    if stream:
+        return (p.text for p in run(False, result))
+    for _ in run(False, result):
+        pass
+    return GenerationResult(text=result["text"], tokens=result["tokens"], prompt_tokens=result["prompt_tokens"],
+                            finish_reason=result["finish_reason"], stats=result["stats"], seed=seed,
+                            logprobs=result["logprobs"])
+
+
+def stream_generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None,
+                    **kwargs) -> Iterator[GenerationResponse]:
+    """generate() as a stream of GenerationResponse (mlx-lm's stream_generate): one per
+    generated token, then a last one with finish_reason and stats. Takes generate()'s keyword
+    arguments but stream; they are checked here, before the first item is asked for."""
+    if "stream" in kwargs:
+        raise InvalidArgumentError("stream_generate always streams: drop stream=")
+    defaults = {k: v for k, v in generate.__kwdefaults__.items() if k != "stream"}
+    unknown = set(kwargs) - set(defaults)
+    if unknown:
+        raise InvalidArgumentError(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    run, _ = _prepare(prompt, model, draft_model, **{**defaults, **kwargs})
+    return _responses(run)
+
+
+def _responses(run) -> Iterator[GenerationResponse]:
+    result: dict = {}
+    tail = ""
+    for p in run(True, result):
+        if p.token < 0:                          # the text held back to the end
+            tail += p.text
+        else:
+            yield GenerationResponse(p.text, p.token, p.from_draft, p.logprobs)
+    eog: Piece | None = result.get("eog")
+    yield GenerationResponse(tail, eog.token if eog else -1, eog.from_draft if eog else False,
+                             eog.logprobs if eog else None, result["finish_reason"], result["stats"])
+
+
+__all__ = ["generate", "stream_generate", "iter_generate", "GenerationResult", "GenerationResponse", "Piece",
+           "PyllamaspecError"]

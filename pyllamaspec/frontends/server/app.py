@@ -1,0 +1,210 @@
+"""The routes (Starlette): OpenAI's /v1/chat/completions, /v1/completions, /v1/models, and
+llama-server's /health. Streaming answers are server-sent events in OpenAI's chunk format,
+ending with ``data: [DONE]``."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ...errors import ContextFullError, PyllamaspecError
+from .openai_format import APIError, GenRequest, Shaper, parse_chat, parse_completion
+from .worker import Job, Worker
+
+log = logging.getLogger("pyllamaspec.server")
+PUBLIC = {"/health", "/v1/health"}
+
+
+def error_response(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+class ApiKey:
+    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY`` (401 else)."""
+
+    def __init__(self, app, key: str | None):
+        self.app, self.key = app, key
+
+    async def __call__(self, scope, receive, send):
+        if self.key is None or scope["type"] != "http" or scope["path"] in PUBLIC:
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not given or not hmac.compare_digest(given.encode(), self.key.encode()):
+            msg = "missing API key (Authorization: Bearer ...)" if not given else "invalid API key"
+            resp = error_response(APIError(msg, 401, type="authentication_error", code="invalid_api_key"))
+            return await resp(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+async def _body(request: Request):
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(f"the request body is not valid JSON: {e}") from None
+
+
+def _sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+async def _until_disconnect(request: Request) -> None:
+    """Returns when the client goes away (the body has been read: only http.disconnect is left)."""
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+class Routes:
+    def __init__(self, worker: Worker, alias: str):
+        self.worker, self.alias = worker, alias
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse(self.worker.health())
+
+    async def models(self, request: Request) -> Response:
+        t = self.worker.target
+        meta = {"n_ctx": t.n_ctx, "n_vocab": t.n_vocab, "n_params": t.info.n_params, "size": t.info.size_bytes,
+                "arch": t.info.arch, "drafter": _drafter_name(self.worker.drafter)}
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.alias, "object": "model", "created": int(time.time()), "owned_by": "pyllamaspec",
+             "meta": meta}]})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, parse_chat)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, parse_completion)
+
+    async def _generate(self, request: Request, parse) -> Response:
+        try:
+            req: GenRequest = parse(await _body(request), self.worker.target.n_ctx)
+            job = await run_in_threadpool(self.worker.prepare, req, asyncio.get_running_loop())
+        except APIError as e:
+            return error_response(e)
+        prompt_chars = len(req.prompt) if isinstance(req.prompt, str) else 0
+        shaper = Shaper(req, self.alias, self.worker.token_bytes, self.worker.has_drafter, prompt_chars=prompt_chars)
+        self.worker.submit(job)
+        if req.stream:
+            return StreamingResponse(self._chunks(job, shaper), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await self._whole(request, job, shaper)
+
+    async def _whole(self, request: Request, job: Job, shaper: Shaper) -> Response:
+        collect = asyncio.ensure_future(_collect(job))
+        gone = asyncio.ensure_future(_until_disconnect(request))
+        try:
+            await asyncio.wait([collect, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not collect.done():                 # the client went away: stop its generation
+            job.stop()
+            await collect
+            return Response(status_code=499)
+        kind, value, lps = collect.result()
+        if kind == "error":
+            return error_response(_as_api_error(value))
+        r = value
+        return JSONResponse(shaper.whole(r["text"], r["finish_reason"], lps, r["stats"], len(r["prompt_tokens"]),
+                                         len(r["tokens"])))
+
+    async def _chunks(self, job: Job, shaper: Shaper) -> AsyncIterator[bytes]:
+        """The stream; if the client goes away Starlette cancels it, and `finally` stops the job."""
+        chat = job.req.kind == "chat"
+        offset = 0
+        pending: list = []                    # logprobs of tokens whose text is still held back
+        try:
+            if chat:
+                yield _sse(shaper.chunk(role=True))
+            async for kind, value in job.stream():
+                if kind == "piece":
+                    if value.logprobs is not None:
+                        pending.append(value.logprobs)
+                    if value.text:
+                        yield _sse(shaper.chunk(value.text, pending, offset=offset))
+                        offset += sum(len(shaper.text_of(t.token).decode("utf-8", "replace")) for t in pending)
+                        pending = []
+                elif kind == "error":
+                    yield _sse(_as_api_error(value).body())
+                else:
+                    r = value
+                    if pending:
+                        yield _sse(shaper.chunk("", pending, offset=offset))
+                    yield _sse(shaper.final_chunk(r["finish_reason"], r["stats"]))
+                    if job.req.include_usage:
+                        yield _sse(shaper.usage_chunk(r["stats"], len(r["prompt_tokens"]), len(r["tokens"])))
+            yield b"data: [DONE]\n\n"
+        finally:
+            job.stop()
+
+
+async def _collect(job: Job):
+    """(kind, value, logprobs) of a whole answer."""
+    async for kind, value in job.stream():
+        if kind != "piece":
+            lps = value.get("logprobs") if kind == "done" else None
+            return kind, value, lps
+    raise RuntimeError("the stream ended without a result")
+
+
+def _as_api_error(e: BaseException) -> APIError:
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ContextFullError):
+        return APIError(str(e), 400, code="context_length_exceeded")
+    if isinstance(e, PyllamaspecError):
+        return APIError(str(e), 500, type="server_error")
+    return APIError(f"internal error: {type(e).__name__}: {e}", 500, type="server_error")
+
+
+def _drafter_name(d) -> str | None:
+    if d is None or isinstance(d, str):
+        return d
+    return d.path
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return error_response(APIError(exc.detail or "error", exc.status_code,
+                                   type="not_found_error" if exc.status_code == 404 else "invalid_request_error"))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error")
+    return error_response(_as_api_error(exc))
+
+
+def create_app(worker: Worker, alias: str, api_key: str | None = None) -> Starlette:
+    r = Routes(worker, alias)
+    routes = [
+        Route("/health", r.health, methods=["GET"]), Route("/v1/health", r.health, methods=["GET"]),
+        Route("/v1/models", r.models, methods=["GET"]), Route("/models", r.models, methods=["GET"]),
+        Route("/v1/chat/completions", r.chat, methods=["POST"]), Route("/chat/completions", r.chat, methods=["POST"]),
+        Route("/v1/completions", r.completions, methods=["POST"]), Route("/completions", r.completions,
+                                                                         methods=["POST"]),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        await run_in_threadpool(worker.close)
+
+    return Starlette(routes=routes, middleware=[Middleware(ApiKey, key=api_key)],
+                     exception_handlers={HTTPException: _http_error, Exception: _server_error}, lifespan=lifespan)
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,103 @@
+"""python -m pyllamaspec.server: an OpenAI-compatible server, with llama-server's flags.
+
+    python -m pyllamaspec.server -m TARGET.gguf -md DRAFT.gguf --host 127.0.0.1 --port 8080
+    python -m pyllamaspec.server -m TARGET.gguf --lookup -c 4096 -a my-model --api-key SECRET
+    python -m pyllamaspec.server -hf user/repo:Q4_K_M -hfd user/small-repo
+
+Then any OpenAI client: base_url http://127.0.0.1:8080/v1. Sampling flags (--temp, --top-k,
+...) are the defaults of requests that do not set them; -n is the default max_tokens.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from contextlib import ExitStack
+
+from . import ServerDependencyError
+from . import check_dependencies
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..cli.args import add_model_args, add_resource_args, add_sampling_args, add_speculation_args
+    ap = argparse.ArgumentParser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args):
+        add(ap)
+    g = ap.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    g.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    g.add_argument("-a", "--alias", help="the model's name in responses and /v1/models (default: its file name)")
+    g.add_argument("--api-key", help="clients must send Authorization: Bearer API_KEY (/health excepted)")
+    g.add_argument("--api-key-file", help="read the API key from the first line of this file")
+    g.add_argument("-n", "--n-predict", type=int, default=-1,
+                   help="default max_tokens of a request (-1 = until the end or the context is full)")
+    g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
+                                           "Jinja source, or a file, in place of the model's")
+    g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
+    return ap
+
+
+def _api_key(a: argparse.Namespace) -> str | None:
+    if a.api_key_file:
+        with open(a.api_key_file, encoding="utf-8") as f:
+            return f.readline().strip() or None
+    return a.api_key or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        check_dependencies()
+    except ServerDependencyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    import uvicorn
+
+    from ..cli.main import open_models, resolve_models, settings_from_args
+    from ..cli.args import parse_args
+    from ...errors import PyllamaspecError
+    from .app import create_app
+    from .worker import Defaults, Worker
+
+    ap = build_parser()
+    a = parse_args(ap, argv)
+    a.prompt = a.file = None                   # what cli's helpers read and a server has not
+    if not (a.model or a.hf_repo or a.demo):
+        ap.error("give a model: -m TARGET.gguf, -hf user/repo[:QUANT] or --demo")
+    try:
+        sampling, draft_params, _ = settings_from_args(a)
+        if a.verbose:
+            from ...engine._native import set_verbose
+            set_verbose(True)
+        key = _api_key(a)
+        target_path, draft_path, _ = resolve_models(a)
+        with ExitStack() as stack:
+            target, draft = open_models(a, target_path, draft_path, stack)
+            drafter = "mtp" if getattr(a, "mtp", False) else "ngram" if a.lookup else draft
+            if drafter == "mtp" and target.n_mtp_layers < 1:
+                raise PyllamaspecError(f"--spec-type draft-mtp: {target_path} has no MTP (NextN) layers")
+            if isinstance(drafter, type(target)):
+                target.check_draft(drafter)
+            defaults = Defaults(sampling, draft_params, seeded=a.seed >= 0,
+                                chat_template=a.chat_template_file or a.chat_template,
+                                max_tokens=a.n_predict if a.n_predict >= 0 else None)
+            worker = Worker(target, drafter, defaults)
+            alias = a.alias or os.path.basename(target_path)
+            app = create_app(worker, alias, key)
+            what = ("plain decoding" if drafter is None else "n-gram lookup drafts" if drafter == "ngram"
+                    else "MTP drafts" if drafter == "mtp" else f"draft model {draft_path}")
+            print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, "
+                  f"listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
+            # a stream still running at shutdown is cut after 5 s (its generation then stops)
+            uvicorn.run(app, host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
+                        timeout_graceful_shutdown=5)
+        return 0
+    except (PyllamaspecError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(main())

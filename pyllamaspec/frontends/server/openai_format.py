@@ -1,0 +1,347 @@
+"""OpenAI's request and response shapes: parsing and checking a request body into a
+GenRequest, and shaping results, stream chunks, usage, logprobs and llama-server's timings.
+
+Every problem with a request is an APIError (a 4xx status and OpenAI's error body) that says
+which field is wrong and why; nothing here touches the models."""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
+from ...speculation.decoder import Stats
+
+# Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# Options that change what OpenAI returns in ways we do not implement: refused unless they hold
+# their neutral value (a silently ignored option would give a wrong answer).
+UNSUPPORTED = {
+    "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "function_call": (None, "none"),
+    "logit_bias": (None, {}), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
+    "response_format": (None, {"type": "text"}), "suffix": (None, ""), "echo": (None, False),
+    "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,), "parallel_tool_calls": (None, True, False),
+}
+# Options without effect on one answer from this server: accepted and ignored.
+IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "cache_prompt", "safety_identifier",
+           "prompt_cache_key", "verbosity"}
+FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
+
+
+class APIError(Exception):
+    """A request the server refuses: HTTP status and OpenAI's error object."""
+
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None,
+                 type: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.message, self.status, self.param, self.type, self.code = message, status, param, type, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class GenRequest:
+    """One checked request: what to generate and how to answer."""
+    kind: str                                  # "chat" or "completion"
+    messages: list[dict] | None = None
+    prompt: str | list[int] | None = None
+    max_tokens: int | None = None
+    sampling: dict = field(default_factory=dict)   # SamplingParams fields given
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: int | None = None                # top alternatives per token, None = no logprobs
+    model: str | None = None
+
+
+# ---- field checks -----------------------------------------------------------------------------
+
+def _type_name(v: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(v), "number" if isinstance(v, (int, float)) else type(v).__name__)
+
+
+def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False,
+            hi_open: bool = False):
+    v = body.get(name)
+    if v is None:
+        return None
+    kind = "an integer" if integer else "a number"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        if not (integer and isinstance(v, float) and v.is_integer()):
+            raise APIError(f"'{name}' must be {kind}, got {_type_name(v)} {v!r}", param=name)
+        v = int(v)
+    if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise APIError(f"'{name}' must be in {rng}, got {v!r}", param=name)
+    return v
+
+
+def _bool(body: dict, name: str, default: bool = False) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise APIError(f"'{name}' must be a boolean, got {_type_name(v)} {v!r}", param=name)
+    return v
+
+
+def _refuse_unsupported(body: dict) -> None:
+    for name, neutral in UNSUPPORTED.items():
+        if name in body and body[name] not in neutral:
+            what = "n > 1 (several choices)" if name == "n" else f"'{name}'"
+            raise APIError(f"{what} is not supported by this server (got {body[name]!r})", param=name,
+                           code="unsupported_parameter")
+
+
+def _stop(body: dict) -> list[str]:
+    v = body.get("stop")
+    if v is None:
+        return []
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise APIError(f"'stop' must be a string or an array of strings, got {_type_name(v)}", param="stop")
+    return [s for s in stops if s]            # OpenAI ignores empty stop strings
+
+
+def _sampling(body: dict) -> dict:
+    """The sampling fields given (OpenAI's names, llama-server's extras)."""
+    checks: dict[str, Callable[[], Any]] = {
+        "temperature": lambda: _number(body, "temperature", 0, 100),
+        "top_p": lambda: _number(body, "top_p", 0, 1, lo_open=True),
+        "top_k": lambda: _number(body, "top_k", 0, 2**31 - 1, integer=True),
+        "min_p": lambda: _number(body, "min_p", 0, 1, hi_open=True),
+        "repeat_penalty": lambda: _number(body, "repeat_penalty", 1e-4, 1e4, lo_open=True),
+        "presence_penalty": lambda: _number(body, "presence_penalty", -2, 2),
+        "frequency_penalty": lambda: _number(body, "frequency_penalty", -2, 2),
+        "penalty_last_n": lambda: _number(body, "repeat_last_n", -1, 2**31 - 1, integer=True),
+    }
+    return {k: v for k, v in ((k, f()) for k, f in checks.items()) if v is not None}
+
+
+def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
+    if not isinstance(body, dict):
+        raise APIError(f"the request body must be a JSON object, got {_type_name(body)}")
+    _refuse_unsupported(body)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise APIError(f"'model' must be a string, got {_type_name(model)}", param="model")
+    req = GenRequest(kind, model=model, sampling=_sampling(body), stop=_stop(body))
+    for name in ("max_completion_tokens", "max_tokens", "n_predict"):
+        v = _number(body, name, 0, 2**31 - 1, integer=True)
+        if v is not None:
+            if v > n_ctx:
+                raise APIError(f"'{name}' is {v}, beyond the context of {n_ctx} tokens", param=name,
+                               code="context_length_exceeded")
+            req.max_tokens = v
+            break
+    seed = _number(body, "seed", -2**63, 2**64 - 1, integer=True)
+    req.seed = None if seed is None or seed == -1 else seed % 2**64      # llama-server: -1 = random
+    req.stream = _bool(body, "stream")
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise APIError(f"'stream_options' must be an object, got {_type_name(opts)}", param="stream_options")
+        if not req.stream:
+            raise APIError("'stream_options' is only allowed with 'stream': true", param="stream_options")
+        req.include_usage = _bool(opts, "include_usage")
+    return req
+
+
+def _content(i: int, m: dict) -> str:
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):                   # content parts: text only
+        texts = []
+        for j, part in enumerate(c):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                what = part.get("type") if isinstance(part, dict) else _type_name(part)
+                raise APIError(f"messages[{i}].content[{j}]: only text parts are supported, got {what!r}",
+                               param=f"messages[{i}].content")
+            texts.append(part["text"])
+        return "".join(texts)
+    if c is None:
+        raise APIError(f"messages[{i}] has no content", param=f"messages[{i}].content")
+    raise APIError(f"messages[{i}].content must be a string or an array of text parts, got {_type_name(c)}",
+                   param=f"messages[{i}].content")
+
+
+def _messages(body: dict) -> list[dict]:
+    msgs = body.get("messages")
+    if msgs is None:
+        raise APIError("'messages' is required", param="messages")
+    if not isinstance(msgs, list):
+        raise APIError(f"'messages' must be an array of messages, got {_type_name(msgs)}", param="messages")
+    if not msgs:
+        raise APIError("'messages' is empty: give at least one message", param="messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise APIError(f"messages[{i}] must be an object, got {_type_name(m)}", param=f"messages[{i}]")
+        role = m.get("role")
+        if role not in ROLES:
+            raise APIError(f"messages[{i}].role {role!r} is not supported (use one of {', '.join(ROLES)})",
+                           param=f"messages[{i}].role")
+        out.append({"role": ROLES[role], "content": _content(i, m)})
+    return out
+
+
+def parse_chat(body: Any, n_ctx: int) -> GenRequest:
+    req = _common(body, "chat", n_ctx)
+    req.messages = _messages(body)
+    want = _bool(body, "logprobs")
+    top = _number(body, "top_logprobs", 0, MAX_LOGPROBS, integer=True)
+    if top is not None and not want:
+        raise APIError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    req.logprobs = (top or 0) if want else None
+    return req
+
+
+def parse_completion(body: Any, n_ctx: int) -> GenRequest:
+    req = _common(body, "completion", n_ctx)
+    p = body.get("prompt")
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+        p = p[0]                               # one prompt in an array
+    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        req.prompt = p
+    elif isinstance(p, str):
+        if not p:
+            raise APIError("'prompt' is empty", param="prompt")
+        req.prompt = p
+    elif isinstance(p, list) and len(p) > 1:
+        raise APIError("several prompts in one request are not supported: send one prompt", param="prompt",
+                       code="unsupported_parameter")
+    else:
+        raise APIError(f"'prompt' must be a non-empty string or an array of token ids, got {_type_name(p)}",
+                       param="prompt")
+    req.logprobs = _number(body, "logprobs", 0, MAX_LOGPROBS, integer=True)
+    return req
+
+
+# ---- responses --------------------------------------------------------------------------------
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def usage(stats: Stats | None, n_prompt: int, n_generated: int) -> dict:
+    cached = stats.n_reused if stats is not None else 0
+    return {"prompt_tokens": n_prompt, "completion_tokens": n_generated, "total_tokens": n_prompt + n_generated,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def timings(stats: Stats | None, has_drafter: bool) -> dict:
+    """llama-server's timings object (cache_n: prompt tokens reused from the cache, prompt_n:
+    evaluated), with the speculation's acceptance and tokens per round."""
+    if stats is None:
+        return {}
+    prompt_n = stats.n_prompt - stats.n_reused
+    p_ms, g_ms = 1e3 * stats.t_prompt, 1e3 * stats.t_generate
+    t = {"cache_n": stats.n_reused, "prompt_n": prompt_n, "prompt_ms": p_ms,
+         "prompt_per_token_ms": p_ms / prompt_n if prompt_n else 0.0,
+         "prompt_per_second": 1e3 * prompt_n / p_ms if p_ms > 0 else 0.0,
+         "predicted_n": stats.n_generated, "predicted_ms": g_ms,
+         "predicted_per_token_ms": g_ms / stats.n_generated if stats.n_generated else 0.0,
+         "predicted_per_second": stats.generate_tps}
+    if has_drafter:
+        t.update(draft_n=stats.drafted, draft_n_accepted=stats.accepted, draft_acceptance=stats.acceptance_rate,
+                 draft_rounds=stats.rounds, tokens_per_round=stats.mean_accepted)
+    return t
+
+
+TokenText = Callable[[int], bytes]
+
+
+def chat_logprobs(lps: list[TokenLogprobs], text_of: TokenText) -> dict:
+    """choices[].logprobs of a chat completion: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    def entry(tok: int, lp: float) -> dict:
+        b = text_of(tok)
+        return {"token": b.decode("utf-8", "replace"), "logprob": lp, "bytes": list(b)}
+    return {"content": [dict(entry(t.token, t.logprob), top_logprobs=[entry(i, lp) for i, lp in t.top])
+                        for t in lps]}
+
+
+def completion_logprobs(lps: list[TokenLogprobs], text_of: TokenText, offset: int = 0) -> dict:
+    """choices[].logprobs of a (legacy) completion: tokens, token_logprobs, top_logprobs (a
+    dict per token) and text_offset (each token's start in prompt + text)."""
+    tokens, offsets = [], []
+    for t in lps:
+        s = text_of(t.token).decode("utf-8", "replace")
+        offsets.append(offset)
+        tokens.append(s)
+        offset += len(s)
+    return {"tokens": tokens, "token_logprobs": [t.logprob for t in lps],
+            "top_logprobs": [{text_of(i).decode("utf-8", "replace"): lp for i, lp in t.top} for t in lps],
+            "text_offset": offsets}
+
+
+@dataclass
+class Shaper:
+    """Builds one request's response objects (whole or as chunks)."""
+    req: GenRequest
+    model: str
+    text_of: TokenText
+    has_drafter: bool
+    id: str = ""
+    created: int = 0
+    prompt_chars: int = 0
+
+    def __post_init__(self) -> None:
+        self.id = self.id or new_id(self.req.kind)
+        self.created = self.created or int(time.time())
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": "pyllamaspec"}
+
+    def _logprobs(self, lps: list[TokenLogprobs] | None, offset: int = 0) -> dict | None:
+        if self.req.logprobs is None or lps is None:
+            return None
+        if self.req.kind == "chat":
+            return chat_logprobs(lps, self.text_of)
+        return completion_logprobs(lps, self.text_of, self.prompt_chars + offset)
+
+    def whole(self, text: str, finish: str, lps, stats: Stats | None, n_prompt: int, n_gen: int) -> dict:
+        choice: dict = {"index": 0, "logprobs": self._logprobs(lps), "finish_reason": FINISH.get(finish, finish)}
+        if self.req.kind == "chat":
+            choice["message"] = {"role": "assistant", "content": text}
+            obj = self._head("chat.completion")
+        else:
+            choice["text"] = text
+            obj = self._head("text_completion")
+        obj.update(choices=[choice], usage=usage(stats, n_prompt, n_gen), timings=timings(stats, self.has_drafter))
+        return obj
+
+    def chunk(self, text: str | None = None, lps=None, finish: str | None = None, *, role: bool = False,
+              offset: int = 0) -> dict:
+        choice: dict = {"index": 0, "logprobs": self._logprobs(lps, offset) if lps else None,
+                        "finish_reason": FINISH.get(finish, finish) if finish else None}
+        if self.req.kind == "chat":
+            delta: dict = {"role": "assistant", "content": ""} if role else {}
+            if text:
+                delta["content"] = text
+            choice["delta"] = delta
+            obj = self._head("chat.completion.chunk")
+        else:
+            choice["text"] = text or ""
+            obj = self._head("text_completion")
+        obj["choices"] = [choice]
+        return obj
+
+    def final_chunk(self, finish: str, stats: Stats | None) -> dict:
+        obj = self.chunk(finish=finish)
+        obj["timings"] = timings(stats, self.has_drafter)
+        return obj
+
+    def usage_chunk(self, stats: Stats | None, n_prompt: int, n_gen: int) -> dict:
+        obj = self._head("chat.completion.chunk" if self.req.kind == "chat" else "text_completion")
+        obj.update(choices=[], usage=usage(stats, n_prompt, n_gen))
+        return obj
+
+
+__all__ = ["APIError", "GenRequest", "parse_chat", "parse_completion", "Shaper", "timings", "usage"]

@@ -1,0 +1,233 @@
+"""The models' worker: one thread runs the requests one at a time, in arrival order, through
+pyllamaspec's generation loop (iter_generate), and hands each request's pieces to the event
+loop that waits on them; the event loop stays free (/health answers during a generation).
+
+Each request has a Cancel: a client that goes away sets it, which interrupts the evaluation
+running on the models and stops the loop before its next round; a request cancelled while it
+waits in the queue is dropped unrun. The models' caches persist from request to request, so a
+prompt that extends the previous one (a chat one turn longer) evaluates only its new tokens."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from ...engine.cancel import Cancel
+from ...engine.chat_template import ChatPrompt
+from ...errors import InvalidArgumentError, PyllamaspecError
+from ..generate import Piece, iter_generate
+from ...engine.model import Model
+from ...engine.sampling import SamplingParams
+from ...speculation.decoder import DraftParams
+from .openai_format import APIError, GenRequest
+
+log = logging.getLogger("pyllamaspec.server")
+
+
+@dataclass
+class Defaults:
+    """What a request does not say: the command line's sampling, and its speculation."""
+    sampling: SamplingParams
+    draft: DraftParams
+    seeded: bool = False                  # -s given: requests without a seed use it
+    chat_template: str | None = None
+    max_tokens: int | None = None         # -n: a request's max_tokens when it gives none (None: to the end)
+
+
+@dataclass
+class Job:
+    """A checked request bound to the models: prompt ids and everything the loop needs."""
+    req: GenRequest
+    ids: list[int]
+    stops: list[str]
+    max_tokens: int
+    sampling: SamplingParams
+    draft: DraftParams
+    loop: asyncio.AbstractEventLoop
+    cancel: Cancel = field(default_factory=Cancel)
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled_at: float | None = None
+
+    def stop(self) -> None:
+        """Cancels the request (from the event loop): a no-op once it has finished."""
+        if self.cancelled_at is None:
+            self.cancelled_at = time.perf_counter()
+        self.cancel.set()
+
+    def emit(self, kind: str, value) -> None:
+        """From the worker thread: queue an event for the request's handler."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:              # the event loop is gone (shutdown)
+            pass
+
+    async def stream(self) -> AsyncIterator[tuple[str, object]]:
+        """("piece", Piece) ... then ("done", result dict) or ("error", exception)."""
+        while True:
+            kind, value = await self.events.get()
+            yield kind, value
+            if kind != "piece":
+                return
+
+
+@dataclass
+class Counters:
+    requests: int = 0                     # generations run to their end
+    cancelled: int = 0                    # of those, stopped by their client going away
+    dropped: int = 0                      # cancelled while waiting, never run
+    errors: int = 0
+    tokens: int = 0
+    last_cancel: dict | None = None       # how fast the last cancelled generation stopped
+
+
+class Worker:
+    """Owns the target and drafter; runs Jobs on its own thread."""
+
+    def __init__(self, target: Model, drafter: Model | str | None, defaults: Defaults):
+        self.target, self.drafter, self.defaults = target, drafter, defaults
+        for m in (target, drafter):
+            if isinstance(m, Model):       # uvicorn owns Ctrl-C; generations stop by Cancel
+                m.catch_sigint(False)
+        self.counters = Counters()
+        self.busy = False
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._pieces: dict[int, bytes] = {}
+        self._thread = threading.Thread(target=self._run_forever, name="pyllamaspec-worker", daemon=True)
+        self._thread.start()
+
+    @property
+    def has_drafter(self) -> bool:
+        return self.drafter is not None
+
+    @property
+    def queued(self) -> int:
+        return self._jobs.qsize()
+
+    def token_bytes(self, token: int) -> bytes:
+        b = self._pieces.get(token)
+        if b is None:
+            b = self._pieces[token] = self.target.token_to_piece(token)
+        return b
+
+    # -- preparing (any thread: tokenizer calls run beside an evaluation) --------------------
+    def prepare(self, req: GenRequest, loop: asyncio.AbstractEventLoop) -> Job:
+        """Renders and tokenizes the prompt and checks it against the context: APIError if it
+        does not fit."""
+        t = self.target
+        stops = list(req.stop)
+        try:
+            if req.kind == "chat":
+                ids, chat_stops = ChatPrompt.make(req.messages, self.defaults.chat_template).render(t)
+                stops += [s for s in chat_stops if s not in stops]
+            elif isinstance(req.prompt, str):
+                ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
+            else:
+                ids = list(req.prompt)
+                bad = [i for i in ids if not 0 <= i < t.n_vocab]
+                if bad:
+                    raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
+                                   param="prompt")
+        except PyllamaspecError as e:      # a template refusing the conversation, ...
+            raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
+        n_ctx = min(m.n_ctx for m in (t, self.drafter) if isinstance(m, Model))
+        if not ids:
+            raise APIError("the prompt is empty (no tokens)", param="prompt")
+        if len(ids) >= n_ctx:
+            raise APIError(f"the prompt has {len(ids)} tokens, more than the context of {n_ctx} holds "
+                           f"(the server's -c)", param="messages" if req.kind == "chat" else "prompt",
+                           code="context_length_exceeded")
+        room = n_ctx - len(ids)
+        if req.max_tokens is not None and req.max_tokens > room:
+            raise APIError(f"the context holds {n_ctx} tokens: the prompt has {len(ids)} and max_tokens asks for "
+                           f"{req.max_tokens} more (at most {room})", param="max_tokens",
+                           code="context_length_exceeded")
+        sampling, draft = self._params(req)
+        max_tokens = req.max_tokens
+        if max_tokens is None:
+            max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
+        return Job(req, ids, stops, max_tokens, sampling, draft, loop)
+
+    def _params(self, req: GenRequest) -> tuple[SamplingParams, DraftParams]:
+        d = self.defaults
+        fields = {**d.sampling.__dict__, **req.sampling}
+        if req.seed is not None:
+            fields["seed"] = req.seed
+        elif not d.seeded:
+            fields["seed"] = int.from_bytes(os.urandom(8), "little")
+        try:
+            sampling = SamplingParams(**fields)
+        except InvalidArgumentError as e:
+            raise APIError(str(e)) from None
+        draft = d.draft
+        # as generate(): a seed with sampling asks for the same output each time, so fixed
+        # draft lengths (the cost model follows measured times)
+        if draft.adaptive and (req.seed is not None or d.seeded) and sampling.temperature > 0:
+            draft = DraftParams(**{**draft.__dict__, "adaptive": False})
+        return sampling, draft
+
+    # -- running (the worker thread) ----------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        self._jobs.put(job)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+
+    def _run_forever(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancel.is_set():
+                self.counters.dropped += 1
+                job.emit("error", APIError("the request was cancelled", 499))
+                continue
+            self.busy = True
+            try:
+                self._run(job)
+            except BaseException as e:    # noqa: BLE001 - never let a request take the worker down
+                log.exception("generation failed")
+                self.counters.errors += 1
+                job.emit("error", e)
+            finally:
+                self.busy = False
+
+    def _run(self, job: Job) -> None:
+        result: dict = {}
+        n_at_cancel = None
+        pieces = iter_generate(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
+                               max_tokens=job.max_tokens, stop=job.stops, result=result, cancel=job.cancel,
+                               logprobs=job.req.logprobs, per_token=job.req.logprobs is not None)
+        n = 0
+        try:
+            for p in pieces:
+                if n_at_cancel is None and job.cancel.is_set():
+                    n_at_cancel = n
+                n += p.token >= 0
+                job.emit("piece", p)
+        finally:
+            pieces.close()
+        self.counters.requests += 1
+        self.counters.tokens += len(result.get("tokens", ()))
+        if result.get("finish_reason") == "cancelled":
+            self.counters.cancelled += 1
+            done = time.perf_counter()
+            self.counters.last_cancel = {
+                "stop_ms": 1e3 * (done - job.cancelled_at) if job.cancelled_at else None,
+                "tokens_after_cancel": n - n_at_cancel if n_at_cancel is not None else 0,
+                "tokens": len(result.get("tokens", ())), "max_tokens": job.max_tokens}
+        job.emit("done", result)
+
+    def health(self) -> dict:
+        c = self.counters
+        return {"status": "ok", "busy": self.busy, "queued": self.queued, "requests": c.requests,
+                "cancelled": c.cancelled, "dropped": c.dropped, "errors": c.errors, "tokens": c.tokens,
+                "last_cancel": c.last_cancel}
+
+
+__all__ = ["Worker", "Job", "Defaults", "Counters", "Piece"]

@@ -1,0 +1,132 @@
+"""A draft model: a small model of the target's vocabulary samples drafts from its adjusted
+distribution q (llama.cpp's draft-simple, with sampled verification).
+
+Its cache holds seq[:-1] except for `skipped` tokens: after a long stretch of plain decoding it
+catches up on the last CATCH_UP_MAX tokens only, placed right after what it holds (a drafter may
+see any text; the target's verification keeps the output exact)."""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ...engine.model import Model
+from ...engine.sampling import SamplingParams
+from ...errors import InvalidArgumentError, NoVocabularyError
+from ..params import DraftParams
+from .base import Draft
+from .sampled import SampledDrafter
+
+# Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
+_COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
+
+
+def _common_ids(target: Model, n: int) -> np.ndarray | None:
+    cached = _COMMON_IDS.get(target)
+    if cached is None or cached[0] != n:
+        try:
+            common = target.common_token_ids(n)
+        except NoVocabularyError:                # no token texts to rank: the full head
+            common = None
+        _COMMON_IDS[target] = cached = (n, common)
+    return cached[1]
+
+
+class ModelDrafter(SampledDrafter):
+    """Drafts with a draft Model; see the module's docstring."""
+
+    CATCH_UP_MAX = 32
+
+    def __init__(self, model: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int],
+                 target: Model):
+        if model.n_vocab != target.n_vocab:
+            raise InvalidArgumentError(f"draft has {model.n_vocab} logits, target {target.n_vocab}")
+        super().__init__(model.n_vocab, sampling, params, eog)
+        self.model = self.draft_model = model
+        self.key = model.path
+        self.saved_head = model.output_ids
+        self._restrict_head(target)
+        # Tokens the text uses join the head as they appear (rare names, identifiers, a loop
+        # of odd tokens): texts repeat their own rare tokens.
+        self.in_head = None
+        if model.output_ids is not None and model.output_ids is not self.saved_head:
+            self.in_head = np.zeros(model.n_vocab, bool)
+            self.in_head[model.output_ids] = True
+        self.logits = np.empty((1, model.n_vocab), np.float32)
+        self.step_buf = np.empty(1, np.int32)
+        self.skipped = 0
+
+    def _restrict_head(self, target: Model) -> None:
+        """A large vocabulary's head is most of a small draft's cost (Gemma 3: 262k rows): the
+        draft computes the common tokens' logits only. It proposes no rare token, which only
+        costs acceptance; the target's verification keeps the output exact."""
+        n, m = self.params.draft_vocab, self.model
+        if not n or m.n_vocab <= 2 * n:
+            return
+        common = _common_ids(target, n)
+        if common is not None:
+            ids = np.union1d(common, np.fromiter(self.eog, np.int32)).astype(np.int32)
+            if m.output_ids is None or not np.array_equal(m.output_ids, ids):
+                m.set_output_ids(ids)
+
+    @property
+    def max_draft(self) -> int:
+        return self.model.max_rollback + 1       # the draft drops at most k - 1 of its tokens
+
+    def prefill(self, prompt: list[int]) -> int:
+        """Brings the draft's cache to hold prompt[:-1], evaluating only what follows its
+        longest common prefix with what it holds; returns how many tokens were reused."""
+        super().prefill(prompt)
+        head = np.asarray(prompt[:-1], np.int32)
+        n_keep = self.model.reuse_prefix(head.tolist())
+        if n_keep < len(head):
+            self.model.eval(head[n_keep:], logits="none")
+        self.skipped = 0
+        self.learn(head)
+        return n_keep
+
+    def learn(self, tokens) -> None:
+        """Adds the tokens the restricted head lacks."""
+        if self.in_head is not None:
+            t = np.asarray(tokens, np.int64)
+            new = t[~self.in_head[t]]
+            if len(new):
+                self.model.add_output_ids(new)
+                self.in_head[new] = True
+
+    def _unseen(self, seq: list[int]) -> tuple[int, int]:
+        """(tokens of seq[:-1] the draft has not seen, how many of them it would evaluate: the
+        last CATCH_UP_MAX at most, leaving room in its context for the last token)."""
+        d = self.model
+        gap = len(seq) - 1 - d.n_past - self.skipped
+        return gap, max(0, min(gap, self.CATCH_UP_MAX, d.n_ctx - d.n_past - 1))
+
+    def pending(self, seq: list[int]) -> int:
+        return self._unseen(seq)[1]
+
+    def catch_up(self, seq: list[int]) -> int:
+        gap, n = self._unseen(seq)
+        self.skipped += gap - n
+        if n:
+            self.model.eval(np.asarray(seq[len(seq) - 1 - n:-1], np.int32), logits="none")
+        return n
+
+    def room(self) -> int:
+        return self.model.n_ctx - self.model.n_past
+
+    def next_logits(self, token: int, k: int) -> np.ndarray:
+        self.step_buf[0] = token
+        return self.model.eval(self.step_buf, logits="last", out=self.logits)[0]
+
+    def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
+        super().accepted(seq, new, draft)
+        # keep what the draft saw of the accepted prefix; the rest it evaluates next round
+        self.model.truncate(min(self.model.n_past, len(seq) - 1 - self.skipped))
+        if self.in_head is not None and not self.in_head[new[-1]]:
+            self.learn(new[-1:])                 # accepted drafts were in the head already
+
+    def close(self) -> None:
+        """Gives the draft model its head back as it was."""
+        m = self.model
+        if not m.closed and (m.output_ids is not self.saved_head):
+            m.set_output_ids(self.saved_head)

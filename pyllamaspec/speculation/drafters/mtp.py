@@ -1,0 +1,45 @@
+"""MTP drafting: a target whose GGUF carries NextN/MTP layers (qwen35) drafts with them, from
+its own last hidden state: no draft model, no second tokenizer, the weights shared.
+
+Each step runs the MTP block once (csrc/mtp.h): step 0 takes the token after the cache and the
+target's hidden state before it, step s the step s - 1 draft token and the MTP's own output
+state, so a k-token draft costs k MTP-block evaluations (one attention layer, its FFN and the
+output head). The core keeps the MTP cache in step with the target's (its eval fills it, its
+truncation rolls it back), so this drafter holds no cache of its own. Drafts are sampled from
+the MTP's adjusted distribution q, as a draft model's are, and verified exactly: greedy output
+is the target's own, sampled output keeps the target's distribution.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...engine.model import Model
+from ...engine.sampling import SamplingParams
+from ...errors import UnsupportedModelError
+from ..params import DraftParams
+from .sampled import SampledDrafter
+
+__all__ = ["MtpDrafter"]
+
+
+class MtpDrafter(SampledDrafter):
+    """Drafts with the target's MTP block."""
+
+    key = "mtp"
+    SEED_MIX = (0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7)
+
+    def __init__(self, target: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int]):
+        if target.n_mtp_layers < 1:
+            raise UnsupportedModelError(
+                f"draft_model='mtp': {target.path!s} has no MTP (NextN) layers to draft with "
+                f"(nextn_predict_layers is 0, or the converter left their tensors out)")
+        super().__init__(target.n_vocab, sampling, params, eog)
+        target.enable_mtp()
+        self.target = target
+        self.logits = np.empty(target.n_vocab, np.float32)
+
+    def room(self) -> int:
+        return self.target.n_ctx - self.target.n_past
+
+    def next_logits(self, token: int, k: int) -> np.ndarray:
+        return self.target.mtp_draft(token, k, out=self.logits)
