@@ -3,16 +3,30 @@ from __future__ import annotations
 
 from .engine._native import set_verbose, system_info
 from .engine.cancel import Cancel
-from .frontends.chat import ChatResult, chat
 from .engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate
-from .errors import (BackendError, ChatTemplateError, ContextFullError, EvaluationInterrupted, InvalidArgumentError,
-                     ModelClosedError, ModelFormatError, ModelIOError, ModelNotFoundError, NoVocabularyError,
-                     OutOfMemoryError, PyllamaspecError, RpcError, TokenOutOfRangeError, UnsupportedModelError)
-from .frontends.generate import GenerationResponse, GenerationResult, generate, stream_generate
 from .engine.model import Model, ModelInfo
 from .engine.sampling import SamplingParams, TokenLogprobs
-from .speculation.decoder import Decoder, DraftParams, Stats
 from .engine.vocab import Detokenizer, Tokenizer
+from .errors import (
+                     BackendError,
+                     ChatTemplateError,
+                     ContextFullError,
+                     EvaluationInterrupted,
+                     InvalidArgumentError,
+                     ModelClosedError,
+                     ModelFormatError,
+                     ModelIOError,
+                     ModelNotFoundError,
+                     NoVocabularyError,
+                     OutOfMemoryError,
+                     PyllamaspecError,
+                     RpcError,
+                     TokenOutOfRangeError,
+                     UnsupportedModelError,
+)
+from .frontends.chat import ChatResult, chat
+from .frontends.generate import GenerationResponse, GenerationResult, generate, stream_generate
+from .speculation.decoder import Decoder, DraftParams, Stats
 
 __version__ = "0.1.0"
 

@@ -11,4 +11,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from .frontends.server.main import run
+    raise SystemExit(run())

@@ -34,11 +34,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import engines
 from ..engine._native import system_info
-from .engines import llama_cpp_probe
 from ..engine.model import DRAFT_OPTIONS, Model
-
+from . import engines
+from .engines import llama_cpp_probe
 
 # The speculative run's default request ("rewrite this code with one change"): an answer
 # that repeats much of the prompt, where drafting, by a model or by prompt lookup, can gain most.
@@ -210,6 +209,7 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
     llama-cpp-python) each round also times llama.cpp's plain decoding and its
     speculative-simple loop on the same pair, prompt and draft settings."""
     import resource
+
     from ..frontends.generate import generate
     with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
          (Model(draft, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS) if draft != "ngram" else _NoModel()) as dm:

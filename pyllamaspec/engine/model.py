@@ -10,8 +10,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, ModelIOError, ModelNotFoundError
 from ..files import split as _split
-from . import _args, _native
-from . import remote as rpc_mod
+from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
 from .context import Context, LocalContext
 from .vocab import VocabMixin

@@ -40,10 +40,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import (
+    BY_STATUS,
+    BackendError,
+    EvaluationInterrupted,
+    InvalidArgumentError,
+    RpcError,
+    UnsupportedModelError,
+)
 from ._native import ffi, lib
 from .context import Context
-from ..errors import (BY_STATUS, BackendError, EvaluationInterrupted, InvalidArgumentError, RpcError,
-                      UnsupportedModelError)
 
 HELLO = 14                 # ggml-rpc's RPC_CMD_HELLO (fixed across protocol versions)
 CONN_CAPS = 24             # bytes of transport capabilities in HELLO (protocol 7)

@@ -6,11 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _args
-from . import _native
-from ._native import ffi, lib
 from ..errors import InvalidArgumentError
-
+from . import _args, _native
+from ._native import ffi, lib
 
 # Bounds that keep penalized logits finite in float32 whatever the logits (|logit| < 1e4):
 # far beyond any useful value (OpenAI takes penalties in [-2, 2], llama.cpp's users 1.0-1.5).

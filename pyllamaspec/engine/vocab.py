@@ -18,9 +18,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import _args
-from . import _native
 from ..errors import InvalidArgumentError, ModelNotFoundError, TokenOutOfRangeError
+from . import _args, _native
 
 __all__ = ["VocabMixin", "VocabInfo", "TokenAttr", "Detokenizer", "Tokenizer", "pretokenize",
            "tokenizer_throughput", "english_sample_text"]

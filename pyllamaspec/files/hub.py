@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from .split import SPLIT_RE, is_split, split_info, split_parts
 from ..errors import InvalidArgumentError, ModelIOError, ModelNotFoundError, PyllamaspecError
+from .split import SPLIT_RE, is_split, split_info, split_parts
 
 __all__ = [
     "DEFAULT_QUANT", "DEFAULT_FALLBACK", "HubDependencyError", "HubModelNotFoundError",

@@ -13,8 +13,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
-from . import pypi as _pypi
 from ..errors import ModelNotFoundError
+from . import pypi as _pypi
 
 __all__ = ["ModelUnavailable", "cache_dir", "real_model_path", "REAL_MODEL_NAMES", "demo_pair"]
 

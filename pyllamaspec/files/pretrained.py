@@ -10,8 +10,8 @@ import fnmatch
 import os
 import pathlib
 
-from . import hub
 from ..errors import InvalidArgumentError
+from . import hub
 
 _GLOB = set("*?[")
 

@@ -10,9 +10,9 @@ from typing import Iterator, Sequence, Union
 from ..engine import _args
 from ..engine.cancel import Cancel
 from ..engine.chat_template import ChatPrompt, is_messages
-from ..errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError, RpcError
 from ..engine.model import DRAFT_OPTIONS, Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
+from ..errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError, RpcError
 from ..speculation.decoder import Decoder, DraftParams, Stats
 
 ModelLike = Union[str, "os.PathLike[str]", Model]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+
 import numpy as np
 
 from .pair_stats import PairStats

@@ -12,11 +12,11 @@ import sys
 from dataclasses import dataclass, field
 
 from ...engine.chat_template import ChatPrompt
-from ...errors import ContextFullError, PyllamaspecError
-from ..generate import iter_generate
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
+from ...errors import ContextFullError, PyllamaspecError
 from ...speculation.decoder import DraftParams, Stats
+from ..generate import iter_generate
 
 GREEN, RESET = "\033[32m", "\033[0m"
 

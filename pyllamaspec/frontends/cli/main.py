@@ -18,13 +18,13 @@ import sys
 from contextlib import ExitStack
 
 from ...engine.chat_template import template_source
-from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
-from .chat import run_conversation
-from ...errors import PyllamaspecError
-from ..generate import iter_generate
 from ...engine.model import DRAFT_OPTIONS, Model
 from ...engine.sampling import SamplingParams
+from ...errors import PyllamaspecError
 from ...speculation.decoder import DraftParams, Stats
+from ..generate import iter_generate
+from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
+from .chat import run_conversation
 
 DEMO_QUESTION = "Write a short story about a robot who learns to paint."
 # llama.cpp's CLI takes the prompt as given, so the default for a model given without a prompt

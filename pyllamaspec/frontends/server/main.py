@@ -15,8 +15,7 @@ import os
 import sys
 from contextlib import ExitStack
 
-from . import ServerDependencyError
-from . import check_dependencies
+from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import uvicorn
 
-    from ..cli.main import open_models, resolve_models, settings_from_args
-    from ..cli.args import parse_args
     from ...errors import PyllamaspecError
+    from ..cli.args import parse_args
+    from ..cli.main import open_models, resolve_models, settings_from_args
     from .app import create_app
     from .worker import Defaults, Worker
 
@@ -98,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def run() -> int:
+    """`python -m pyllamaspec.server`: main() with warnings logged to stderr."""
     logging.basicConfig(level=logging.WARNING)
-    sys.exit(main())
+    return main()

@@ -19,11 +19,11 @@ from typing import AsyncIterator
 
 from ...engine.cancel import Cancel
 from ...engine.chat_template import ChatPrompt
-from ...errors import InvalidArgumentError, PyllamaspecError
-from ..generate import Piece, iter_generate
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
+from ...errors import InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import DraftParams
+from ..generate import Piece, iter_generate
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
