@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pyllamaspec import Model, generate, stream_generate  # noqa: E402
-from pyllamaspec import rpc as rpc_mod  # noqa: E402
+from pyllamaspec.engine import remote as rpc_mod  # noqa: E402
 
 PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. "
           "The keeper reads it and")

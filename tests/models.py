@@ -8,7 +8,8 @@
   architecture llama, qwen2, qwen3 or gemma3 with the ``gguf`` package, in
   F32, F16, Q8_0, Q4_0 or Q4_1; ``write_llama_gguf(path, ...)`` is the llama
   writer (``write_gguf`` with the llama defaults). Mixtures of experts (qwen3moe, qwen2moe,
-  gpt-oss) have their own writer: tests/models_moe.py ``write_moe_gguf``.
+  gpt-oss) have their own writer: tests/models_moe.py ``write_moe_gguf``; so has qwen35
+  (tests/models_qwen35.py). The three build their files from the parts in tests/models_parts.py.
 * ``corrupt_copy(src, dst, kind)`` and friends produce broken files for
   bad-input tests.
 * ``split_gguf(src, prefix, ...)`` writes shards as ``llama-gguf-split`` does
@@ -27,6 +28,8 @@ import struct
 from typing import Iterable, Mapping
 
 import numpy as np
+
+import models_parts as parts
 
 __all__ = [
     "ModelUnavailable",
@@ -140,92 +143,42 @@ def gpt2_byte_tokens(n_vocab: int) -> tuple[list[str], list[str]]:
 
 
 _DTYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
-_FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}  # llama_ftype values
-
-
-def _encode_tensor(gguf, arr: np.ndarray, dtype: str):
-    """Return (array, raw_dtype) for GGUFWriter.add_tensor."""
-    qt = gguf.GGMLQuantizationType[dtype]
-    if dtype == "F32":
-        return np.ascontiguousarray(arr, dtype=np.float32), None
-    if dtype == "F16":
-        return np.ascontiguousarray(arr, dtype=np.float16), None
-    q = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), qt)
-    return q, qt
-
 
 # architectures with their own tensor layout; any other name gets the llama layout
 ARCH_LAYOUTS = ("llama", "qwen2", "qwen3", "gemma3")
 
 
 def write_gguf(
-    path,
-    *,
-    arch: str = "llama",
-    n_vocab: int = 64,
-    n_embd: int = 32,
-    n_layer: int = 2,
-    n_head: int = 4,
-    n_head_kv: int = 2,
-    n_ff: int = 48,
-    n_ctx_train: int = 128,
-    dtype: str = "F32",
-    tied: bool | None = None,
-    rope_base: float = 10000.0,
-    eps: float = 1e-5,
-    seed: int = 0,
-    name: str | None = None,
-    head_dim: int | None = None,
-    n_rot: int | None = None,
-    sliding_window: int | None = None,
-    rope_base_swa: float | None = None,
-    rope_scaling_linear: float | None = None,
-    bias_std: float = 0.5,
-    token_embd_dtype: str | None = None,
-    output_dtype: str | None = None,
-    bos_id: int = 0,
-    eos_id: int = 1,
-    add_bos: bool | None = None,
-    drop_tensors: Iterable[str] = (),
-    drop_keys: Iterable[str] = (),
-    extra_kv: Mapping[str, object] | None = None,
-    return_weights: bool = False,
+    path, *, arch: str = "llama", n_vocab: int = 64, n_embd: int = 32, n_layer: int = 2, n_head: int = 4,
+    n_head_kv: int = 2, n_ff: int = 48, n_ctx_train: int = 128, dtype: str = "F32", tied: bool | None = None,
+    rope_base: float = 10000.0, eps: float = 1e-5, seed: int = 0, name: str | None = None,
+    head_dim: int | None = None, n_rot: int | None = None, sliding_window: int | None = None,
+    rope_base_swa: float | None = None, rope_scaling_linear: float | None = None, bias_std: float = 0.5,
+    token_embd_dtype: str | None = None, output_dtype: str | None = None, bos_id: int = 0, eos_id: int = 1,
+    add_bos: bool | None = None, drop_tensors: Iterable[str] = (), drop_keys: Iterable[str] = (),
+    extra_kv: Mapping[str, object] | None = None, return_weights: bool = False,
 ) -> dict:
     """Write a tiny random GGUF of architecture ``arch`` and return its hyper-parameters.
 
     ``arch`` is ``"llama"``, ``"qwen2"``, ``"qwen3"`` or ``"gemma3"``; any other
     name writes the llama layout under that name (``arch="mamba9"`` gives a
     well-formed file of an unknown architecture). Keys are prefixed with
-    ``arch``; tensor names are llama.cpp's. On top of the llama layout:
-
-    * ``qwen2``: ``blk.N.attn_{q,k,v}.bias`` (F32, N(0, ``bias_std``)).
-    * ``qwen3``: ``blk.N.attn_{q,k}_norm.weight`` (F32, length ``head_dim``).
-    * ``gemma3``: the q/k norms, ``blk.N.post_attention_norm.weight`` and
-      ``blk.N.post_ffw_norm.weight`` (F32, n_embd); tied by default;
-      ``gemma3.attention.sliding_window`` = ``sliding_window`` (default 512;
-      0 means no sliding window); ``gemma3.rope.freq_base_swa`` only when
-      ``rope_base_swa`` is given (llama.cpp uses 10000 for gemma3's
-      sliding-window layers and reads no key for it).
+    ``arch``; tensor names are llama.cpp's. What each layout adds to llama's
+    tensors: ``_dense_layer``; which keys are written when: ``_dense_kv``.
 
     ``head_dim`` (default ``n_embd // n_head``) is the per-head size of q, k and
-    v, written as ``attention.key_length`` / ``value_length`` (always for
-    qwen3 and gemma3, as their converters do; for the others only when it is
-    not ``n_embd / n_head``). ``tied`` (default: True for gemma3, else False)
-    leaves ``output.weight`` out.
+    v. ``tied`` (default: True for gemma3, else False) leaves ``output.weight``
+    out. ``sliding_window`` (gemma3 only, default 512; 0 means no sliding
+    window) and ``rope_base_swa`` (gemma3 only; llama.cpp uses 10000 for
+    gemma3's sliding-window layers and reads no key for it).
 
     The layout follows llama.cpp's convert script: 2-D weights in ``dtype``
     (``token_embd_dtype``/``output_dtype`` override those two), every 1-D
     tensor (norms, biases) in F32. Quantized types need every 2-D row length
     (n_embd, n_ff, n_head*head_dim) to be a multiple of 32, e.g.
-    ``n_embd=64, n_ff=96``.
+    ``n_embd=64, n_ff=96``. Weights: ``models_parts.Draws`` (biases N(0, ``bias_std``)).
 
-    Weights are seeded Gaussians: projections N(0, 1/sqrt(n_in)), embeddings
-    N(0, 1), norm weights 1 + N(0, 0.1) so activations stay O(1) (Gemma's
-    GGUF norm weights hold the ``1 +`` too, so every architecture computes
-    ``x_normed * w``).
-
-    ``n_rot`` < head_dim writes a partial rotary ``rope.dimension_count``
-    (always written for the llama layout, else only when given);
+    ``n_rot`` < head_dim writes a partial rotary ``rope.dimension_count``;
     ``rope_scaling_linear`` writes ``rope.scaling.type="linear"`` and
     ``rope.scaling.factor``. ``drop_tensors`` / ``drop_keys`` leave tensors /
     keys out (for missing-data tests); ``extra_kv`` adds or overrides keys
@@ -246,192 +199,31 @@ def write_gguf(
         name = f"tiny-random-{arch}"
     if tied is None:
         tied = layout == "gemma3"
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-    token_embd_dtype = token_embd_dtype or dtype
-    output_dtype = output_dtype or dtype
-    for d in (token_embd_dtype, output_dtype):
-        if d not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}, got {d!r}")
-    if head_dim is None:
-        if n_embd % n_head:
-            raise ValueError("n_embd must be a multiple of n_head")
-        head_dim = n_embd // n_head
-    if head_dim <= 0 or head_dim % 2:
-        raise ValueError("head_dim must be even and positive")
-    if n_head % n_head_kv:
-        raise ValueError("n_head must be a multiple of n_head_kv")
-    write_head_dim = layout in ("qwen3", "gemma3") or head_dim * n_head != n_embd
-    write_n_rot = layout == "llama" or n_rot is not None
-    if n_rot is None:
-        n_rot = head_dim
-    if n_rot % 2 or n_rot > head_dim:
-        raise ValueError("n_rot must be even and <= head_dim")
-    if layout == "gemma3":
-        if sliding_window is None:
-            sliding_window = 512
-        if sliding_window < 0:
-            raise ValueError("sliding_window must be >= 0")
-    elif sliding_window is not None or rope_base_swa is not None:
-        raise ValueError("sliding_window / rope_base_swa are gemma3 options")
-    n_embd_q = head_dim * n_head
-    n_embd_kv = head_dim * n_head_kv
-    used = {dtype, token_embd_dtype, output_dtype}
-    if used - {"F32", "F16"}:
-        for what, n in (("n_embd", n_embd), ("n_ff", n_ff), ("n_head*head_dim", n_embd_q)):
-            if n % 32:
-                raise ValueError(
-                    f"quantized dtype needs {what} to be a multiple of 32 (got {n}); "
-                    "try n_embd=64, n_ff=96"
-                )
+    token_embd_dtype, output_dtype = token_embd_dtype or dtype, output_dtype or dtype
+    parts.check_dtypes(_DTYPES, dtype, token_embd_dtype, output_dtype)
+    head_dim, n_rot, head_dim_keys, n_rot_key = _dense_heads(layout, n_embd, n_head, n_head_kv, head_dim, n_rot)
+    sliding_window = _gemma3_window(layout, sliding_window, rope_base_swa)
+    _check_quantized_rows({dtype, token_embd_dtype, output_dtype},
+                          (("n_embd", n_embd), ("n_ff", n_ff), ("n_head*head_dim", head_dim * n_head)))
     if not (0 <= bos_id < n_vocab and 0 <= eos_id < n_vocab):
         raise ValueError("bos_id / eos_id out of range")
 
-    drop_tensors = set(drop_tensors)
-    drop_keys = set(drop_keys)
-    rng = np.random.default_rng(seed)
-
-    def lin(n_out, n_in):
-        return rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
-
-    def norm(n):
-        return 1.0 + 0.1 * rng.standard_normal(n)
-
-    # (name, numpy array of shape (n_out, n_in) or (n,), dtype); the llama order of
-    # draws comes first in every block so a llama file is the same as it always was
-    tensors: list[tuple[str, np.ndarray, str]] = []
-    tensors.append(("token_embd.weight", rng.standard_normal((n_vocab, n_embd)), token_embd_dtype))
-    tensors.append(("output_norm.weight", norm(n_embd), "F32"))
-    if not tied:
-        tensors.append(("output.weight", lin(n_vocab, n_embd), output_dtype))
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        tensors += [
-            (p + "attn_norm.weight", norm(n_embd), "F32"),
-            (p + "attn_q.weight", lin(n_embd_q, n_embd), dtype),
-            (p + "attn_k.weight", lin(n_embd_kv, n_embd), dtype),
-            (p + "attn_v.weight", lin(n_embd_kv, n_embd), dtype),
-            (p + "attn_output.weight", lin(n_embd, n_embd_q), dtype),
-            (p + "ffn_norm.weight", norm(n_embd), "F32"),
-            (p + "ffn_gate.weight", lin(n_ff, n_embd), dtype),
-            (p + "ffn_up.weight", lin(n_ff, n_embd), dtype),
-            (p + "ffn_down.weight", lin(n_embd, n_ff), dtype),
-        ]
-        if layout == "qwen2":
-            tensors += [
-                (p + "attn_q.bias", bias_std * rng.standard_normal(n_embd_q), "F32"),
-                (p + "attn_k.bias", bias_std * rng.standard_normal(n_embd_kv), "F32"),
-                (p + "attn_v.bias", bias_std * rng.standard_normal(n_embd_kv), "F32"),
-            ]
-        if layout in ("qwen3", "gemma3"):
-            tensors += [
-                (p + "attn_q_norm.weight", norm(head_dim), "F32"),
-                (p + "attn_k_norm.weight", norm(head_dim), "F32"),
-            ]
-        if layout == "gemma3":
-            tensors += [
-                (p + "post_attention_norm.weight", norm(n_embd), "F32"),
-                (p + "post_ffw_norm.weight", norm(n_embd), "F32"),
-            ]
-
-    tokens, merges = gpt2_byte_tokens(n_vocab)
-
-    kv: dict[str, object] = {
-        "general.name": name,
-        "general.file_type": _FILE_TYPE[dtype],
-        "general.quantization_version": gguf.GGML_QUANT_VERSION,
-        f"{arch}.context_length": n_ctx_train,
-        f"{arch}.embedding_length": n_embd,
-        f"{arch}.block_count": n_layer,
-        f"{arch}.feed_forward_length": n_ff,
-        f"{arch}.attention.head_count": n_head,
-        f"{arch}.attention.head_count_kv": n_head_kv,
-        f"{arch}.attention.layer_norm_rms_epsilon": float(eps),
-        f"{arch}.rope.freq_base": float(rope_base),
-    }
-    if write_head_dim:
-        kv[f"{arch}.attention.key_length"] = head_dim
-        kv[f"{arch}.attention.value_length"] = head_dim
-    if write_n_rot:
-        kv[f"{arch}.rope.dimension_count"] = n_rot
-    if layout == "gemma3":
-        kv[f"{arch}.attention.sliding_window"] = int(sliding_window)
-        if rope_base_swa is not None:
-            kv[f"{arch}.rope.freq_base_swa"] = float(rope_base_swa)
-    kv.update({
-        f"{arch}.vocab_size": n_vocab,
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.pre": "default",
-        "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.token_type": [1] * n_vocab,
-        "tokenizer.ggml.merges": merges,
-        "tokenizer.ggml.bos_token_id": bos_id,
-        "tokenizer.ggml.eos_token_id": eos_id,
-    })
-    if rope_scaling_linear is not None:
-        kv[f"{arch}.rope.scaling.type"] = "linear"
-        kv[f"{arch}.rope.scaling.factor"] = float(rope_scaling_linear)
-    if add_bos is not None:
-        kv["tokenizer.ggml.add_bos_token"] = bool(add_bos)
-    if extra_kv:
-        kv.update(extra_kv)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), arch)
-    if "general.architecture" in drop_keys:
-        w.kv_data[0].pop("general.architecture", None)
-    for key, val in kv.items():
-        if key in drop_keys:
-            continue
-        _add_kv(gguf, w, key, val)
-    info_tensors = {}
-    for tname, arr, tdt in tensors:
-        if tname in drop_tensors:
-            continue
-        data, raw = _encode_tensor(gguf, arr, tdt)
-        if raw is None:
-            w.add_tensor(tname, data)
-        else:
-            w.add_tensor(tname, data, raw_dtype=raw)
-        info_tensors[tname] = (tuple(arr.shape), tdt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-    out = {
-        "path": path,
-        "arch": arch,
-        "layout": layout,
-        "name": name,
-        "n_vocab": n_vocab,
-        "n_embd": n_embd,
-        "n_layer": n_layer,
-        "n_head": n_head,
-        "n_head_kv": n_head_kv,
-        "head_dim": head_dim,
-        "n_rot": n_rot,
-        "n_ff": n_ff,
-        "n_ctx_train": n_ctx_train,
-        "dtype": dtype,
-        "token_embd_dtype": token_embd_dtype,
-        "output_dtype": output_dtype,
-        "tied": tied,
-        "rope_base": float(rope_base),
-        "rope_scaling_linear": rope_scaling_linear,
-        "sliding_window": sliding_window,
-        "rope_base_swa": None if rope_base_swa is None else float(rope_base_swa),
-        "eps": float(eps),
-        "seed": seed,
-        "bos_id": bos_id,
-        "eos_id": eos_id,
-        "tokens": tokens,
-        "merges": merges,
-        "tensors": info_tensors,
-    }
+    hp = {"path": path, "arch": arch, "layout": layout, "name": name, "n_vocab": n_vocab, "n_embd": n_embd,
+          "n_layer": n_layer, "n_head": n_head, "n_head_kv": n_head_kv, "head_dim": head_dim, "n_rot": n_rot,
+          "n_ff": n_ff, "n_ctx_train": n_ctx_train, "dtype": dtype, "token_embd_dtype": token_embd_dtype,
+          "output_dtype": output_dtype, "tied": tied, "rope_base": float(rope_base),
+          "rope_scaling_linear": rope_scaling_linear, "sliding_window": sliding_window,
+          "rope_base_swa": None if rope_base_swa is None else float(rope_base_swa), "eps": float(eps),
+          "seed": seed, "bos_id": bos_id, "eos_id": eos_id}
+    tensors = _dense_tensors(hp, parts.Draws(seed, bias_std))
+    hp["tokens"], hp["merges"] = gpt2_byte_tokens(n_vocab)
+    kv = _dense_kv(gguf, hp, head_dim_keys=head_dim_keys, n_rot_key=n_rot_key, add_bos=add_bos)
+    kv.update(extra_kv or {})
+    hp["tensors"] = parts.write_file(gguf, path, arch, kv, tensors, drop_keys=set(drop_keys),
+                                     drop_tensors=set(drop_tensors))
     if return_weights:
-        out["weights"] = {t: a for t, a, _ in tensors if t in info_tensors}
-    return out
+        hp["weights"] = {t: a for t, a, _ in tensors if t in hp["tensors"]}
+    return hp
 
 
 def write_llama_gguf(path, *, tied: bool = False, name: str = "tiny-random-llama", **kwargs) -> dict:
@@ -445,31 +237,116 @@ def write_llama_gguf(path, *, tied: bool = False, name: str = "tiny-random-llama
     return write_gguf(path, tied=tied, name=name, **kwargs)
 
 
-def _add_kv(gguf, w, key: str, val) -> None:
-    T = gguf.GGUFValueType
-    if isinstance(val, bool):
-        w.add_bool(key, val)
-    elif isinstance(val, (int, np.integer)):
-        if val < 0:
-            w.add_int32(key, int(val))
-        else:
-            w.add_uint32(key, int(val))
-    elif isinstance(val, (float, np.floating)):
-        w.add_float32(key, float(val))
-    elif isinstance(val, str):
-        w.add_string(key, val)
-    elif isinstance(val, (list, tuple)):
-        if len(val) == 0:
-            # GGUFWriter.add_array silently drops empty arrays; write it explicitly
-            w.add_key_value(key, [], T.ARRAY, sub_type=T.STRING)
-        elif all(isinstance(v, str) for v in val):
-            w.add_array(key, list(val))
-        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in val):
-            w.add_key_value(key, [int(v) for v in val], T.ARRAY, sub_type=T.INT32)
-        else:
-            w.add_array(key, list(val))
-    else:
-        raise TypeError(f"unsupported metadata value for {key}: {type(val)}")
+# ---- write_gguf's checks -------------------------------------------------------------------
+
+
+def _dense_heads(layout: str, n_embd: int, n_head: int, n_head_kv: int, head_dim: int | None,
+                 n_rot: int | None) -> tuple[int, int, bool, bool]:
+    """(head_dim, n_rot) checked, with their defaults, and whether the file states each of them:
+    ``attention.key_length`` / ``value_length`` always for qwen3 and gemma3 (as their converters
+    do), for the others only when head_dim is not ``n_embd / n_head``; ``rope.dimension_count``
+    always for the llama layout, else only when ``n_rot`` is given."""
+    if head_dim is None:
+        if n_embd % n_head:
+            raise ValueError("n_embd must be a multiple of n_head")
+        head_dim = n_embd // n_head
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError("head_dim must be even and positive")
+    if n_head % n_head_kv:
+        raise ValueError("n_head must be a multiple of n_head_kv")
+    head_dim_keys = layout in ("qwen3", "gemma3") or head_dim * n_head != n_embd
+    n_rot_key = layout == "llama" or n_rot is not None
+    if n_rot is None:
+        n_rot = head_dim
+    if n_rot % 2 or n_rot > head_dim:
+        raise ValueError("n_rot must be even and <= head_dim")
+    return head_dim, n_rot, head_dim_keys, n_rot_key
+
+
+def _gemma3_window(layout: str, sliding_window: int | None, rope_base_swa: float | None) -> int | None:
+    """The sliding window (gemma3: default 512); the other layouts take neither option."""
+    if layout == "gemma3":
+        if sliding_window is None:
+            sliding_window = 512
+        if sliding_window < 0:
+            raise ValueError("sliding_window must be >= 0")
+    elif sliding_window is not None or rope_base_swa is not None:
+        raise ValueError("sliding_window / rope_base_swa are gemma3 options")
+    return sliding_window
+
+
+def _check_quantized_rows(dtypes: set[str], lengths) -> None:
+    """Quantized types store rows in blocks of 32: each (what, row length) must be a multiple."""
+    if dtypes - {"F32", "F16"}:
+        for what, n in lengths:
+            if n % 32:
+                raise ValueError(
+                    f"quantized dtype needs {what} to be a multiple of 32 (got {n}); "
+                    "try n_embd=64, n_ff=96"
+                )
+
+
+# ---- write_gguf's tensors and keys (the parts all three writers share: tests/models_parts.py) ----
+
+
+def _dense_layer(draw: parts.Draws, p: str, hp: dict) -> list:
+    """One block of ``write_gguf``: llama's, then what the layout adds to it (the llama draws come
+    first in every block, so a llama file is the same as it always was):
+
+    * ``qwen2``: ``attn_{q,k,v}.bias`` (F32, N(0, ``bias_std``)).
+    * ``qwen3``: ``attn_{q,k}_norm.weight`` (F32, length ``head_dim``).
+    * ``gemma3``: the q/k norms, ``post_attention_norm.weight`` and ``post_ffw_norm.weight``
+      (F32, n_embd).
+    """
+    layout, dtype, n_embd, head_dim = hp["layout"], hp["dtype"], hp["n_embd"], hp["head_dim"]
+    n_q, n_kv = head_dim * hp["n_head"], head_dim * hp["n_head_kv"]
+    t = parts.norms(draw, p, n_embd, "attn_norm")
+    t += parts.attention(draw, p, dtype, n_embd, n_q, n_kv)
+    t += parts.norms(draw, p, n_embd, "ffn_norm")
+    t += parts.ffn(draw, p, dtype, n_embd, hp["n_ff"])
+    if layout == "qwen2":
+        t += parts.qkv_biases(draw, p, n_q, n_kv)
+    if layout in ("qwen3", "gemma3"):
+        t += parts.norms(draw, p, head_dim, "attn_q_norm", "attn_k_norm")
+    if layout == "gemma3":
+        t += parts.norms(draw, p, n_embd, "post_attention_norm", "post_ffw_norm")
+    return t
+
+
+def _dense_tensors(hp: dict, draw: parts.Draws) -> list:
+    t = parts.embeddings_and_head(draw, hp["n_vocab"], hp["n_embd"], hp["token_embd_dtype"], hp["output_dtype"],
+                                  tied=hp["tied"])
+    for i in range(hp["n_layer"]):
+        t += _dense_layer(draw, f"blk.{i}.", hp)
+    return t
+
+
+def _dense_kv(gguf, hp: dict, *, head_dim_keys: bool, n_rot_key: bool, add_bos: bool | None) -> dict:
+    """``write_gguf``'s keys: ``attention.key_length`` / ``value_length`` and
+    ``rope.dimension_count`` as ``_dense_heads`` decides; gemma3's
+    ``attention.sliding_window`` and, only when given, ``rope.freq_base_swa``; the linear rope
+    scaling when given, ``tokenizer.ggml.add_bos_token`` when ``add_bos`` is not None."""
+    a = hp["arch"]
+    kv = parts.general_kv(gguf, hp["name"], parts.FILE_TYPE[hp["dtype"]])
+    kv.update(parts.hparams_kv(a, n_ctx_train=hp["n_ctx_train"], n_embd=hp["n_embd"], n_layer=hp["n_layer"],
+                               n_ff=hp["n_ff"], n_head=hp["n_head"], n_head_kv=hp["n_head_kv"], eps=hp["eps"],
+                               rope_base=hp["rope_base"]))
+    if head_dim_keys:
+        kv[f"{a}.attention.key_length"] = hp["head_dim"]
+        kv[f"{a}.attention.value_length"] = hp["head_dim"]
+    if n_rot_key:
+        kv[f"{a}.rope.dimension_count"] = hp["n_rot"]
+    if hp["layout"] == "gemma3":
+        kv[f"{a}.attention.sliding_window"] = int(hp["sliding_window"])
+        if hp["rope_base_swa"] is not None:
+            kv[f"{a}.rope.freq_base_swa"] = float(hp["rope_base_swa"])
+    kv.update(parts.vocab_kv(a, hp["n_vocab"], hp["tokens"], hp["merges"], hp["bos_id"], hp["eos_id"]))
+    if hp["rope_scaling_linear"] is not None:
+        kv[f"{a}.rope.scaling.type"] = "linear"
+        kv[f"{a}.rope.scaling.factor"] = float(hp["rope_scaling_linear"])
+    if add_bos is not None:
+        kv["tokenizer.ggml.add_bos_token"] = bool(add_bos)
+    return kv
 
 
 # ---------------------------------------------------------------------------

@@ -16,9 +16,8 @@ from __future__ import annotations
 import hashlib
 import pathlib
 
-import numpy as np
-
 import models
+import models_parts as parts
 
 __all__ = ["MOE_ARCHS", "sha256", "write_moe_gguf"]
 
@@ -28,15 +27,6 @@ _DTYPES = ("F32", "F16", "Q8_0", "MXFP4")
 
 def sha256(path) -> str:
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
-
-
-def _encode(gguf, arr: np.ndarray, dtype: str):
-    if dtype == "F32":
-        return np.ascontiguousarray(arr, dtype=np.float32), None
-    if dtype == "F16":
-        return np.ascontiguousarray(arr, dtype=np.float16), None
-    qt = gguf.GGMLQuantizationType[dtype]
-    return gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), qt), qt
 
 
 def write_moe_gguf(
@@ -88,121 +78,71 @@ def write_moe_gguf(
     if arch not in MOE_ARCHS:
         raise ValueError(f"arch must be one of {MOE_ARCHS}, got {arch!r}")
     expert_dtype = expert_dtype or dtype
-    for d in (dtype, expert_dtype):
-        if d not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}, got {d!r}")
+    parts.check_dtypes(_DTYPES, dtype, expert_dtype)
     if not 0 < n_expert_used <= n_expert:
         raise ValueError("need 0 < n_expert_used <= n_expert")
     path = pathlib.Path(path)
-    rng = np.random.default_rng(seed)
-    n_q, n_kv = head_dim * n_head, head_dim * n_head_kv
-
-    def lin(*shape):
-        return rng.standard_normal(shape) / np.sqrt(shape[-1])
-
-    def norm(n):
-        return 1.0 + 0.1 * rng.standard_normal(n)
-
-    def bias(*shape):
-        return bias_std * rng.standard_normal(shape)
-
-    tensors: list[tuple[str, np.ndarray, str]] = [
-        ("token_embd.weight", rng.standard_normal((n_vocab, n_embd)), dtype),
-        ("output_norm.weight", norm(n_embd), "F32"),
-        ("output.weight", lin(n_vocab, n_embd), dtype),
-    ]
+    draw = parts.Draws(seed, bias_std)
+    tensors = parts.embeddings_and_head(draw, n_vocab, n_embd, dtype, dtype)
     for i in range(n_layer):
-        p = f"blk.{i}."
-        t = [
-            (p + "attn_norm.weight", norm(n_embd), "F32"),
-            (p + "attn_q.weight", lin(n_q, n_embd), dtype),
-            (p + "attn_k.weight", lin(n_kv, n_embd), dtype),
-            (p + "attn_v.weight", lin(n_kv, n_embd), dtype),
-            (p + "attn_output.weight", lin(n_embd, n_q), dtype),
-            (p + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight"), norm(n_embd), "F32"),
-            (p + "ffn_gate_inp.weight", lin(n_expert, n_embd), "F32"),
-            (p + "ffn_gate_exps.weight", lin(n_expert, n_ff_exp, n_embd), expert_dtype),
-            (p + "ffn_up_exps.weight", lin(n_expert, n_ff_exp, n_embd), expert_dtype),
-            (p + "ffn_down_exps.weight", lin(n_expert, n_embd, n_ff_exp), expert_dtype),
-        ]
-        if arch == "qwen3moe":
-            t += [(p + "attn_q_norm.weight", norm(head_dim), "F32"), (p + "attn_k_norm.weight", norm(head_dim), "F32")]
-        if arch in ("qwen2moe", "gpt-oss"):
-            t += [(p + "attn_q.bias", bias(n_q), "F32"), (p + "attn_k.bias", bias(n_kv), "F32"),
-                  (p + "attn_v.bias", bias(n_kv), "F32")]
-        if arch == "qwen2moe":
-            t += [(p + "ffn_gate_inp_shexp.weight", lin(n_embd), "F32"),
-                  (p + "ffn_gate_shexp.weight", lin(n_ff_shexp, n_embd), dtype),
-                  (p + "ffn_up_shexp.weight", lin(n_ff_shexp, n_embd), dtype),
-                  (p + "ffn_down_shexp.weight", lin(n_embd, n_ff_shexp), dtype)]
-        if arch == "gpt-oss":
-            t += [(p + "attn_output.bias", bias(n_embd), "F32"),
-                  (p + "attn_sinks.weight", rng.standard_normal(n_head), "F32"),
-                  (p + "ffn_gate_inp.bias", bias(n_expert), "F32"),
-                  (p + "ffn_gate_exps.bias", bias(n_expert, n_ff_exp), "F32"),
-                  (p + "ffn_up_exps.bias", bias(n_expert, n_ff_exp), "F32"),
-                  (p + "ffn_down_exps.bias", bias(n_expert, n_embd), "F32")]
-        tensors += t
+        tensors += _moe_layer(draw, f"blk.{i}.", arch, dtype, expert_dtype, n_embd=n_embd, n_head=n_head,
+                              n_q=head_dim * n_head, n_kv=head_dim * n_head_kv, head_dim=head_dim, n_expert=n_expert,
+                              n_ff_exp=n_ff_exp, n_ff_shexp=n_ff_shexp)
 
-    tokens, merges = models.gpt2_byte_tokens(n_vocab)
-    a = arch
-    kv: dict[str, object] = {
-        "general.name": f"tiny-random-{arch}",
-        "general.file_type": 0,
-        "general.quantization_version": gguf.GGML_QUANT_VERSION,
-        f"{a}.context_length": n_ctx_train,
-        f"{a}.embedding_length": n_embd,
-        f"{a}.block_count": n_layer,
-        f"{a}.feed_forward_length": n_ff_exp * n_expert_used,
-        f"{a}.attention.head_count": n_head,
-        f"{a}.attention.head_count_kv": n_head_kv,
-        f"{a}.attention.key_length": head_dim,
-        f"{a}.attention.value_length": head_dim,
-        f"{a}.attention.layer_norm_rms_epsilon": float(eps),
-        f"{a}.rope.freq_base": float(rope_base),
-        f"{a}.expert_count": n_expert,
-        f"{a}.expert_used_count": n_expert_used,
-        f"{a}.expert_feed_forward_length": n_ff_exp,
-    }
+    kv = parts.general_kv(gguf, f"tiny-random-{arch}", 0)
+    kv.update(parts.hparams_kv(arch, n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer,
+                               n_ff=n_ff_exp * n_expert_used, n_head=n_head, n_head_kv=n_head_kv, eps=eps,
+                               rope_base=rope_base, head_dim=head_dim))
+    kv.update(_moe_kv(arch, n_expert=n_expert, n_expert_used=n_expert_used, n_ff_exp=n_ff_exp,
+                      n_ff_shexp=n_ff_shexp, sliding_window=sliding_window, yarn_factor=yarn_factor,
+                      yarn_orig_ctx=yarn_orig_ctx))
+    kv.update(parts.vocab_kv(arch, n_vocab, *models.gpt2_byte_tokens(n_vocab)))
+    kv.update(extra_kv or {})
+    info = parts.write_file(gguf, path, arch, kv, tensors, drop_tensors=drop_tensors)
+    return {"path": path, "arch": arch, "n_vocab": n_vocab, "n_embd": n_embd, "n_layer": n_layer,
+            "n_expert": n_expert, "n_expert_used": n_expert_used, "n_ff_exp": n_ff_exp, "dtype": dtype,
+            "expert_dtype": expert_dtype, "seed": seed, "tensors": info}
+
+
+def _moe_layer(draw: parts.Draws, p: str, arch: str, dtype: str, expert_dtype: str, *, n_embd: int, n_head: int,
+               n_q: int, n_kv: int, head_dim: int, n_expert: int, n_ff_exp: int, n_ff_shexp: int) -> list:
+    """One block: attention as the dense models' (qwen3moe's q/k norms, the others' q/k/v biases),
+    the FFN's pre-norm (gpt-oss: ``post_attention_norm``), the router and the stacked experts,
+    then qwen2moe's shared expert or gpt-oss's biases and attention sinks."""
+    ffn_norm = "post_attention_norm" if arch == "gpt-oss" else "ffn_norm"
+    t = parts.norms(draw, p, n_embd, "attn_norm")
+    t += parts.attention(draw, p, dtype, n_embd, n_q, n_kv)
+    t += parts.norms(draw, p, n_embd, ffn_norm)
+    t += [(p + "ffn_gate_inp.weight", draw.lin(n_expert, n_embd), "F32")]
+    t += parts.ffn(draw, p, expert_dtype, n_embd, n_ff_exp, kind="_exps", n_expert=n_expert)
+    if arch == "qwen3moe":
+        t += parts.norms(draw, p, head_dim, "attn_q_norm", "attn_k_norm")
+    if arch in ("qwen2moe", "gpt-oss"):
+        t += parts.qkv_biases(draw, p, n_q, n_kv)
     if arch == "qwen2moe":
-        kv[f"{a}.expert_shared_feed_forward_length"] = n_ff_shexp
+        t += [(p + "ffn_gate_inp_shexp.weight", draw.lin(n_embd), "F32")]
+        t += parts.ffn(draw, p, dtype, n_embd, n_ff_shexp, kind="_shexp")
     if arch == "gpt-oss":
+        t += [(p + "attn_output.bias", draw.bias(n_embd), "F32"),
+              (p + "attn_sinks.weight", draw.normal(n_head), "F32"),
+              (p + "ffn_gate_inp.bias", draw.bias(n_expert), "F32"),
+              (p + "ffn_gate_exps.bias", draw.bias(n_expert, n_ff_exp), "F32"),
+              (p + "ffn_up_exps.bias", draw.bias(n_expert, n_ff_exp), "F32"),
+              (p + "ffn_down_exps.bias", draw.bias(n_expert, n_embd), "F32")]
+    return t
+
+
+def _moe_kv(a: str, *, n_expert: int, n_expert_used: int, n_ff_exp: int, n_ff_shexp: int, sliding_window: int,
+            yarn_factor: float | None, yarn_orig_ctx: int) -> dict:
+    """The experts' keys; qwen2moe's shared expert width; gpt-oss's sliding window and YaRN."""
+    kv = {f"{a}.expert_count": n_expert, f"{a}.expert_used_count": n_expert_used,
+          f"{a}.expert_feed_forward_length": n_ff_exp}
+    if a == "qwen2moe":
+        kv[f"{a}.expert_shared_feed_forward_length"] = n_ff_shexp
+    if a == "gpt-oss":
         kv[f"{a}.attention.sliding_window"] = int(sliding_window)
         if yarn_factor is not None:
             kv[f"{a}.rope.scaling.type"] = "yarn"
             kv[f"{a}.rope.scaling.factor"] = float(yarn_factor)
             kv[f"{a}.rope.scaling.original_context_length"] = int(yarn_orig_ctx)
-    kv.update({
-        f"{a}.vocab_size": n_vocab,
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.pre": "default",
-        "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.token_type": [1] * n_vocab,
-        "tokenizer.ggml.merges": merges,
-        "tokenizer.ggml.bos_token_id": 0,
-        "tokenizer.ggml.eos_token_id": 1,
-    })
-
-    kv.update(extra_kv or {})
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), arch)
-    for key, val in kv.items():
-        models._add_kv(gguf, w, key, val)
-    info = {}
-    for name, arr, dt in tensors:
-        if name in drop_tensors:
-            continue
-        data, raw = _encode(gguf, arr, dt)
-        if raw is None:
-            w.add_tensor(name, data)
-        else:
-            w.add_tensor(name, data, raw_dtype=raw)
-        info[name] = (tuple(arr.shape), dt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return {"path": path, "arch": arch, "n_vocab": n_vocab, "n_embd": n_embd, "n_layer": n_layer,
-            "n_expert": n_expert, "n_expert_used": n_expert_used, "n_ff_exp": n_ff_exp, "dtype": dtype,
-            "expert_dtype": expert_dtype, "seed": seed, "tensors": info}
+    return kv

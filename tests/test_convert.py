@@ -18,7 +18,7 @@ import models
 from pyllamaspec import Model
 
 gguf = pytest.importorskip("gguf")
-from pyllamaspec import convert as cv  # noqa: E402
+from pyllamaspec.files import convert as cv  # noqa: E402
 
 QUANT = dict(n_vocab=256, n_embd=64, n_ff=96)  # every row length a multiple of 32
 FTYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7}

@@ -22,7 +22,7 @@ pytest.importorskip("huggingface_hub")
 import huggingface_hub  # noqa: E402
 
 import models  # noqa: E402
-from pyllamaspec import hub  # noqa: E402
+from pyllamaspec.files import hub  # noqa: E402
 from pyllamaspec.errors import InvalidArgumentError, ModelNotFoundError  # noqa: E402
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -11,7 +11,7 @@ import statistics
 import time
 
 import pytest
-from test_tokenizer import (
+from tokenizer_helpers import (
     PRE_EXPRESSIONS,
     PySpm,
     corpus_documents,
