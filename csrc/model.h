@@ -1,7 +1,7 @@
 // The loaded model: hyper-parameters, weight tensors in backend buffers, vocabulary.
 #pragma once
 
-#include "gguf_split.h"
+#include "gguf/gguf_split.h"
 #include "pyllamaspec.h"
 
 #include "ggml.h"

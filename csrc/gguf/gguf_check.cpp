@@ -1,4 +1,4 @@
-#include "gguf_check.h"
+#include "gguf/gguf_check.h"
 
 #include "error.h"
 

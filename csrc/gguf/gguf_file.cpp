@@ -1,7 +1,7 @@
-#include "gguf_file.h"
+#include "gguf/gguf_file.h"
 
 #include "error.h"
-#include "gguf_check.h"
+#include "gguf/gguf_check.h"
 
 #include "ggml.h"
 #include "gguf.h"

@@ -4,7 +4,7 @@
 // its own GgufFile (checked header, own mapping); a tensor is read from the shard that holds it.
 #pragma once
 
-#include "gguf_file.h"
+#include "gguf/gguf_file.h"
 
 #include <memory>
 #include <string>

@@ -1,4 +1,4 @@
-#include "gguf_split.h"
+#include "gguf/gguf_split.h"
 
 #include "error.h"
 
