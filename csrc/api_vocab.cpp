@@ -2,8 +2,8 @@
 #include "error.h"
 #include "model.h"
 #include "pyllamaspec.h"
-#include "unicode.h"
-#include "vocab.h"
+#include "vocab/unicode.h"
+#include "vocab/vocab.h"
 
 #include <algorithm>
 #include <cstring>

@@ -3,7 +3,7 @@
 
 #include "arch_common.h"
 #include "error.h"
-#include "vocab.h"
+#include "vocab/vocab.h"
 
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"

@@ -1,5 +1,5 @@
 // See merge_queue.h.
-#include "merge_queue.h"
+#include "vocab/merge_queue.h"
 
 #include <algorithm>
 #include <functional>

@@ -4,10 +4,10 @@
 // token. Symbols that are not tokens fall back to their bytes as <0xXX> tokens. The merges and
 // their order are those of llama.cpp's llm_tokenizer_spm_session (with a queue that stays fast on
 // long texts: merge_queue.h).
-#include "vocab.h"
+#include "vocab/vocab.h"
 
-#include "merge_queue.h"
-#include "unicode.h"
+#include "vocab/merge_queue.h"
+#include "vocab/unicode.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Code point properties (two-stage table built from the generated ranges) and UTF-8 helpers.
-#include "unicode.h"
+#include "vocab/unicode.h"
 
 #include <cstring>
 #include <map>

@@ -1,6 +1,6 @@
 // Special tokens: the byte tries of the texts llama.cpp splits off before tokenizing, and the
 // partition of a text at them (Vocab::partition).
-#include "vocab.h"
+#include "vocab/vocab.h"
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
 // Unicode 15.1.0: general category index (psl::unicode::Category) | 0x80 for White_Space,
 // as ranges: each entry holds from its first code point up to the next entry's.
 
-#include "unicode.h"
+#include "vocab/unicode.h"
 
 namespace psl::unicode {
 

@@ -2,10 +2,10 @@
 // top of tokenization (the special-token partition is in vocab_special.cpp). The loading rules
 // (defaults per tokenizer model, special ids, end-of-generation tokens, attributes forced by token
 // text) follow llama.cpp's llama-vocab.cpp.
-#include "vocab.h"
+#include "vocab/vocab.h"
 
 #include "error.h"
-#include "unicode.h"
+#include "vocab/unicode.h"
 
 #include "gguf.h"
 

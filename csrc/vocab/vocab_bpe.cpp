@@ -7,11 +7,11 @@
 // alternatives tried in order, backtracking where it changes the result) over the Unicode
 // properties of unicode_data.cpp. llama.cpp applies the expressions in sequence, each inside the
 // pieces the previous one left (its matches and the text between them), and so do we.
-#include "vocab.h"
+#include "vocab/vocab.h"
 
 #include "error.h"
-#include "merge_queue.h"
-#include "unicode.h"
+#include "vocab/merge_queue.h"
+#include "vocab/unicode.h"
 
 #include <algorithm>
 #include <functional>
