@@ -1,7 +1,7 @@
 // What an architecture file needs: the graph pieces, the tensor loader, the registry.
 #pragma once
 
-#include "error.h"
+#include "api/error.h"
 #include "graph_common.h"
 
 #include <cmath>

@@ -3,7 +3,7 @@
 #include "context.h"
 #include "mtp.h"
 
-#include "error.h"
+#include "api/error.h"
 #include "graph_common.h"
 
 #include "ggml-cpu.h"

@@ -2,7 +2,7 @@
 // truncations; anything further back is rebuilt by replaying the kept tokens before the next eval.
 #include "context.h"
 
-#include "error.h"
+#include "api/error.h"
 
 #include <algorithm>
 #include <cstdlib>

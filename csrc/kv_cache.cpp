@@ -1,6 +1,6 @@
 #include "kv_cache.h"
 
-#include "error.h"
+#include "api/error.h"
 #include "model.h"
 
 #include "ggml-alloc.h"

@@ -2,7 +2,7 @@
 #include "model.h"
 
 #include "arch_common.h"
-#include "error.h"
+#include "api/error.h"
 #include "vocab/vocab.h"
 
 #include "ggml-alloc.h"

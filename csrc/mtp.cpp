@@ -3,7 +3,7 @@
 #include "mtp.h"
 
 #include "context.h"
-#include "error.h"
+#include "api/error.h"
 #include "model.h"
 
 #include <algorithm>

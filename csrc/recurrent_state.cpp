@@ -1,6 +1,6 @@
 #include "recurrent_state.h"
 
-#include "error.h"
+#include "api/error.h"
 #include "graph_common.h"
 #include "model.h"
 

@@ -4,7 +4,7 @@
 // text) follow llama.cpp's llama-vocab.cpp.
 #include "vocab/vocab.h"
 
-#include "error.h"
+#include "api/error.h"
 #include "vocab/unicode.h"
 
 #include "gguf.h"

@@ -2,7 +2,7 @@
 // tokenization, detokenization. Implemented in vocab.cpp (loading, pieces), vocab_special.cpp
 // (special tokens), vocab_spm.cpp (SentencePiece-style merging), vocab_bpe.cpp (pre-tokenizers
 // and BPE merging), merge_queue.cpp (the merge order of both), unicode.cpp + unicode_data.cpp
-// (code point properties); the C API lives in api_vocab.cpp.
+// (code point properties); the C API lives in api/api_vocab.cpp.
 //
 // The behaviour follows llama.cpp's tokenizer (llama-vocab.cpp) token for token: the same
 // special-token partition (longest special tokens first, user-defined tokens even without

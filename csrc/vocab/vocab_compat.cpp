@@ -1,7 +1,7 @@
 // A draft and its target's vocabulary, on the GGUF tokenizer arrays: can the draft speculate
 // for the target (only if both tokenize alike: same ids, token text, special tokens), and which
 // ids a restricted draft head should cover.
-#include "error.h"
+#include "api/error.h"
 #include "model.h"
 #include "pyllamaspec.h"
 

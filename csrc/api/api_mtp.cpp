@@ -1,6 +1,6 @@
 // The C API of MTP drafting (mtp.h).
 #include "context.h"
-#include "error.h"
+#include "api/error.h"
 #include "model.h"
 #include "pyllamaspec.h"
 

@@ -1,6 +1,6 @@
 // The C API boundary: argument checks, exceptions → status codes, handles.
 #include "context.h"
-#include "error.h"
+#include "api/error.h"
 #include "model.h"
 #include "pyllamaspec.h"
 
