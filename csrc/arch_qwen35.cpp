@@ -11,7 +11,7 @@
 // The first MTP (nextn) layer after the trunk is loaded and run by the MTP drafter (mtp.cpp).
 #include "arch_common.h"
 #include "mtp.h"
-#include "recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 #include "gguf.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 
-#include "kv_cache.h"
-#include "recurrent_state.h"
+#include "memory/kv_cache.h"
+#include "memory/recurrent_state.h"
 #include "model.h"
 #include "pyllamaspec.h"
 

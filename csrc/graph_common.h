@@ -2,7 +2,7 @@
 // feed-forward variants and the output head. An architecture file strings them together.
 #pragma once
 
-#include "kv_cache.h"
+#include "memory/kv_cache.h"
 #include "model.h"
 
 namespace psl {

@@ -1,4 +1,4 @@
-#include "recurrent_state.h"
+#include "memory/recurrent_state.h"
 
 #include "api/error.h"
 #include "graph_common.h"

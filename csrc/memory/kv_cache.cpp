@@ -1,4 +1,4 @@
-#include "kv_cache.h"
+#include "memory/kv_cache.h"
 
 #include "api/error.h"
 #include "model.h"
