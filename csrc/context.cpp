@@ -4,7 +4,7 @@
 #include "mtp.h"
 
 #include "api/error.h"
-#include "graph_common.h"
+#include "models/common/graph_common.h"
 
 #include "ggml-cpu.h"
 #include "gguf.h"

@@ -1,7 +1,7 @@
 // GGUF → hyper-parameters + weights in backend buffers (mmap'd on the CPU).
 #include "model.h"
 
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 #include "api/error.h"
 #include "vocab/vocab.h"
 

@@ -13,7 +13,7 @@
 // n_past and are overwritten by the target's next eval.
 #pragma once
 
-#include "graph_common.h"
+#include "models/common/graph_common.h"
 
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
@@ -27,7 +27,7 @@ namespace psl {
 
 class TensorLoader;
 
-ggml_tensor * qwen35_gated_attention(Graph & g, int il, ggml_tensor * x);   // arch_qwen35.cpp
+ggml_tensor * qwen35_gated_attention(Graph & g, int il, ggml_tensor * x);   // models/qwen35.cpp
 // Loads the first MTP block after the trunk into m.layers[n_layer] (m.mtp_layer); a file that
 // announces nextn layers without their tensors just has no MTP.
 void load_mtp_layer(TensorLoader & tl, psl_model & m);

@@ -1,7 +1,7 @@
 #include "memory/recurrent_state.h"
 
 #include "api/error.h"
-#include "graph_common.h"
+#include "models/common/graph_common.h"
 #include "model.h"
 
 #include "ggml-alloc.h"

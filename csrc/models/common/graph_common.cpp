@@ -1,4 +1,4 @@
-#include "graph_common.h"
+#include "models/common/graph_common.h"
 
 #include <cmath>
 

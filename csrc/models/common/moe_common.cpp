@@ -1,6 +1,6 @@
 // What the mixture-of-experts architectures share when loading: expert counts and widths, the
 // router and the stacked expert tensors.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

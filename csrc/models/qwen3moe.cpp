@@ -2,7 +2,7 @@
 // q/k RMS norms, NEOX rope, no biases) and a mixture-of-experts FFN in every layer: softmax over
 // all experts, the top n_expert_used of them, their weights renormalized to sum to 1 (llama.cpp
 // does so for every qwen3moe file, whatever expert_weights_norm says).
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

@@ -1,6 +1,6 @@
 // Qwen2 (Qwen 1.5, Qwen2, Qwen2.5 and their Coder/Math variants): the llama layer with biases
 // on the q, k and v projections and NEOX-ordered rope.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

@@ -4,7 +4,7 @@
 // attention.sliding_window, same rope); the FFN is a mixture of experts with biases whose router
 // takes the top n_expert_used raw logits and softmaxes over those, and whose activation is the
 // clamped SwiGLU variant (alpha 1.702, limit 7). Experts are usually MXFP4.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

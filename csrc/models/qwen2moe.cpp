@@ -1,7 +1,7 @@
 // Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): the qwen2 attention (q/k/v biases, NEOX rope);
 // each FFN is a mixture of experts (softmax over all, top n_expert_used, weights not
 // renormalized) plus a shared expert scaled by a sigmoid gate of its own.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

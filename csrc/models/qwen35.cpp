@@ -9,7 +9,7 @@
 //   q/k RMS norms; M-RoPE over the first rope.dimension_count dims (text: every section at the
 //   token position); attention output times sigmoid(gate).
 // The first MTP (nextn) layer after the trunk is loaded and run by the MTP drafter (mtp.cpp).
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 #include "mtp.h"
 #include "memory/recurrent_state.h"
 

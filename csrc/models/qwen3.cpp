@@ -1,6 +1,6 @@
 // Qwen3 (dense): the llama layer with per-head RMS norms on q and k before rope, no biases,
 // NEOX-ordered rope, head size from attention.key_length.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

@@ -1,7 +1,7 @@
 // The llama family (LLaMA 1/2/3, Mistral, TinyLlama, SmolLM, CodeLlama): RMSNorm, RoPE
 // (normal mode), grouped-query attention, SwiGLU, output head tied to the embeddings when
 // output.weight is absent. Its layer is also the base of qwen2 and qwen3.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "api/error.h"
-#include "graph_common.h"
+#include "models/common/graph_common.h"
 
 #include <cmath>
 

@@ -3,7 +3,7 @@
 // GeGLU (tanh GELU), post-FFN norm, residual; final norm; head tied to the embeddings.
 // Five of every six layers attend over a sliding window with their own rope base (a mask over
 // the full-length cache, so rollback stays O(1)); every sixth is global.
-#include "arch_common.h"
+#include "models/common/arch_common.h"
 
 namespace psl {
 
