@@ -1,5 +1,5 @@
 // The C API boundary: argument checks, exceptions → status codes, handles.
-#include "context.h"
+#include "engine/context.h"
 #include "api/error.h"
 #include "model.h"
 #include "pyllamaspec.h"

@@ -1,5 +1,5 @@
 // The C API of MTP drafting (mtp.h).
-#include "context.h"
+#include "engine/context.h"
 #include "api/error.h"
 #include "model.h"
 #include "pyllamaspec.h"

@@ -10,7 +10,7 @@
 //   token position); attention output times sigmoid(gate).
 // The first MTP (nextn) layer after the trunk is loaded and run by the MTP drafter (mtp.cpp).
 #include "models/common/arch_common.h"
-#include "mtp.h"
+#include "engine/mtp.h"
 #include "memory/recurrent_state.h"
 
 #include "gguf.h"

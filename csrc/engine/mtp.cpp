@@ -1,8 +1,8 @@
 // MTP drafting: the block's weights, its part of the target's graph, and the draft steps
 // (what is computed: mtp.h).
-#include "mtp.h"
+#include "engine/mtp.h"
 
-#include "context.h"
+#include "engine/context.h"
 #include "api/error.h"
 #include "model.h"
 

@@ -1,6 +1,6 @@
 // A hybrid context's rollback: the ring of recurrent states (recurrent_state.h) serves recent
 // truncations; anything further back is rebuilt by replaying the kept tokens before the next eval.
-#include "context.h"
+#include "engine/context.h"
 
 #include "api/error.h"
 

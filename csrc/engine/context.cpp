@@ -1,7 +1,7 @@
 // A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
 // graphs of at most n_batch tokens.
-#include "context.h"
-#include "mtp.h"
+#include "engine/context.h"
+#include "engine/mtp.h"
 
 #include "api/error.h"
 #include "models/common/graph_common.h"
