@@ -1,4 +1,4 @@
-// What an architecture file needs: the graph pieces, the tensor loader, the registry.
+// What an architecture file needs: the graph pieces and the tensor loader.
 #pragma once
 
 #include "api/error.h"
@@ -21,15 +21,6 @@ void create_ffn(TensorLoader & tl, psl_model & m, int il);
 // tensors (optional q/k/v biases, optional per-head q/k norms) and graph (rope mode varies).
 void create_llama_like(TensorLoader & tl, psl_model & m, bool bias, bool qk_norm);
 ggml_tensor * build_llama_like(Graph & g, int rope_mode);
-
-extern const ArchOps arch_llama;
-extern const ArchOps arch_qwen2;
-extern const ArchOps arch_qwen3;
-extern const ArchOps arch_gemma3;
-extern const ArchOps arch_qwen2moe;
-extern const ArchOps arch_qwen3moe;
-extern const ArchOps arch_gptoss;
-extern const ArchOps arch_qwen35;
 
 // Mixture of experts: n_expert / n_expert_used / n_ff_exp (+ the shared expert's width) and the
 // routing-weight options from the file, checked.
