@@ -195,7 +195,7 @@ void psl_context::fill_inputs(const Graph & g, const int32_t * tokens, int32_t n
         }
         ggml_backend_tensor_set(g.inp_pos4, pos_buf.data(), 0, sizeof(int32_t) * pos_buf.size());
     }
-    if (rs && g.rs) rs->fill_inputs(g, n_past);
+    if (rs && g.rs) rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
     // with a sliding window only the last n_swa of them.

@@ -1,7 +1,6 @@
 #include "memory/recurrent_state.h"
 
 #include "api/error.h"
-#include "models/common/graph_common.h"
 #include "model.h"
 
 #include "ggml-alloc.h"
@@ -53,20 +52,21 @@ size_t RecurrentState::bytes() const {
     return n;
 }
 
-void RecurrentState::fill_inputs(const Graph & g, int32_t n_past) {
-    if (g.inp_rs_src && g.inp_rs_src->buffer) {
-        const int32_t src = n_past == 0 ? n_snap_ : (n_past - 1) % n_snap_;
-        ggml_backend_tensor_set(g.inp_rs_src, &src, 0, sizeof(src));
+void RecurrentState::fill_inputs(ggml_tensor * src, ggml_tensor * dst, ggml_tensor * dst_old, int32_t n_past,
+                                 int32_t n_tokens) {
+    if (src && src->buffer) {
+        const int32_t row = n_past == 0 ? n_snap_ : (n_past - 1) % n_snap_;
+        ggml_backend_tensor_set(src, &row, 0, sizeof(row));
     }
-    const int32_t n = g.n_tokens, kg = n_written(n);
+    const int32_t n = n_tokens, kg = n_written(n);
     idx_.resize(kg);
-    if (g.inp_rs_dst && g.inp_rs_dst->buffer) {
+    if (dst && dst->buffer) {
         for (int32_t s = 0; s < kg; ++s) idx_[s] = (n_past + n - 1 - s) % n_snap_;
-        ggml_backend_tensor_set(g.inp_rs_dst, idx_.data(), 0, sizeof(int64_t) * (size_t) kg);
+        ggml_backend_tensor_set(dst, idx_.data(), 0, sizeof(int64_t) * (size_t) kg);
     }
-    if (g.inp_rs_dst_old && g.inp_rs_dst_old->buffer) {
+    if (dst_old && dst_old->buffer) {
         for (int32_t j = 0; j < kg; ++j) idx_[j] = (n_past + n - kg + j) % n_snap_;
-        ggml_backend_tensor_set(g.inp_rs_dst_old, idx_.data(), 0, sizeof(int64_t) * (size_t) kg);
+        ggml_backend_tensor_set(dst_old, idx_.data(), 0, sizeof(int64_t) * (size_t) kg);
     }
 }
 

@@ -17,8 +17,6 @@ struct psl_model;
 
 namespace psl {
 
-struct Graph;
-
 // The ring length: 17 (a default 16-token draft plus the verified token roll back without a
 // replay); PYLLAMASPEC_RS_SNAPSHOTS overrides it (1..4096), to trade memory for replays.
 int32_t recurrent_snapshots();
@@ -37,9 +35,11 @@ public:
     int32_t n_written(int32_t n_tokens) const { return n_tokens < n_snap_ ? n_tokens : n_snap_; }
     size_t bytes() const;
 
-    // Graph inputs of a batch at n_past: the row read, the rows written (newest first for the
-    // DeltaNet op's snapshots, oldest first for the convolution windows).
-    void fill_inputs(const Graph & g, int32_t n_past);
+    // Graph inputs of a batch of n_tokens at n_past: the row read (src, I32 [1]), the rows
+    // written (I64 [n_written]: dst newest first for the DeltaNet op's snapshots, dst_old oldest
+    // first for the convolution windows). An input the graph does not use (null, or not
+    // allocated) is skipped.
+    void fill_inputs(ggml_tensor * src, ggml_tensor * dst, ggml_tensor * dst_old, int32_t n_past, int32_t n_tokens);
     // Before computing n_tokens at n_past: the rows the batch may overwrite are no longer
     // trusted (also when the computation then fails half way).
     void begin_batch(int32_t n_past, int32_t n_tokens);
