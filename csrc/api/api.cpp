@@ -300,13 +300,13 @@ psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * 
     });
 }
 
-int32_t psl_context_n_past(const psl_context * ctx) { return ctx ? ctx->kv->used() : 0; }
+int32_t psl_context_n_past(const psl_context * ctx) { return ctx ? ctx->mem->n_past() : 0; }
 
 int32_t psl_context_n_ctx(const psl_context * ctx) { return ctx ? ctx->params.n_ctx : 0; }
 
 int32_t psl_context_max_rollback(const psl_context * ctx) {
     if (!ctx) return 0;
-    return ctx->rs ? ctx->rs->n_snap() - 1 : ctx->params.n_ctx;
+    return ctx->mem->max_rollback();
 }
 
 psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {

@@ -109,8 +109,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
     params.n_threads = p.n_threads > 0 ? p.n_threads : default_threads();
 
-    kv = std::make_unique<KvCache>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
-    if (hp.hybrid()) rs = std::make_unique<RecurrentState>(*m, recurrent_snapshots());
+    mem = std::make_unique<Memory>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
 
     backend_cpu.reset(ggml_backend_dev_init(m->dev_cpu, nullptr));
     if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
@@ -136,7 +135,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
 
     // Reserve compute memory once, for the largest graph: a full batch attending to the whole cache.
-    build_graph(params.n_batch, kv->size(), PSL_LOGITS_ALL);
+    build_graph(params.n_batch, mem->kv().size(), PSL_LOGITS_ALL);
     if (!ggml_backend_sched_reserve(sched.get(), gf)) {
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
              params.n_ctx);
@@ -150,8 +149,7 @@ psl_context::~psl_context() {
     free_head();
     graph.reset();
     graph_ctx.reset();
-    kv.reset();
-    rs.reset();
+    mem.reset();
     backend_gpu.reset();
     backends_split.clear();
     backend_cpu.reset();
@@ -166,9 +164,9 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph_ctx.reset(ggml_init(p));
     if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
-    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, *kv, n_tokens, n_kv, mode == PSL_LOGITS_ALL);
+    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, mode == PSL_LOGITS_ALL);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
-    graph->rs = rs.get();
+    graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     // the rows of the restricted head in use, if any
     graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
@@ -195,7 +193,7 @@ void psl_context::fill_inputs(const Graph & g, const int32_t * tokens, int32_t n
         }
         ggml_backend_tensor_set(g.inp_pos4, pos_buf.data(), 0, sizeof(int32_t) * pos_buf.size());
     }
-    if (rs && g.rs) rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
+    if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
     // with a sliding window only the last n_swa of them.
@@ -221,8 +219,8 @@ void psl_context::fill_inputs(const Graph & g, const int32_t * tokens, int32_t n
 }
 
 void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {
-    const int32_t n_past = kv->used();
-    const int32_t n_kv = kv->n_kv_for(n_past + n_tokens);
+    const int32_t n_past = mem->n_past();
+    const int32_t n_kv = mem->kv().n_kv_for(n_past + n_tokens);
     if (n_tokens != graph_tokens || n_kv != graph_kv || mode != graph_mode) {
         build_graph(n_tokens, n_kv, mode);
         ggml_backend_sched_reset(sched.get());
@@ -245,7 +243,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         ~Redirect() { if (t) t->data = own; }
     } redirect{direct ? res : nullptr, res->data};
     if (direct) res->data = out;
-    if (rs) rs->begin_batch(n_past, n_tokens);
+    mem->begin_batch(n_tokens);
     const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
     if (st == GGML_STATUS_ABORTED) {
         interrupt = false;   // consumed (a SIGINT leaves it as it was)
@@ -267,8 +265,17 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
     if (graph->mtp) mtp->after_compute(*graph, n_past);
-    kv->set_used(n_past + n_tokens);
-    if (rs) rs->end_batch(tokens, n_tokens);
+    mem->end_batch(tokens, n_tokens);
+}
+
+// What the memory asks for before an eval: the kept tokens again, when its recurrent state is
+// stale (memory.h).
+void psl_context::replay() {
+    mem->replay([this](const int32_t * toks, int32_t n) {
+        for (int32_t off = 0; off < n; off += params.n_batch) {
+            eval_batch(toks + off, std::min(params.n_batch, n - off), PSL_LOGITS_NONE, nullptr);
+        }
+    });
 }
 
 void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
@@ -284,8 +291,8 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
                  n_vocab);
         }
     }
-    if ((int64_t) kv->used() + n > params.n_ctx) {
-        fail(PSL_ERR_CONTEXT_FULL, "context full: %d tokens in the cache + %d new exceed n_ctx = %d", kv->used(), n,
+    if ((int64_t) mem->n_past() + n > params.n_ctx) {
+        fail(PSL_ERR_CONTEXT_FULL, "context full: %d tokens in the cache + %d new exceed n_ctx = %d", mem->n_past(), n,
              params.n_ctx);
     }
     const int32_t rows = n == 0 ? 0 : mode == PSL_LOGITS_ALL ? n : mode == PSL_LOGITS_LAST ? 1 : 0;
@@ -301,9 +308,9 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
     n_rows = 0;
     SigintScope sigint(catch_sigint);
     sigint_mark = g_sigint_count.load();
-    replay_recurrent();
+    replay();
 
-    const int32_t n_past0 = kv->used();
+    const int32_t n_past0 = mem->n_past();
     try {
         for (int32_t off = 0; off < n; off += params.n_batch) {
             // an interrupt asked for before this eval or between its batches (a GPU backend
@@ -316,8 +323,7 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
             eval_batch(tokens + off, nb, m, mode == PSL_LOGITS_ALL ? out + (size_t) off * n_vocab : out);
         }
     } catch (...) {
-        kv->set_used(n_past0);   // a failed eval leaves the cache as it found it
-        if (rs) rollback_recurrent(n_past0);
+        mem->truncate(n_past0);   // a failed eval leaves the cache as it found it
         throw;
     }
     n_rows = rows;
@@ -439,17 +445,12 @@ void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
 }
 
 void psl_context::truncate(int32_t n_keep) {
-    if (n_keep < 0 || n_keep > kv->used()) {
-        fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): the cache holds %d tokens", n_keep, kv->used());
-    }
-    kv->set_used(n_keep);
-    if (rs) rollback_recurrent(n_keep);
+    mem->truncate(n_keep);
 }
 
 void psl_context::clear() {
-    kv->clear();
+    mem->clear();
     if (mtp) mtp->clear();
-    if (rs) rollback_recurrent(0);
 }
 
 void psl_context::enable_mtp() {
@@ -457,9 +458,9 @@ void psl_context::enable_mtp() {
     mtp = std::make_unique<MtpState>(*this);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay
-    if (kv->used() > 0) {
-        if (!rs) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
-        rs_replay = rs_replay < 0 ? kv->used() : rs_replay;
+    if (mem->n_past() > 0) {
+        if (!mem->rs()) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
+        mem->replay_all();
     }
 }
 

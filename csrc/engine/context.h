@@ -1,7 +1,6 @@
 #pragma once
 
-#include "memory/kv_cache.h"
-#include "memory/recurrent_state.h"
+#include "memory/memory.h"
 #include "model.h"
 #include "pyllamaspec.h"
 
@@ -20,9 +19,7 @@ class MtpState;
 struct psl_context {
     psl_model * model;                       // holds a reference (psl::retain)
     psl_context_params params;               // with defaults resolved
-    std::unique_ptr<psl::KvCache> kv;
-    std::unique_ptr<psl::RecurrentState> rs;  // hybrid models only
-    int32_t rs_replay = -1;                   // >= 0: the recurrent state must be rebuilt up to here
+    std::unique_ptr<psl::Memory> mem;         // KV cache (+ recurrent state): what truncate rolls back
     std::unique_ptr<psl::MtpState> mtp;       // MTP drafting enabled (mtp.h)
     // Owned handles: members are destroyed in reverse order, so a constructor that throws half
     // way frees what it made (the scheduler before the backends it drives).
@@ -76,6 +73,5 @@ private:
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
     void fill_inputs(const psl::Graph & g, const int32_t * tokens, int32_t n_past);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
-    void rollback_recurrent(int32_t n_keep);
-    void replay_recurrent();
+    void replay();
 };

@@ -84,7 +84,7 @@ void mtp_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x) {
 }
 
 MtpState::MtpState(psl_context & c)
-    : c_(c), n_embd_(c.model->hp.n_embd), ring_n_(std::max(64, c.rs ? c.rs->n_snap() + 1 : 64)) {
+    : c_(c), n_embd_(c.model->hp.n_embd), ring_n_(std::max(64, c.mem->rs() ? c.mem->rs()->n_snap() + 1 : 64)) {
     if (c.model->mtp_layer < 0) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
     ring_.assign((size_t) ring_n_ * n_embd_, 0.0f);
     zeros_.assign((size_t) n_embd_, 0.0f);
@@ -136,7 +136,7 @@ void MtpState::build(int32_t n_kv) {
     graph_ctx_.reset(ggml_init(p));
     if (!graph_ctx_) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the MTP graph context");
     gf_ = ggml_new_graph_custom(graph_ctx_.get(), graph_size_, false);
-    graph_ = std::make_unique<Graph>(graph_ctx_.get(), gf_, *c_.model, *c_.kv, 1, n_kv, true);
+    graph_ = std::make_unique<Graph>(graph_ctx_.get(), gf_, *c_.model, c_.mem->kv(), 1, n_kv, true);
     Graph & g = *graph_;
     const psl_model & m = *c_.model;
     const Layer & l = m.layers[m.mtp_layer];
@@ -157,14 +157,14 @@ void MtpState::build(int32_t n_kv) {
 void MtpState::draft(int32_t token, int32_t step, float * out) {
     const int32_t n_vocab = c_.model->hp.n_vocab;
     if (token < 0 || token >= n_vocab) fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, n_vocab);
-    c_.replay_recurrent();   // a pending replay also rebuilds the MTP cache
-    const int32_t n_past = c_.kv->used();
+    c_.replay();   // a pending replay also rebuilds the MTP cache
+    const int32_t n_past = c_.mem->n_past();
     if (step < 0 || (step > 0 && (chain_step_ != step - 1 || chain_past_ != n_past))) {
         fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft step %d must follow step %d at the same cache length", step, step - 1);
     }
     const int32_t pos = n_past + step;
     if (pos >= c_.params.n_ctx) fail(PSL_ERR_CONTEXT_FULL, "MTP draft at position %d: n_ctx is %d", pos, c_.params.n_ctx);
-    const int32_t n_kv = c_.kv->n_kv_for(pos + 1);
+    const int32_t n_kv = c_.mem->kv().n_kv_for(pos + 1);
     if (n_kv != graph_kv_) build(n_kv);
     chain_step_ = -1;   // until this step succeeds
     c_.fill_inputs(*graph_, &token, pos);

@@ -6,8 +6,20 @@
 #include "ggml-alloc.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace psl {
+
+int32_t recurrent_snapshots() {
+    const char * env = std::getenv("PYLLAMASPEC_RS_SNAPSHOTS");
+    if (!env || !*env) return 17;
+    char * end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end || n < 1 || n > 4096) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "PYLLAMASPEC_RS_SNAPSHOTS must be an integer in [1, 4096], got '%s'", env);
+    }
+    return (int32_t) n;
+}
 
 RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap) : n_snap_(n_snap) {
     const HParams & hp = m.hp;
