@@ -175,49 +175,6 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     ggml_build_forward_expand(gf, graph->result);
 }
 
-void psl_context::fill_inputs(const Graph & g, const int32_t * tokens, int32_t n_past) {
-    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
-    pos_buf.resize(g.n_tokens);
-    idx_buf.resize(g.n_tokens);
-    for (int32_t i = 0; i < g.n_tokens; ++i) {
-        pos_buf[i] = n_past + i;
-        idx_buf[i] = n_past + i;
-    }
-    if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_buf.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
-    ggml_backend_tensor_set(g.inp_kv_idx, idx_buf.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
-
-    if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
-        pos_buf.assign(4 * (size_t) g.n_tokens, 0);
-        for (int32_t i = 0; i < g.n_tokens; ++i) {
-            for (int j = 0; j < 3; ++j) pos_buf[(size_t) j * g.n_tokens + i] = n_past + i;
-        }
-        ggml_backend_tensor_set(g.inp_pos4, pos_buf.data(), 0, sizeof(int32_t) * pos_buf.size());
-    }
-    if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
-
-    // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
-    // with a sliding window only the last n_swa of them.
-    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
-    const int32_t n_swa = model->hp.n_swa;
-    const size_t n = (size_t) g.n_kv * g.n_tokens;
-    mask_buf.assign(n, ninf);
-    if (g.inp_mask_swa) mask_swa_buf.assign(n, ninf);
-    for (int32_t i = 0; i < g.n_tokens; ++i) {
-        const int32_t pos = n_past + i;
-        ggml_fp16_t * row = mask_buf.data() + (size_t) i * g.n_kv;
-        std::fill(row, row + pos + 1, zero);
-        if (g.inp_mask_swa) {
-            ggml_fp16_t * srow = mask_swa_buf.data() + (size_t) i * g.n_kv;
-            std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
-        }
-    }
-    // a mask no layer uses is not in the graph, so it has no memory
-    if (g.inp_mask->buffer) ggml_backend_tensor_set(g.inp_mask, mask_buf.data(), 0, n * sizeof(ggml_fp16_t));
-    if (g.inp_mask_swa && g.inp_mask_swa->buffer) {
-        ggml_backend_tensor_set(g.inp_mask_swa, mask_swa_buf.data(), 0, n * sizeof(ggml_fp16_t));
-    }
-}
-
 void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {
     const int32_t n_past = mem->n_past();
     const int32_t n_kv = mem->kv().n_kv_for(n_past + n_tokens);
@@ -229,7 +186,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         }
         graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
     }
-    fill_inputs(*graph, tokens, n_past);
+    inputs.fill(*graph, tokens, n_past);
     if (graph->mtp) mtp->before_compute(*graph, n_past);
     // In CPU memory the last node writes the logits straight into `out` rather than into the
     // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node

@@ -2,6 +2,7 @@
 
 #include "memory/memory.h"
 #include "model.h"
+#include "models/common/graph_common.h"
 #include "pyllamaspec.h"
 
 #include "ggml-backend.h"
@@ -12,7 +13,6 @@
 #include <vector>
 
 namespace psl {
-struct Graph;
 class MtpState;
 }
 
@@ -37,9 +37,7 @@ struct psl_context {
 
     std::vector<float> logits;               // used when the caller gives no buffer
     int32_t n_rows = 0;
-    std::vector<int32_t> pos_buf;
-    std::vector<int64_t> idx_buf;
-    std::vector<ggml_fp16_t> mask_buf, mask_swa_buf;
+    psl::GraphInputs inputs;                 // host buffers of the graph inputs
     std::atomic<bool> interrupt{false};
     bool catch_sigint = false;               // SIGINT interrupts a running eval
     int sigint_mark = 0;
@@ -71,7 +69,6 @@ private:
     void free_head();
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
-    void fill_inputs(const psl::Graph & g, const int32_t * tokens, int32_t n_past);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
     void replay();
 };

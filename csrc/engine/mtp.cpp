@@ -167,7 +167,7 @@ void MtpState::draft(int32_t token, int32_t step, float * out) {
     const int32_t n_kv = c_.mem->kv().n_kv_for(pos + 1);
     if (n_kv != graph_kv_) build(n_kv);
     chain_step_ = -1;   // until this step succeeds
-    c_.fill_inputs(*graph_, &token, pos);
+    c_.inputs.fill(*graph_, &token, pos);
     const float * h = step == 0 ? hidden_at(n_past - 1) : chain_.data();
     ggml_backend_tensor_set(graph_->inp_mtp_h, h, 0, sizeof(float) * (size_t) n_embd_);
     const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), gf_);

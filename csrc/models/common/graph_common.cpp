@@ -1,5 +1,8 @@
 #include "models/common/graph_common.h"
 
+#include "memory/recurrent_state.h"
+
+#include <algorithm>
 #include <cmath>
 
 namespace psl {
@@ -163,6 +166,49 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
     ggml_set_name(logits, "logits");
     ggml_set_output(logits);
     return logits;
+}
+
+void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) {
+    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    pos_.resize(g.n_tokens);
+    idx_.resize(g.n_tokens);
+    for (int32_t i = 0; i < g.n_tokens; ++i) {
+        pos_[i] = n_past + i;
+        idx_[i] = n_past + i;
+    }
+    if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
+
+    if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
+        pos_.assign(4 * (size_t) g.n_tokens, 0);
+        for (int32_t i = 0; i < g.n_tokens; ++i) {
+            for (int j = 0; j < 3; ++j) pos_[(size_t) j * g.n_tokens + i] = n_past + i;
+        }
+        ggml_backend_tensor_set(g.inp_pos4, pos_.data(), 0, sizeof(int32_t) * pos_.size());
+    }
+    if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
+
+    // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
+    // with a sliding window only the last n_swa of them.
+    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+    const int32_t n_swa = g.m.hp.n_swa;
+    const size_t n = (size_t) g.n_kv * g.n_tokens;
+    mask_.assign(n, ninf);
+    if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
+    for (int32_t i = 0; i < g.n_tokens; ++i) {
+        const int32_t pos = n_past + i;
+        ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
+        std::fill(row, row + pos + 1, zero);
+        if (g.inp_mask_swa) {
+            ggml_fp16_t * srow = mask_swa_.data() + (size_t) i * g.n_kv;
+            std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
+        }
+    }
+    // a mask no layer uses is not in the graph, so it has no memory
+    if (g.inp_mask->buffer) ggml_backend_tensor_set(g.inp_mask, mask_.data(), 0, n * sizeof(ggml_fp16_t));
+    if (g.inp_mask_swa && g.inp_mask_swa->buffer) {
+        ggml_backend_tensor_set(g.inp_mask_swa, mask_swa_.data(), 0, n * sizeof(ggml_fp16_t));
+    }
 }
 
 }  // namespace psl

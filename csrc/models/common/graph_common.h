@@ -23,7 +23,7 @@ struct Graph {
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
 
-    // inputs, filled by the context before compute
+    // inputs, filled before compute (GraphInputs)
     ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
     ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
     ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
@@ -77,6 +77,20 @@ struct Graph {
     // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs].
     ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
     int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }
+};
+
+// The host side of a graph's inputs: where its tokens sit (positions, cache cells), the causal
+// masks (windowed too, for sliding-window layers) and the recurrent state's rows, filled before
+// each compute; the buffers are kept between steps.
+class GraphInputs {
+public:
+    // g's inputs for its n_tokens tokens at positions n_past, n_past + 1, ...
+    void fill(const Graph & g, const int32_t * tokens, int32_t n_past);
+
+private:
+    std::vector<int32_t> pos_;
+    std::vector<int64_t> idx_;
+    std::vector<ggml_fp16_t> mask_, mask_swa_;
 };
 
 }  // namespace psl
