@@ -1,6 +1,7 @@
 // MTP ("multi-token prediction", GGUF's NextN layers) drafting from the target's own weights,
 // as llama.cpp runs it for qwen35 (src/models/qwen35.cpp graph_mtp, common/speculative.cpp
-// draft-mtp). At position p the MTP block takes the token x_p and the target's hidden state
+// draft-mtp); the block's weights and graphs are the architecture's (models/qwen35.cpp,
+// ArchOps::build_mtp). At position p the MTP block takes the token x_p and the target's hidden state
 // h_{p-1} (the trunk's last layer after the final output norm) and predicts token p + 1:
 //   y  = eh_proj([enorm(embed(x_p)); hnorm(h_{p-1})])
 //   y += gated_attention(attn_norm(y))       its own KV cache over positions 0..p
@@ -24,16 +25,6 @@
 struct psl_context;
 
 namespace psl {
-
-class TensorLoader;
-
-ggml_tensor * qwen35_gated_attention(Graph & g, int il, ggml_tensor * x);   // models/qwen35.cpp
-// Loads the first MTP block after the trunk into m.layers[n_layer] (m.mtp_layer); a file that
-// announces nextn layers without their tensors just has no MTP.
-void load_mtp_layer(TensorLoader & tl, psl_model & m);
-// In the target's graph: x is the trunk output (all rows), embd the token embeddings; keeps the
-// normed hidden rows (g.mtp_hidden) and writes the MTP block's K/V for this batch.
-void mtp_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x);
 
 class MtpState {
 public:

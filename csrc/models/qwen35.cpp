@@ -8,9 +8,9 @@
 // * Full attention: q and its output gate come interleaved per head from one projection; per-head
 //   q/k RMS norms; M-RoPE over the first rope.dimension_count dims (text: every section at the
 //   token position); attention output times sigmoid(gate).
-// The first MTP (nextn) layer after the trunk is loaded and run by the MTP drafter (mtp.cpp).
+// The first MTP (nextn) layer after the trunk: loaded here, filled by the target's graph, and
+// run one draft step at a time by the MTP drafter (engine/mtp.h) through build_mtp.
 #include "models/common/arch_common.h"
-#include "engine/mtp.h"
 #include "memory/recurrent_state.h"
 
 #include "gguf.h"
@@ -57,7 +57,7 @@ void hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     hp.n_nextn = (int32_t) f.get_int(a + ".nextn_predict_layers", 0);
     if (hp.n_nextn < 0 || hp.n_nextn >= hp.n_layer) fail(PSL_ERR_FORMAT, "'%s': bad nextn_predict_layers %d", path, hp.n_nextn);
     const int32_t n_all = hp.n_layer;
-    hp.n_layer -= hp.n_nextn;   // the trunk; MTP layers follow it (mtp.cpp)
+    hp.n_layer -= hp.n_nextn;   // the trunk; MTP layers follow it
     hp.recurrent_layers.assign(hp.n_layer, false);
     const std::vector<int64_t> rec = int_array(f, a + ".attention.recurrent_layers");
     if (!rec.empty()) {
@@ -79,6 +79,35 @@ void hparams(const GgufFile & f, const std::string & a, HParams & hp) {
         fail(PSL_ERR_FORMAT, "'%s': rope.dimension_sections must sum to 1..%d (got %d)", path, hp.n_embd_head_k, sect);
     }
     if (hp.n_embd_head_k != hp.n_embd_head_v) fail(PSL_ERR_FORMAT, "'%s': key and value head sizes differ", path);
+}
+
+// The first MTP block after the trunk, into m.layers[n_layer] (m.mtp_layer); a file that
+// announces nextn layers without their tensors just has no MTP.
+void load_mtp_layer(TensorLoader & tl, psl_model & m) {
+    const HParams & hp = m.hp;
+    const int il = hp.n_layer;   // the first block after the trunk
+    const int64_t n_embd = hp.n_embd, hd = hp.n_embd_head_k;
+    m.layers.resize((size_t) il + 1);
+    Layer & l = m.layers[il];
+    l.nextn_eh_proj = tl.layer_matrix(il, "nextn.eh_proj.weight", {2 * n_embd, n_embd}, false);
+    if (!l.nextn_eh_proj) return;   // announced but not shipped (a converter dropped them)
+    l.nextn_enorm = tl.layer(il, "nextn.enorm.weight", {n_embd});
+    l.nextn_hnorm = tl.layer(il, "nextn.hnorm.weight", {n_embd});
+    l.nextn_embed = tl.layer(il, "nextn.embed_tokens.weight", {n_embd, hp.n_vocab}, false);
+    l.nextn_head_norm = tl.layer(il, "nextn.shared_head_norm.weight", {n_embd}, false);
+    l.nextn_head = tl.layer_matrix(il, "nextn.shared_head_head.weight", {n_embd, hp.n_vocab}, false);
+    l.attn_norm = tl.layer(il, "attn_norm.weight", {n_embd});
+    l.attn_post_norm = tl.layer(il, "post_attention_norm.weight", {n_embd});
+    l.wq = tl.layer_matrix(il, "attn_q.weight", {n_embd, 2 * hd * hp.n_head});
+    l.wk = tl.layer_matrix(il, "attn_k.weight", {n_embd, hp.n_embd_k_gqa()});
+    l.wv = tl.layer_matrix(il, "attn_v.weight", {n_embd, hp.n_embd_v_gqa()});
+    l.wo = tl.layer_matrix(il, "attn_output.weight", {hd * hp.n_head, n_embd});
+    l.q_norm = tl.layer(il, "attn_q_norm.weight", {hd});
+    l.k_norm = tl.layer(il, "attn_k_norm.weight", {hd});
+    l.ffn_gate = tl.layer_matrix(il, "ffn_gate.weight", {n_embd, hp.n_ff});
+    l.ffn_up = tl.layer_matrix(il, "ffn_up.weight", {n_embd, hp.n_ff});
+    l.ffn_down = tl.layer_matrix(il, "ffn_down.weight", {hp.n_ff, n_embd});
+    m.mtp_layer = il;
 }
 
 void tensors(TensorLoader & tl, psl_model & m) {
@@ -131,9 +160,7 @@ ggml_tensor * l2_norm(ggml_context * ctx, ggml_tensor * x, float eps) {
     return ggml_scale(ctx, ggml_rms_norm(ctx, x, eps / n), 1.0f / sqrtf(n));
 }
 
-}  // namespace
-
-ggml_tensor * qwen35_gated_attention(Graph & g, int il, ggml_tensor * x) {
+ggml_tensor * gated_attention(Graph & g, int il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
     const HParams & hp = g.m.hp;
     const Layer & l = g.m.layers[il];
@@ -158,8 +185,6 @@ ggml_tensor * qwen35_gated_attention(Graph & g, int il, ggml_tensor * x) {
     attn = ggml_mul(ctx, attn, ggml_sigmoid(ctx, gate));
     return ggml_mul_mat(ctx, l.wo, attn);
 }
-
-namespace {
 
 ggml_tensor * linear_attention(Graph & g, int il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
@@ -216,6 +241,66 @@ ggml_tensor * linear_attention(Graph & g, int il, ggml_tensor * x) {
     return ggml_mul_mat(ctx, l.ssm_out, ggml_reshape_2d(ctx, o, s.d_inner, n));
 }
 
+ggml_tensor * new_input(Graph & g, int64_t n0, int64_t n1, const char * name) {
+    ggml_tensor * t = ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, n0, n1);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    return t;
+}
+
+// The token embeddings the block reads: its own table when the file has one.
+ggml_tensor * mtp_embed(Graph & g, ggml_tensor * embd) {
+    const Layer & l = g.m.layers[g.m.mtp_layer];
+    return l.nextn_embed ? ggml_get_rows(g.ctx, l.nextn_embed, g.inp_tokens) : embd;
+}
+
+// The block up to its residual stream's output; attn_only stops after the cache write.
+ggml_tensor * mtp_block(Graph & g, ggml_tensor * e, ggml_tensor * h, bool attn_only) {
+    ggml_context * ctx = g.ctx;
+    const int il = g.m.mtp_layer;
+    const Layer & l = g.m.layers[il];
+    ggml_tensor * eh = ggml_concat(ctx, g.rms_norm(e, l.nextn_enorm), g.rms_norm(h, l.nextn_hnorm), 0);
+    ggml_tensor * y = ggml_mul_mat(ctx, l.nextn_eh_proj, eh);
+    ggml_tensor * a = gated_attention(g, il, g.rms_norm(y, l.attn_norm));
+    if (attn_only) return a;   // the K/V writes are already in the graph
+    y = ggml_add(ctx, y, a);
+    return ggml_add(ctx, y, g.ffn_swiglu(g.rms_norm(y, l.attn_post_norm), l));
+}
+
+// In the target's graph: x is the trunk output (all rows), embd the token embeddings; keeps the
+// normed hidden rows (g.mtp_hidden) and writes the MTP block's K/V for this batch.
+void mtp_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x) {
+    ggml_context * ctx = g.ctx;
+    const int64_t n_embd = g.m.hp.n_embd, n = g.n_tokens;
+    ggml_tensor * hn = g.rms_norm(x, g.m.output_norm);
+    ggml_set_name(hn, "mtp_hidden");
+    ggml_set_output(hn);
+    ggml_build_forward_expand(g.gf, hn);
+    g.mtp_hidden = hn;
+    g.inp_mtp_h = new_input(g, n_embd, 1, "inp_mtp_h");
+    // token i pairs with the hidden state of token i - 1 (the first with the one kept before)
+    ggml_tensor * prev = g.inp_mtp_h;
+    if (n > 1) prev = ggml_concat(ctx, prev, ggml_view_2d(ctx, hn, n_embd, n - 1, hn->nb[1], 0), 1);
+    mtp_block(g, mtp_embed(g, embd), prev, true);
+}
+
+// One MTP draft step (engine/mtp.h): the block over one token and the hidden row given as input
+// (g.inp_mtp_h), its output row kept (g.mtp_hidden) for the next step; logits [n_vocab, 1].
+ggml_tensor * build_mtp(Graph & g) {
+    const psl_model & m = g.m;
+    const Layer & l = m.layers[m.mtp_layer];
+    g.inp_mtp_h = new_input(g, m.hp.n_embd, 1, "inp_mtp_h");
+    ggml_tensor * y = mtp_block(g, mtp_embed(g, g.embed()), g.inp_mtp_h, false);
+    ggml_tensor * h = g.rms_norm(y, l.nextn_head_norm ? l.nextn_head_norm : m.output_norm);
+    ggml_set_output(h);
+    g.mtp_hidden = h;
+    ggml_tensor * logits = ggml_mul_mat(g.ctx, l.nextn_head ? l.nextn_head : m.output, h);
+    ggml_set_output(logits);
+    ggml_build_forward_expand(g.gf, h);
+    ggml_build_forward_expand(g.gf, logits);
+    return logits;
+}
+
 ggml_tensor * build(Graph & g) {
     const HParams & hp = g.m.hp;
     if (!g.rs) fail(PSL_ERR_INTERNAL, "qwen35 graph without a recurrent state");
@@ -225,7 +310,7 @@ ggml_tensor * build(Graph & g) {
     for (int il = 0; il < hp.n_layer; ++il) {
         const Layer & l = g.m.layers[il];
         ggml_tensor * h = g.rms_norm(x, l.attn_norm);
-        ggml_tensor * a = hp.is_recurrent(il) ? linear_attention(g, il, h) : qwen35_gated_attention(g, il, h);
+        ggml_tensor * a = hp.is_recurrent(il) ? linear_attention(g, il, h) : gated_attention(g, il, h);
         if (il == hp.n_layer - 1 && !g.mtp) {   // only the rows that produce logits go on (MTP needs all)
             a = g.keep_outputs(a);
             x = g.keep_outputs(x);
@@ -239,6 +324,6 @@ ggml_tensor * build(Graph & g) {
 
 }  // namespace
 
-extern const ArchOps arch_qwen35 = {"qwen35", hparams, tensors, build};
+extern const ArchOps arch_qwen35 = {"qwen35", hparams, tensors, build, build_mtp};
 
 }  // namespace psl
