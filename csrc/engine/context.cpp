@@ -412,7 +412,11 @@ void psl_context::clear() {
 
 void psl_context::enable_mtp() {
     if (mtp) return;
-    mtp = std::make_unique<MtpState>(*this);
+    std::vector<ggml_backend_t> backends;   // the MTP graph runs on the GPU (if any) and the CPU
+    if (backend_gpu) backends.push_back(backend_gpu.get());
+    backends.push_back(backend_cpu.get());
+    mtp = std::make_unique<MtpState>(*model, mem->kv(), backends, params.n_ctx,
+                                     mem->rs() ? mem->rs()->n_snap() + 1 : 64);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay
     if (mem->n_past() > 0) {
@@ -427,7 +431,11 @@ void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t ou
     if (out_cap < model->hp.n_vocab) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %d needed", (long long) out_cap, model->hp.n_vocab);
     }
-    mtp->draft(token, step, out);
+    if (token < 0 || token >= model->hp.n_vocab) {
+        fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
+    }
+    replay();   // a pending replay also rebuilds the MTP cache
+    mtp->draft(token, step, mem->n_past(), interrupt, out);
 }
 
 void psl_context::set_threads(int32_t n) {

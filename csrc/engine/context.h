@@ -65,7 +65,6 @@ struct psl_context {
     void mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
 
 private:
-    friend class psl::MtpState;
     void free_head();
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);

@@ -1,8 +1,8 @@
 // MTP ("multi-token prediction", GGUF's NextN layers) drafting from the target's own weights,
 // as llama.cpp runs it for qwen35 (src/models/qwen35.cpp graph_mtp, common/speculative.cpp
 // draft-mtp); the block's weights and graphs are the architecture's (models/qwen35.cpp,
-// ArchOps::build_mtp). At position p the MTP block takes the token x_p and the target's hidden state
-// h_{p-1} (the trunk's last layer after the final output norm) and predicts token p + 1:
+// ArchOps::build_mtp). At position p the MTP block takes the token x_p and the target's hidden
+// state h_{p-1} (the trunk's last layer after the final output norm) and predicts token p + 1:
 //   y  = eh_proj([enorm(embed(x_p)); hnorm(h_{p-1})])
 //   y += gated_attention(attn_norm(y))       its own KV cache over positions 0..p
 //   y += swiglu_ffn(post_attention_norm(y))
@@ -14,40 +14,50 @@
 // n_past and are overwritten by the target's next eval.
 #pragma once
 
+#include "memory/hidden_ring.h"
+#include "memory/kv_cache.h"
 #include "models/common/graph_common.h"
 
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
-struct psl_context;
-
 namespace psl {
 
+// What it needs from the target's context is given to it: the model, the KV cache (the block
+// caches at layer n_layer), the backends to run on; per step, the target's cache length and the
+// interrupt flag. The context drives it and nothing here reaches back.
 class MtpState {
 public:
-    explicit MtpState(psl_context & c);
+    // backends: the context's, the CPU last (the draft graph gets a scheduler of its own over
+    // them); n_ctx: the context length; min_rows: the hidden rows to keep at least (the
+    // recurrent ring's depth + 1).
+    MtpState(const psl_model & m, KvCache & kv, std::vector<ggml_backend_t> backends, int32_t n_ctx,
+             int32_t min_rows);
     ~MtpState();
     // Around the target's compute of a batch at n_past (g.mtp set).
     void before_compute(const Graph & g, int32_t n_past);
     void after_compute(const Graph & g, int32_t n_past);
-    void clear() { lo_ = hi_ = 0; chain_step_ = -1; }
-    // One draft step (see the header comment): logits [n_vocab] into out.
-    void draft(int32_t token, int32_t step, float * out);
+    void clear() {
+        hidden_.clear();
+        chain_step_ = -1;
+    }
+    // One draft step (see the header comment) after the target's n_past cached tokens (no replay
+    // pending): logits [n_vocab] into out. A computation stopped by interrupt consumes it.
+    void draft(int32_t token, int32_t step, int32_t n_past, std::atomic<bool> & interrupt, float * out);
 
 private:
-    const float * hidden_at(int32_t pos);   // the target's h at pos, zeros when not kept
     void build(int32_t n_kv);
 
-    psl_context & c_;
+    const psl_model & m_;
+    KvCache & kv_;
+    int32_t n_ctx_;
     int32_t n_embd_;
-    // ring of the target's hidden rows: row p % ring_n_ holds position p for p in [lo_, hi_);
-    // at least as deep as the recurrent ring, so an O(1) rollback always finds its row
-    int32_t ring_n_;
-    std::vector<float> ring_, zeros_, chain_, scratch_;
-    int32_t lo_ = 0, hi_ = 0;
+    HiddenRing hidden_;                           // the target's h by position
+    std::vector<float> chain_, scratch_;
     int32_t chain_step_ = -1, chain_past_ = -1;   // the last draft step and the n_past it ran at
     // the draft graph: its own scheduler, so that the target's graph stays allocated
     ggml_backend_sched_ptr sched_;
@@ -56,6 +66,7 @@ private:
     ggml_context_ptr graph_ctx_;
     ggml_cgraph * gf_ = nullptr;
     std::unique_ptr<Graph> graph_;
+    GraphInputs inputs_;
     ggml_tensor * logits_ = nullptr;
     int32_t graph_kv_ = -1;
 };
