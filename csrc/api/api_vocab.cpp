@@ -4,6 +4,7 @@
 #include "pyllamaspec.h"
 #include "vocab/unicode.h"
 #include "vocab/vocab.h"
+#include "vocab/vocab_compat.h"
 
 #include <algorithm>
 #include <cstring>
@@ -230,6 +231,26 @@ psl_status psl_pretokenize(const char * pre, const char * text, size_t len, int3
         p->split(std::string_view(text ? text : "", len), encoded, e);
         std::vector<token_id> ids(e.begin(), e.end());
         put_ids(ids, ends, cap, n_out);
+    });
+}
+
+psl_status psl_vocab_compatible(const psl_model * target, const psl_model * draft) {
+    return guard([&] {
+        if (!target || !draft) fail(PSL_ERR_INVALID_ARGUMENT, "model is NULL");
+        if ((!target->arch && !target->stub) || (!draft->arch && !draft->stub)) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "both models must be loaded with their weights");
+        }
+        check_vocab_compatible(*target->file, target->hp.n_vocab, *draft->file, draft->hp.n_vocab);
+    });
+}
+
+psl_status psl_vocab_draft_ids(const psl_model * m, int32_t n, int32_t * out, int32_t * n_out) {
+    return guard([&] {
+        if (!m || !n_out || (n > 0 && !out)) fail(PSL_ERR_INVALID_ARGUMENT, "model, out or n_out is NULL");
+        if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n must be >= 0 (got %d)", n);
+        const std::vector<int32_t> ids = draft_head_ids(*m->file, m->hp.n_vocab, n);
+        *n_out = (int32_t) ids.size();
+        std::copy(ids.begin(), ids.end(), out);
     });
 }
 

@@ -1,19 +1,17 @@
-// A draft and its target's vocabulary, on the GGUF tokenizer arrays: can the draft speculate
-// for the target (only if both tokenize alike: same ids, token text, special tokens), and which
-// ids a restricted draft head should cover.
+// A draft and its target's vocabulary, on the GGUF tokenizer arrays (what is checked:
+// vocab_compat.h).
+#include "vocab/vocab_compat.h"
+
 #include "api/error.h"
-#include "model.h"
-#include "pyllamaspec.h"
 
 #include "gguf.h"
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <string>
 #include <vector>
 
-using psl::fail;
+namespace psl {
 
 namespace {
 
@@ -23,77 +21,10 @@ int64_t find_arr(const gguf_context * g, const char * key, gguf_type type) {
     return i;
 }
 
-int64_t special_id(const psl_model * m, const char * key) {
+int64_t special_id(const GgufFile & f, const char * key) {
     const std::string k = std::string("tokenizer.ggml.") + key;
-    return m->file->get_int(k, -1);
+    return f.get_int(k, -1);
 }
-
-void check(const psl_model * t, const psl_model * d) {
-    if ((!t->arch && !t->stub) || (!d->arch && !d->stub)) fail(PSL_ERR_INVALID_ARGUMENT, "both models must be loaded with their weights");
-    if (t->hp.n_vocab != d->hp.n_vocab) {
-        const bool tbig = t->hp.n_vocab > d->hp.n_vocab;
-        fail(PSL_ERR_UNSUPPORTED,
-             "vocabularies differ in size: the target has %d ids, the draft %d; ids %d..%d exist only in the %s",
-             t->hp.n_vocab, d->hp.n_vocab, tbig ? d->hp.n_vocab : t->hp.n_vocab,
-             (tbig ? t->hp.n_vocab : d->hp.n_vocab) - 1, tbig ? "target" : "draft");
-    }
-    const int64_t tt = find_arr(t->gguf, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
-    const int64_t dt = find_arr(d->gguf, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
-    if (tt < 0 || dt < 0) {
-        fail(PSL_ERR_NO_VOCAB, "the %s has no tokenizer.ggml.tokens: cannot check that the vocabularies match",
-             tt < 0 ? "target" : "draft");
-    }
-    const size_t nt = gguf_get_arr_n(t->gguf, tt), nd = gguf_get_arr_n(d->gguf, dt);
-    if (nt != nd) {
-        fail(PSL_ERR_UNSUPPORTED, "tokenizers differ in size: the target has %zu tokens, the draft %zu; ids %zu..%zu "
-             "exist only in the %s", nt, nd, std::min(nt, nd), std::max(nt, nd) - 1, nt > nd ? "target" : "draft");
-    }
-    for (size_t i = 0; i < nt; ++i) {
-        const char * a = gguf_get_arr_str(t->gguf, tt, i);
-        const char * b = gguf_get_arr_str(d->gguf, dt, i);
-        if (strcmp(a, b) != 0) {
-            fail(PSL_ERR_UNSUPPORTED, "vocabularies differ at id %zu: the target has '%.40s', the draft '%.40s'", i, a, b);
-        }
-    }
-    const int64_t ty_t = find_arr(t->gguf, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
-    const int64_t ty_d = find_arr(d->gguf, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
-    if ((ty_t < 0) != (ty_d < 0)) fail(PSL_ERR_UNSUPPORTED, "only one of the models has token types");
-    if (ty_t >= 0) {
-        const int32_t * a = (const int32_t *) gguf_get_arr_data(t->gguf, ty_t);
-        const int32_t * b = (const int32_t *) gguf_get_arr_data(d->gguf, ty_d);
-        for (size_t i = 0; i < nt && i < gguf_get_arr_n(t->gguf, ty_t) && i < gguf_get_arr_n(d->gguf, ty_d); ++i) {
-            if (a[i] != b[i]) {
-                fail(PSL_ERR_UNSUPPORTED, "token %zu ('%.40s') has type %d in the target but %d in the draft", i,
-                     gguf_get_arr_str(t->gguf, tt, i), a[i], b[i]);
-            }
-        }
-    }
-    for (const char * key : {"bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id",
-                             "padding_token_id", "add_bos_token", "add_eos_token"}) {
-        const int64_t a = special_id(t, key), b = special_id(d, key);
-        if (a != b) {
-            fail(PSL_ERR_UNSUPPORTED, "special tokens differ: tokenizer.ggml.%s is %lld in the target, %lld in the draft",
-                 key, (long long) a, (long long) b);
-        }
-    }
-    const std::string mt = t->file->get_str("tokenizer.ggml.model", ""), md = d->file->get_str("tokenizer.ggml.model", "");
-    const std::string pt = t->file->get_str("tokenizer.ggml.pre", ""), pd = d->file->get_str("tokenizer.ggml.pre", "");
-    if (mt != md || pt != pd) {
-        fail(PSL_ERR_UNSUPPORTED, "tokenizers differ: target %s/%s, draft %s/%s", mt.c_str(), pt.c_str(), md.c_str(),
-             pd.c_str());
-    }
-}
-
-}  // namespace
-
-extern "C" psl_status psl_vocab_compatible(const psl_model * target, const psl_model * draft) {
-    return psl::guard([&] {
-        if (!target || !draft) fail(PSL_ERR_INVALID_ARGUMENT, "model is NULL");
-        check(target, draft);
-    });
-}
-
-namespace {
 
 // First code point of UTF-8 text (U+2581, SentencePiece's space, read as a space), and whether
 // the text is that one code point only.
@@ -111,39 +42,92 @@ bool single_code_point(const char * s, uint32_t & cp) {
 
 }  // namespace
 
-extern "C" psl_status psl_vocab_draft_ids(const psl_model * m, int32_t n, int32_t * out, int32_t * n_out) {
-    return psl::guard([&] {
-        if (!m || !n_out || (n > 0 && !out)) fail(PSL_ERR_INVALID_ARGUMENT, "model, out or n_out is NULL");
-        if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "n must be >= 0 (got %d)", n);
-        const gguf_context * g = m->gguf;
-        const int64_t kt = find_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
-        if (kt < 0) fail(PSL_ERR_NO_VOCAB, "the model has no tokenizer.ggml.tokens");
-        const int32_t nv = m->hp.n_vocab;
-        if ((int64_t) gguf_get_arr_n(g, kt) < nv) fail(PSL_ERR_FORMAT, "fewer token texts than logits");
-        const int64_t ks = find_arr(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32);
-        const int64_t ky = find_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
-        const float * score = ks >= 0 && (int64_t) gguf_get_arr_n(g, ks) >= nv ? (const float *) gguf_get_arr_data(g, ks) : nullptr;
-        const int32_t * type = ky >= 0 && (int64_t) gguf_get_arr_n(g, ky) >= nv ? (const int32_t *) gguf_get_arr_data(g, ky) : nullptr;
-
-        // Always: control, user-defined and byte tokens, and the single characters below U+2500
-        // (digits, punctuation, Latin, Greek, Cyrillic), which BPE vocabularies keep apart from
-        // the merges, often last. Then the merges in their order: a BPE merge's rank (its score
-        // in SentencePiece-style files, else its id) follows how common it was in training.
-        std::vector<int32_t> ids, rest;
-        for (int32_t i = 0; i < nv; ++i) {
-            uint32_t cp = 0;
-            const bool special = type && (type[i] == 3 || type[i] == 4 || type[i] == 6);
-            const bool basic = single_code_point(gguf_get_arr_str(g, kt, i), cp) && cp < 0x2500;
-            (special || basic ? ids : rest).push_back(i);
+void check_vocab_compatible(const GgufFile & t, int32_t n_vocab_target, const GgufFile & d, int32_t n_vocab_draft) {
+    if (n_vocab_target != n_vocab_draft) {
+        const bool tbig = n_vocab_target > n_vocab_draft;
+        fail(PSL_ERR_UNSUPPORTED,
+             "vocabularies differ in size: the target has %d ids, the draft %d; ids %d..%d exist only in the %s",
+             n_vocab_target, n_vocab_draft, tbig ? n_vocab_draft : n_vocab_target,
+             (tbig ? n_vocab_target : n_vocab_draft) - 1, tbig ? "target" : "draft");
+    }
+    const int64_t tt = find_arr(t.gguf(), "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
+    const int64_t dt = find_arr(d.gguf(), "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
+    if (tt < 0 || dt < 0) {
+        fail(PSL_ERR_NO_VOCAB, "the %s has no tokenizer.ggml.tokens: cannot check that the vocabularies match",
+             tt < 0 ? "target" : "draft");
+    }
+    const size_t nt = gguf_get_arr_n(t.gguf(), tt), nd = gguf_get_arr_n(d.gguf(), dt);
+    if (nt != nd) {
+        fail(PSL_ERR_UNSUPPORTED, "tokenizers differ in size: the target has %zu tokens, the draft %zu; ids %zu..%zu "
+             "exist only in the %s", nt, nd, std::min(nt, nd), std::max(nt, nd) - 1, nt > nd ? "target" : "draft");
+    }
+    for (size_t i = 0; i < nt; ++i) {
+        const char * a = gguf_get_arr_str(t.gguf(), tt, i);
+        const char * b = gguf_get_arr_str(d.gguf(), dt, i);
+        if (strcmp(a, b) != 0) {
+            fail(PSL_ERR_UNSUPPORTED, "vocabularies differ at id %zu: the target has '%.40s', the draft '%.40s'", i, a, b);
         }
-        if (score) {
-            std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+    }
+    const int64_t ty_t = find_arr(t.gguf(), "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
+    const int64_t ty_d = find_arr(d.gguf(), "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
+    if ((ty_t < 0) != (ty_d < 0)) fail(PSL_ERR_UNSUPPORTED, "only one of the models has token types");
+    if (ty_t >= 0) {
+        const int32_t * a = (const int32_t *) gguf_get_arr_data(t.gguf(), ty_t);
+        const int32_t * b = (const int32_t *) gguf_get_arr_data(d.gguf(), ty_d);
+        for (size_t i = 0; i < nt && i < gguf_get_arr_n(t.gguf(), ty_t) && i < gguf_get_arr_n(d.gguf(), ty_d); ++i) {
+            if (a[i] != b[i]) {
+                fail(PSL_ERR_UNSUPPORTED, "token %zu ('%.40s') has type %d in the target but %d in the draft", i,
+                     gguf_get_arr_str(t.gguf(), tt, i), a[i], b[i]);
+            }
         }
-        const size_t want = std::min<size_t>((size_t) n, (size_t) nv);
-        for (size_t i = 0; ids.size() < want && i < rest.size(); ++i) ids.push_back(rest[i]);
-        if (ids.size() > want) ids.resize(want);   // n below the always-kept set: the lowest ids
-        std::sort(ids.begin(), ids.end());
-        *n_out = (int32_t) ids.size();
-        std::copy(ids.begin(), ids.end(), out);
-    });
+    }
+    for (const char * key : {"bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id",
+                             "padding_token_id", "add_bos_token", "add_eos_token"}) {
+        const int64_t a = special_id(t, key), b = special_id(d, key);
+        if (a != b) {
+            fail(PSL_ERR_UNSUPPORTED, "special tokens differ: tokenizer.ggml.%s is %lld in the target, %lld in the draft",
+                 key, (long long) a, (long long) b);
+        }
+    }
+    const std::string mt = t.get_str("tokenizer.ggml.model", ""), md = d.get_str("tokenizer.ggml.model", "");
+    const std::string pt = t.get_str("tokenizer.ggml.pre", ""), pd = d.get_str("tokenizer.ggml.pre", "");
+    if (mt != md || pt != pd) {
+        fail(PSL_ERR_UNSUPPORTED, "tokenizers differ: target %s/%s, draft %s/%s", mt.c_str(), pt.c_str(), md.c_str(),
+             pd.c_str());
+    }
 }
+
+
+std::vector<int32_t> draft_head_ids(const GgufFile & f, int32_t n_vocab, int32_t n) {
+    const gguf_context * g = f.gguf();
+    const int64_t kt = find_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
+    if (kt < 0) fail(PSL_ERR_NO_VOCAB, "the model has no tokenizer.ggml.tokens");
+    const int32_t nv = n_vocab;
+    if ((int64_t) gguf_get_arr_n(g, kt) < nv) fail(PSL_ERR_FORMAT, "fewer token texts than logits");
+    const int64_t ks = find_arr(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32);
+    const int64_t ky = find_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
+    const float * score = ks >= 0 && (int64_t) gguf_get_arr_n(g, ks) >= nv ? (const float *) gguf_get_arr_data(g, ks) : nullptr;
+    const int32_t * type = ky >= 0 && (int64_t) gguf_get_arr_n(g, ky) >= nv ? (const int32_t *) gguf_get_arr_data(g, ky) : nullptr;
+
+    // Always: control, user-defined and byte tokens, and the single characters below U+2500
+    // (digits, punctuation, Latin, Greek, Cyrillic), which BPE vocabularies keep apart from
+    // the merges, often last. Then the merges in their order: a BPE merge's rank (its score
+    // in SentencePiece-style files, else its id) follows how common it was in training.
+    std::vector<int32_t> ids, rest;
+    for (int32_t i = 0; i < nv; ++i) {
+        uint32_t cp = 0;
+        const bool special = type && (type[i] == 3 || type[i] == 4 || type[i] == 6);
+        const bool basic = single_code_point(gguf_get_arr_str(g, kt, i), cp) && cp < 0x2500;
+        (special || basic ? ids : rest).push_back(i);
+    }
+    if (score) {
+        std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+    }
+    const size_t want = std::min<size_t>((size_t) n, (size_t) nv);
+    for (size_t i = 0; ids.size() < want && i < rest.size(); ++i) ids.push_back(rest[i]);
+    if (ids.size() > want) ids.resize(want);   // n below the always-kept set: the lowest ids
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+}  // namespace psl
