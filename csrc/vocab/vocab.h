@@ -1,8 +1,9 @@
 // The tokenizer: vocabulary from the GGUF tokenizer.ggml.* keys, SentencePiece-style and BPE
-// tokenization, detokenization. Implemented in vocab.cpp (loading, pieces), vocab_special.cpp
-// (special tokens), vocab_spm.cpp (SentencePiece-style merging), vocab_bpe.cpp (pre-tokenizers
-// and BPE merging), merge_queue.cpp (the merge order of both), unicode.cpp + unicode_data.cpp
-// (code point properties); the C API lives in api/api_vocab.cpp.
+// tokenization, detokenization. Implemented in vocab_load.cpp (loading), vocab.cpp (maps,
+// pieces, the top of tokenization), vocab_special.cpp (special tokens), vocab_spm.cpp
+// (SentencePiece-style merging), vocab_bpe.cpp (pre-tokenizers and BPE merging),
+// merge_queue.cpp (the merge order of both), unicode.cpp + unicode_data.cpp (code point
+// properties); the C API lives in api/api_vocab.cpp.
 //
 // The behaviour follows llama.cpp's tokenizer (llama-vocab.cpp) token for token: the same
 // special-token partition (longest special tokens first, user-defined tokens even without
@@ -34,6 +35,7 @@ void trim_buffer(Buffer & b) {
 
 class MergeQueue;
 class SpecialSplitter;
+class VocabLoader;
 struct BpeSym;
 
 using token_id = int32_t;
@@ -185,7 +187,7 @@ public:
     Vocab();
 
 private:
-    friend std::unique_ptr<Vocab> load_vocab(const gguf_context * gguf);
+    friend class VocabLoader;   // vocab_load.cpp
     friend class SpecialSplitter;
 
     // One piece of text after the special-token partition: a token, or raw text.
