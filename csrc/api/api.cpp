@@ -1,6 +1,6 @@
 // The C API boundary: argument checks, exceptions → status codes, handles.
-#include "engine/context.h"
 #include "api/error.h"
+#include "engine/context.h"
 #include "model.h"
 #include "pyllamaspec.h"
 

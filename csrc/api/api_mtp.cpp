@@ -1,6 +1,6 @@
 // The C API of MTP drafting (mtp.h).
-#include "engine/context.h"
 #include "api/error.h"
+#include "engine/context.h"
 #include "model.h"
 #include "pyllamaspec.h"
 

@@ -1,3 +1,5 @@
+// psl_context: a model's memory (memory/memory.h), the backends and their scheduler, and
+// eval(tokens) -> logits in graphs of at most n_batch tokens; MTP drafting rides on it (mtp.h).
 #pragma once
 
 #include "memory/memory.h"

@@ -10,8 +10,8 @@
 //   token position); attention output times sigmoid(gate).
 // The first MTP (nextn) layer after the trunk: loaded here, filled by the target's graph, and
 // run one draft step at a time by the MTP drafter (engine/mtp.h) through build_mtp.
-#include "models/common/arch_common.h"
 #include "memory/recurrent_state.h"
+#include "models/common/arch_common.h"
 
 #include "gguf.h"
 
