@@ -1,9 +1,8 @@
 // GGUF → hyper-parameters + weights in backend buffers (mmap'd on the CPU).
 #include "model.h"
 
-#include "arch_common.h"
-#include "error.h"
-#include "vocab.h"
+#include "api/error.h"
+#include "vocab/vocab.h"
 
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
@@ -200,74 +199,6 @@ void TensorLoader::load(bool use_mmap, bool prefetch) {
         m_.size_bytes += ggml_nbytes(t);
         m_.n_params += (uint64_t) ggml_nelements(t);
     }
-}
-
-void create_embeddings(TensorLoader & tl, psl_model & m) {
-    const int64_t n_embd = m.hp.n_embd, n_vocab = m.hp.n_vocab;
-    m.tok_embd = tl.create("token_embd.weight", {n_embd, n_vocab}, Place::Input);
-    m.output_norm = tl.create("output_norm.weight", {n_embd}, Place::Output);
-    m.output = tl.matrix("output.weight", {n_embd, n_vocab}, Place::Output, -1, /*required =*/ false);
-    if (!m.output) {
-        m.tied_output = true;
-        // The head gets its own copy of the embeddings where that copy differs from them: on a
-        // GPU, or repacked for faster CPU kernels; otherwise it reads them in place.
-        m.output = tl.home("token_embd.weight", Place::Output, -1, true) != tl.home("token_embd.weight", Place::Input)
-                       ? tl.matrix("token_embd.weight", {n_embd, n_vocab}, Place::Output)
-                       : m.tok_embd;
-    }
-}
-
-void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool qk_norm) {
-    const HParams & hp = m.hp;
-    const int64_t n_embd = hp.n_embd;
-    const int64_t n_q = (int64_t) hp.n_embd_head_k * hp.n_head;
-    Layer & l = m.layers[il];
-    l.attn_norm = tl.layer(il, "attn_norm.weight", {n_embd});
-    l.wq = tl.layer_matrix(il, "attn_q.weight", {n_embd, n_q});
-    l.wk = tl.layer_matrix(il, "attn_k.weight", {n_embd, hp.n_embd_k_gqa()});
-    l.wv = tl.layer_matrix(il, "attn_v.weight", {n_embd, hp.n_embd_v_gqa()});
-    l.wo = tl.layer_matrix(il, "attn_output.weight", {(int64_t) hp.n_embd_head_v * hp.n_head, n_embd});
-    if (bias) {
-        l.bq = tl.layer(il, "attn_q.bias", {n_q});
-        l.bk = tl.layer(il, "attn_k.bias", {hp.n_embd_k_gqa()});
-        l.bv = tl.layer(il, "attn_v.bias", {hp.n_embd_v_gqa()});
-    }
-    if (qk_norm) {
-        l.q_norm = tl.layer(il, "attn_q_norm.weight", {hp.n_embd_head_k});
-        l.k_norm = tl.layer(il, "attn_k_norm.weight", {hp.n_embd_head_k});
-    }
-}
-
-void create_ffn(TensorLoader & tl, psl_model & m, int il) {
-    const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.n_ff;
-    Layer & l = m.layers[il];
-    l.ffn_norm = tl.layer(il, "ffn_norm.weight", {n_embd});
-    l.ffn_gate = tl.layer_matrix(il, "ffn_gate.weight", {n_embd, n_ff});
-    l.ffn_up = tl.layer_matrix(il, "ffn_up.weight", {n_embd, n_ff});
-    l.ffn_down = tl.layer_matrix(il, "ffn_down.weight", {n_ff, n_embd});
-}
-
-// ---- architectures ----
-
-namespace {
-const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
-                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35};
-}
-
-const ArchOps * find_arch(const std::string & name) {
-    for (const ArchOps * a : k_archs) {
-        if (name == a->name) return a;
-    }
-    return nullptr;
-}
-
-std::string supported_archs() {
-    std::string s;
-    for (const ArchOps * a : k_archs) {
-        if (!s.empty()) s += ", ";
-        s += a->name;
-    }
-    return s;
 }
 
 // ---- hyper-parameters ----

@@ -1,7 +1,7 @@
 // The loaded model: hyper-parameters, weight tensors in backend buffers, vocabulary.
 #pragma once
 
-#include "gguf_split.h"
+#include "gguf/gguf_split.h"
 #include "pyllamaspec.h"
 
 #include "ggml.h"
@@ -253,6 +253,9 @@ struct ArchOps {
     void (*load_hparams)(const GgufFile & f, const std::string & arch, HParams & hp);
     void (*create_tensors)(TensorLoader & tl, psl_model & m);
     ggml_tensor * (*build)(Graph & g);   // logits [n_vocab, n_outputs]
+    // One MTP draft step over one token (engine/mtp.h): sets g.inp_mtp_h and g.mtp_hidden and
+    // returns the logits [n_vocab, 1]; null for an architecture without MTP layers.
+    ggml_tensor * (*build_mtp)(Graph & g) = nullptr;
 };
 
 const ArchOps * find_arch(const std::string & name);

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""Generate csrc/unicode_data.cpp: the Unicode property table the tokenizer's pre-tokenizers use.
+"""Generate csrc/vocab/unicode_data.cpp: the Unicode property table the tokenizer's pre-tokenizers use.
 
 For every code point it records the general category (Lu, Ll, ..., Cn) and whether the code point
 has the White_Space property. The table is written as sorted ranges (first code point, value) and
-expanded into a two-stage lookup table by csrc/unicode.cpp at first use.
+expanded into a two-stage lookup table by csrc/vocab/unicode.cpp at first use.
 
 Unicode version: llama.cpp's table is Unicode 15.1, and the tokenizer must split text exactly as
 llama.cpp does, so this script wants the `unicodedata2` package at version 15.1.x (the same
 interface as the standard library's `unicodedata`, for another Unicode version):
 
     pip install unicodedata2==15.1.0
-    python scripts/gen_unicode_data.py            # writes csrc/unicode_data.cpp
+    python scripts/gen_unicode_data.py            # writes csrc/vocab/unicode_data.cpp
     python scripts/gen_unicode_data.py --check    # exits 1 if the committed file is stale
 
 `--allow-stdlib` falls back to the standard library's `unicodedata` (Python 3.11: Unicode 14.0);
@@ -30,7 +30,7 @@ from pathlib import Path
 MAX_CODEPOINTS = 0x110000
 WANTED_VERSION = "15.1"
 
-# General categories, in the order of psl::unicode::Category (csrc/unicode.h).
+# General categories, in the order of psl::unicode::Category (csrc/vocab/unicode.h).
 CATEGORIES = [
     "Cn", "Cc", "Cf", "Co", "Cs",
     "Ll", "Lm", "Lo", "Lt", "Lu",
@@ -92,7 +92,7 @@ def render(ranges: list[tuple[int, int]], version: str) -> str:
         f"// Unicode {version}: general category index (psl::unicode::Category) | 0x80 for White_Space,",
         "// as ranges: each entry holds from its first code point up to the next entry's.",
         "",
-        '#include "unicode.h"',
+        '#include "vocab/unicode.h"',
         "",
         "namespace psl::unicode {",
         "",
@@ -121,7 +121,7 @@ def render(ranges: list[tuple[int, int]], version: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "csrc" / "unicode_data.cpp"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "csrc" / "vocab" / "unicode_data.cpp"))
     ap.add_argument("--check", action="store_true", help="compare with the existing file instead of writing")
     ap.add_argument("--allow-stdlib", action="store_true", help="use the standard library's unicodedata")
     args = ap.parse_args()

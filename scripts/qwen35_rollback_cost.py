@@ -2,7 +2,7 @@
 with Qwen3.5-0.8B's per-layer sizes (n_embd 1024, 16+16 DeltaNet heads of 128, d_conv 4,
 n_ff 3584, gated attention 8/2 heads of 256) and fewer layers (default 8: 6 linear, 2 attention).
 
-The ring of recurrent states (csrc/recurrent_state.h) makes every verify batch of n tokens keep
+The ring of recurrent states (csrc/memory/recurrent_state.h) makes every verify batch of n tokens keep
 the states after its last min(n, K) tokens; rollback is then O(1). Measured here, in one run,
 interleaved: the median time of an n-token verify batch with the ring (K = 17) and without it
 (K = 1, only the newest state kept), so the difference is the snapshotting's cost per round;

@@ -1,4 +1,4 @@
-"""The core's own pass over a GGUF header (csrc/gguf_check.cpp): every field ggml's parser would
+"""The core's own pass over a GGUF header (csrc/gguf/gguf_check.cpp): every field ggml's parser would
 cast to an enum or multiply is checked first, and a bad one is a ModelFormatError that names it
 (issue 11: nothing reachable from Python may reach undefined behaviour in ggml)."""
 from __future__ import annotations

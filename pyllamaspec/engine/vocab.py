@@ -1,6 +1,6 @@
 """Tokenizer access for Model: tokenize, detokenize, special tokens, a streaming detokenizer.
 
-The tokenizer lives in the core (csrc/vocab*.cpp) and is built from the GGUF metadata alone
+The tokenizer lives in the core (csrc/vocab/) and is built from the GGUF metadata alone
 (tokenizer.ggml.*); it splits text token for token as llama.cpp does, for SentencePiece-style
 ("llama": LLaMA 1/2, Mistral, Gemma) and BPE ("gpt2": Llama 3, Qwen 2, SmolLM, GPT-2, ...) models.
 

@@ -1,6 +1,6 @@
 """Names of split GGUF models (llama.cpp's gguf-split: ``<prefix>-00001-of-0000N.gguf`` ...).
 
-The core opens a set's shards itself (csrc/gguf_split.cpp); Python needs the names only to fetch
+The core opens a set's shards itself (csrc/gguf/gguf_split.cpp); Python needs the names only to fetch
 every part from the hub and to say which part is missing."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Shapes a drafter may propose:
   proposes one yet.
 A drafter that reads the target's hidden states (the MTP head now; EAGLE-3 and DFlash later)
 holds the target and has its context keep those rows while it verifies (the core keeps them:
-csrc/mtp.h for MTP), so verification stays one target eval and the round does not change.
+csrc/engine/mtp.h for MTP), so verification stays one target eval and the round does not change.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """MTP drafting: a target whose GGUF carries NextN/MTP layers (qwen35) drafts with them, from
 its own last hidden state: no draft model, no second tokenizer, the weights shared.
 
-Each step runs the MTP block once (csrc/mtp.h): step 0 takes the token after the cache and the
+Each step runs the MTP block once (csrc/engine/mtp.h): step 0 takes the token after the cache and the
 target's hidden state before it, step s the step s - 1 draft token and the MTP's own output
 state, so a k-token draft costs k MTP-block evaluations (one attention layer, its FFN and the
 output head). The core keeps the MTP cache in step with the target's (its eval fills it, its

@@ -1,0 +1,445 @@
+// A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
+// graphs of at most n_batch tokens.
+#include "engine/context.h"
+#include "engine/mtp.h"
+
+#include "api/error.h"
+#include "models/common/graph_common.h"
+
+#include "ggml-cpu.h"
+#include "gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+using namespace psl;
+
+namespace {
+
+void check_threads(int32_t n) {
+    if (n < 0 || n > psl::max_threads()) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "n_threads must be in [0, %d] (0 = default), got %d", psl::max_threads(), n);
+    }
+}
+
+int32_t default_threads() {
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 4 : (int32_t) std::min(hw, 16u);
+}
+
+bool is_kv_type(int32_t t) {
+    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0 ||
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+}
+
+// Ctrl-C during an eval: while a context that asked for it evaluates, our SIGINT handler counts
+// the signal (the compute loop polls the count and stops) and passes it on to the handler it
+// replaced, so Python still raises KeyboardInterrupt once the call returns.
+std::atomic<int> g_sigint_count{0};
+#ifndef _WIN32
+std::mutex g_sig_mu;
+int g_sig_users = 0;
+struct sigaction g_prev_sa;
+
+void on_sigint(int sig) {
+    g_sigint_count.fetch_add(1);
+    if (!(g_prev_sa.sa_flags & SA_SIGINFO) && g_prev_sa.sa_handler != SIG_DFL && g_prev_sa.sa_handler != SIG_IGN) {
+        g_prev_sa.sa_handler(sig);
+    }
+}
+
+struct SigintScope {
+    bool on;
+    explicit SigintScope(bool enable) : on(enable) {
+        if (!on) return;
+        std::lock_guard<std::mutex> lock(g_sig_mu);
+        if (g_sig_users++ == 0) {
+            struct sigaction sa {};
+            sa.sa_handler = on_sigint;
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGINT, &sa, &g_prev_sa);
+        }
+    }
+    ~SigintScope() {
+        if (!on) return;
+        std::lock_guard<std::mutex> lock(g_sig_mu);
+        if (--g_sig_users == 0) sigaction(SIGINT, &g_prev_sa, nullptr);
+    }
+};
+#else
+struct SigintScope {
+    explicit SigintScope(bool) {}
+};
+#endif
+
+bool abort_requested(void * data) {
+    const auto * ctx = static_cast<psl_context *>(data);
+    return ctx->interrupt.load() || g_sigint_count.load() != ctx->sigint_mark;
+}
+
+}  // namespace
+
+int32_t psl::max_threads() {
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    return (int32_t) std::min(4u * hw, 512u);
+}
+
+psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m), params(p) {
+    const HParams & hp = m->hp;
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx, n_batch and n_threads must be >= 0 (got %d, %d, %d)", p.n_ctx,
+             p.n_batch, p.n_threads);
+    }
+    if (p.n_ctx > (1 << 22)) fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx %d is too large (at most %d)", p.n_ctx, 1 << 22);
+    check_threads(p.n_threads);
+    if (!is_kv_type(p.type_k) || !is_kv_type(p.type_v)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
+             "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
+    }
+    if (hp.n_embd_head_k % ggml_blck_size((ggml_type) p.type_k) != 0 ||
+        hp.n_embd_head_v % ggml_blck_size((ggml_type) p.type_v) != 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block",
+             ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v));
+    }
+    params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
+    params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
+    params.n_threads = p.n_threads > 0 ? p.n_threads : default_threads();
+
+    mem = std::make_unique<Memory>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
+
+    backend_cpu.reset(ggml_backend_dev_init(m->dev_cpu, nullptr));
+    if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
+    ggml_backend_cpu_set_n_threads(backend_cpu.get(), params.n_threads);
+    ggml_backend_cpu_set_abort_callback(backend_cpu.get(), abort_requested, this);
+    std::vector<ggml_backend_t> backends;
+    if (m->dev_gpu) {
+        backend_gpu.reset(ggml_backend_dev_init(m->dev_gpu, nullptr));
+        if (!backend_gpu) fail(PSL_ERR_BACKEND, "cannot start the %s backend", ggml_backend_dev_name(m->dev_gpu));
+        backends.push_back(backend_gpu.get());
+    }
+    for (ggml_backend_dev_t dev : m->offload_devices()) {   // a split's other devices (RPC servers)
+        if (dev == m->dev_gpu) continue;
+        backends_split.emplace_back(ggml_backend_dev_init(dev, nullptr));
+        if (!backends_split.back()) fail(PSL_ERR_BACKEND, "cannot start the %s backend", ggml_backend_dev_name(dev));
+        backends.push_back(backends_split.back().get());
+    }
+    backends.push_back(backend_cpu.get());   // the CPU last: the scheduler's fallback
+
+    graph_size = std::max<size_t>(2048, 10 * (size_t) gguf_get_n_tensors(m->gguf));
+    graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
+    sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size, false, true));
+    if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
+
+    // Reserve compute memory once, for the largest graph: a full batch attending to the whole cache.
+    build_graph(params.n_batch, mem->kv().size(), PSL_LOGITS_ALL);
+    if (!ggml_backend_sched_reserve(sched.get(), gf)) {
+        fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
+             params.n_ctx);
+    }
+    graph_tokens = -1;   // reserved, not allocated: the first eval builds its own
+}
+
+psl_context::~psl_context() {
+    mtp.reset();
+    sched.reset();
+    free_head();
+    graph.reset();
+    graph_ctx.reset();
+    mem.reset();
+    backend_gpu.reset();
+    backends_split.clear();
+    backend_cpu.reset();
+    psl::release(model);
+}
+
+void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
+    graph_tokens = -1;
+    graph.reset();
+    graph_ctx.reset();
+    ggml_init_params p = {graph_buf.size(), graph_buf.data(), /*no_alloc =*/ true};
+    graph_ctx.reset(ggml_init(p));
+    if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
+    gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
+    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, mode == PSL_LOGITS_ALL);
+    graph->no_outputs = mode == PSL_LOGITS_NONE;
+    graph->rs = mem->rs();
+    graph->mtp = mtp != nullptr;
+    // the rows of the restricted head in use, if any
+    graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
+                       : nullptr;
+    graph->result = model->arch->build(*graph);
+    ggml_build_forward_expand(gf, graph->result);
+}
+
+void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {
+    const int32_t n_past = mem->n_past();
+    const int32_t n_kv = mem->kv().n_kv_for(n_past + n_tokens);
+    if (n_tokens != graph_tokens || n_kv != graph_kv || mode != graph_mode) {
+        build_graph(n_tokens, n_kv, mode);
+        ggml_backend_sched_reset(sched.get());
+        if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
+            fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n_tokens);
+        }
+        graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
+    }
+    inputs.fill(*graph, tokens, n_past);
+    if (graph->mtp) mtp->before_compute(*graph, n_past);
+    // In CPU memory the last node writes the logits straight into `out` rather than into the
+    // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node
+    // reads it, so its data may point elsewhere during this compute.
+    ggml_tensor * res = graph->result;
+    const bool direct = mode != PSL_LOGITS_NONE && !head && res->buffer && !res->view_src &&
+                        ggml_backend_buffer_get_type(res->buffer) == ggml_backend_cpu_buffer_type();
+    struct Redirect {
+        ggml_tensor * t;
+        void * own;
+        ~Redirect() { if (t) t->data = own; }
+    } redirect{direct ? res : nullptr, res->data};
+    if (direct) res->data = out;
+    mem->begin_batch(n_tokens);
+    const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
+    if (st == GGML_STATUS_ABORTED) {
+        interrupt = false;   // consumed (a SIGINT leaves it as it was)
+        fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
+    }
+    if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
+    if (mode != PSL_LOGITS_NONE && head) {
+        // restricted head: spread each row's logits over the vocabulary, -inf elsewhere
+        const size_t n_sub = head_ids.size(), n_vocab = (size_t) model->hp.n_vocab;
+        head_logits.resize(ggml_nelements(res));
+        ggml_backend_tensor_get(res, head_logits.data(), 0, ggml_nbytes(res));
+        for (int64_t r = 0; r < res->ne[1]; ++r) {
+            float * dst = out + (size_t) r * n_vocab;
+            const float * src = head_logits.data() + (size_t) r * n_sub;
+            std::fill(dst, dst + n_vocab, -INFINITY);
+            for (size_t j = 0; j < n_sub; ++j) dst[head_ids[j]] = src[j];
+        }
+    } else if (mode != PSL_LOGITS_NONE && !direct) {
+        ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
+    }
+    if (graph->mtp) mtp->after_compute(*graph, n_past);
+    mem->end_batch(tokens, n_tokens);
+}
+
+// What the memory asks for before an eval: the kept tokens again, when its recurrent state is
+// stale (memory.h).
+void psl_context::replay() {
+    mem->replay([this](const int32_t * toks, int32_t n) {
+        for (int32_t off = 0; off < n; off += params.n_batch) {
+            eval_batch(toks + off, std::min(params.n_batch, n - off), PSL_LOGITS_NONE, nullptr);
+        }
+    });
+}
+
+void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+    const int32_t n_vocab = model->hp.n_vocab;
+    if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "number of tokens must be >= 0 (got %d)", n);
+    if (n > 0 && !tokens) fail(PSL_ERR_INVALID_ARGUMENT, "tokens is NULL");
+    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            fail(PSL_ERR_OUT_OF_RANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
+                 n_vocab);
+        }
+    }
+    if ((int64_t) mem->n_past() + n > params.n_ctx) {
+        fail(PSL_ERR_CONTEXT_FULL, "context full: %d tokens in the cache + %d new exceed n_ctx = %d", mem->n_past(), n,
+             params.n_ctx);
+    }
+    const int32_t rows = n == 0 ? 0 : mode == PSL_LOGITS_ALL ? n : mode == PSL_LOGITS_LAST ? 1 : 0;
+    if (out) {
+        if (out_cap < (int64_t) rows * n_vocab) {
+            fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
+                 (long long) rows * n_vocab);
+        }
+    } else {
+        logits.resize((size_t) rows * n_vocab);
+        out = logits.data();
+    }
+    n_rows = 0;
+    SigintScope sigint(catch_sigint);
+    sigint_mark = g_sigint_count.load();
+    replay();
+
+    const int32_t n_past0 = mem->n_past();
+    try {
+        for (int32_t off = 0; off < n; off += params.n_batch) {
+            // an interrupt asked for before this eval or between its batches (a GPU backend
+            // polls no abort callback) stops it here
+            if (interrupt.exchange(false)) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
+            const int32_t nb = std::min(params.n_batch, n - off);
+            const bool last = off + nb == n;
+            const int32_t m = mode == PSL_LOGITS_ALL ? PSL_LOGITS_ALL
+                              : (mode == PSL_LOGITS_LAST && last) ? PSL_LOGITS_LAST : PSL_LOGITS_NONE;
+            eval_batch(tokens + off, nb, m, mode == PSL_LOGITS_ALL ? out + (size_t) off * n_vocab : out);
+        }
+    } catch (...) {
+        mem->truncate(n_past0);   // a failed eval leaves the cache as it found it
+        throw;
+    }
+    n_rows = rows;
+}
+
+namespace {
+void check_output_id(int32_t id, int32_t i, int32_t n_vocab) {
+    if (id < 0 || id >= n_vocab) {
+        fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", id, i, n_vocab);
+    }
+}
+}  // namespace
+
+void psl_context::free_head() {
+    head = nullptr;
+    head_buf.reset();
+    head_ctx.reset();
+    head_ids.clear();
+    head_has.clear();
+}
+
+// Copies the file's output rows of ids[0..n) into head rows first_row... (whatever layout the
+// full head was loaded into: repacked, on a GPU).
+void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row) {
+    const psl::TensorSource * src = model->files->find(ggml_get_name(model->output));
+    if (!src) psl::fail(PSL_ERR_INTERNAL, "tensor '%s' not found", ggml_get_name(model->output));
+    const psl::GgufFile & f = *src->file;   // the shard that holds the head
+    const size_t row = head->nb[1];
+    const size_t base = src->offset;
+    // straight into the head when it is in host memory, else through a staging copy
+    const bool host = ggml_backend_buffer_is_host(head_buf.get());
+    std::vector<uint8_t> staging(host ? 0 : row * (size_t) n);
+    uint8_t * dst = host ? (uint8_t *) head->data + (size_t) first_row * row : staging.data();
+    for (int32_t i = 0; i < n; ++i) {
+        const size_t off = base + (size_t) ids[i] * row;
+        if (f.mapping()) {
+            memcpy(dst + (size_t) i * row, f.mapping() + off, row);
+        } else {
+            f.read(off, dst + (size_t) i * row, row);
+        }
+    }
+    if (!host) ggml_backend_tensor_set(head, staging.data(), (size_t) first_row * row, staging.size());
+}
+
+void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
+    const int32_t n_vocab = model->hp.n_vocab;
+    std::vector<uint8_t> seen((size_t) n_vocab, 0);
+    for (int32_t i = 0; i < n; ++i) {
+        check_output_id(ids[i], i, n_vocab);
+        if (seen[ids[i]]++) fail(PSL_ERR_INVALID_ARGUMENT, "output id %d appears twice", ids[i]);
+    }
+    free_head();
+    graph_tokens = -1;                       // the next eval builds a graph with the new head
+    if (n == 0) return;
+
+    const ggml_tensor * src = model->output;
+    const int64_t room = std::min<int64_t>(n_vocab, (int64_t) n + std::max<int64_t>(1024, n / 8));
+    ggml_init_params ip = {ggml_tensor_overhead() * 2, nullptr, /*no_alloc =*/ true};
+    head_ctx.reset(ggml_init(ip));
+    if (!head_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the output head's context");
+    head = ggml_new_tensor_2d(head_ctx.get(), src->type, src->ne[0], room);
+    ggml_set_name(head, "output_ids.weight");
+    // next to the full head: on the GPU if it was offloaded, else in plain CPU memory
+    ggml_backend_buffer_type_t buft = model->output_device() != model->dev_cpu
+                                          ? ggml_backend_dev_buffer_type(model->output_device())
+                                          : ggml_backend_cpu_buffer_type();
+    head_buf.reset(ggml_backend_alloc_ctx_tensors_from_buft(head_ctx.get(), buft));
+    if (!head_buf) {
+        const double mib = ggml_nbytes(head) / 1048576.0;
+        free_head();
+        fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the output head", mib);
+    }
+    ggml_backend_buffer_set_usage(head_buf.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    try {
+        copy_head_rows(ids, n, 0);
+    } catch (...) {
+        free_head();
+        throw;
+    }
+    head_ids.assign(ids, ids + n);
+    head_has = std::move(seen);
+    // The full head's mapped pages need not stay resident: embedding lookups (a tied head)
+    // fault in the few rows they read, and the page cache keeps the rest at hand.
+    const ggml_tensor * full = model->output;
+    const psl::TensorSource * from = model->files->find(ggml_get_name(full));
+    const psl::GgufFile * f = from ? from->file : nullptr;   // the shard that holds it
+    if (f && f->mapping() && full->data >= (const void *) f->mapping() &&
+        (const uint8_t *) full->data < f->mapping() + f->file_size()) {
+        f->release((size_t) ((const uint8_t *) full->data - f->mapping()), ggml_nbytes(full));
+    }
+}
+
+void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
+    if (!head) fail(PSL_ERR_INVALID_ARGUMENT, "the output head is not restricted (psl_context_set_output_ids)");
+    const int32_t n_vocab = model->hp.n_vocab;
+    std::vector<int32_t> fresh;
+    for (int32_t i = 0; i < n; ++i) {
+        check_output_id(ids[i], i, n_vocab);
+        if (!head_has[ids[i]]) {
+            head_has[ids[i]] = 1;             // also drops repeats within ids
+            fresh.push_back(ids[i]);
+        }
+    }
+    if (fresh.empty()) return;
+    if ((int64_t) (head_ids.size() + fresh.size()) > head->ne[1]) {
+        std::vector<int32_t> all = head_ids;  // out of room: rebuild with more
+        all.insert(all.end(), fresh.begin(), fresh.end());
+        set_output_ids(all.data(), (int32_t) all.size());
+        return;
+    }
+    try {
+        copy_head_rows(fresh.data(), (int32_t) fresh.size(), (int32_t) head_ids.size());
+    } catch (...) {
+        for (int32_t id : fresh) head_has[id] = 0;
+        throw;
+    }
+    head_ids.insert(head_ids.end(), fresh.begin(), fresh.end());
+    graph_tokens = -1;                       // the graph reads one more row
+}
+
+void psl_context::truncate(int32_t n_keep) {
+    mem->truncate(n_keep);
+}
+
+void psl_context::clear() {
+    mem->clear();
+    if (mtp) mtp->clear();
+}
+
+void psl_context::enable_mtp() {
+    if (mtp) return;
+    std::vector<ggml_backend_t> backends;   // the MTP graph runs on the GPU (if any) and the CPU
+    if (backend_gpu) backends.push_back(backend_gpu.get());
+    backends.push_back(backend_cpu.get());
+    mtp = std::make_unique<MtpState>(*model, mem->kv(), backends, params.n_ctx,
+                                     mem->rs() ? mem->rs()->n_snap() + 1 : 64);
+    graph_tokens = -1;   // the target's graph now also fills the MTP cache
+    // tokens already in the cache have no MTP entries: rebuild them by a replay
+    if (mem->n_past() > 0) {
+        if (!mem->rs()) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
+        mem->replay_all();
+    }
+}
+
+void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {
+    if (!mtp) fail(PSL_ERR_INVALID_ARGUMENT, "MTP drafting is not enabled on this context (psl_context_enable_mtp)");
+    if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
+    if (out_cap < model->hp.n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %d needed", (long long) out_cap, model->hp.n_vocab);
+    }
+    if (token < 0 || token >= model->hp.n_vocab) {
+        fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
+    }
+    replay();   // a pending replay also rebuilds the MTP cache
+    mtp->draft(token, step, mem->n_past(), interrupt, out);
+}
+
+void psl_context::set_threads(int32_t n) {
+    check_threads(n);
+    params.n_threads = n > 0 ? n : default_threads();
+    ggml_backend_cpu_set_n_threads(backend_cpu.get(), params.n_threads);
+}

@@ -1,0 +1,75 @@
+// psl_context: a model's memory (memory/memory.h), the backends and their scheduler, and
+// eval(tokens) -> logits in graphs of at most n_batch tokens; MTP drafting rides on it (mtp.h).
+#pragma once
+
+#include "memory/memory.h"
+#include "model.h"
+#include "models/common/graph_common.h"
+#include "pyllamaspec.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace psl {
+class MtpState;
+}
+
+struct psl_context {
+    psl_model * model;                       // holds a reference (psl::retain)
+    psl_context_params params;               // with defaults resolved
+    std::unique_ptr<psl::Memory> mem;         // KV cache (+ recurrent state): what truncate rolls back
+    std::unique_ptr<psl::MtpState> mtp;       // MTP drafting enabled (mtp.h)
+    // Owned handles: members are destroyed in reverse order, so a constructor that throws half
+    // way frees what it made (the scheduler before the backends it drives).
+    ggml_backend_ptr backend_cpu;
+    ggml_backend_ptr backend_gpu;
+    std::vector<ggml_backend_ptr> backends_split;   // a split's RPC devices
+    ggml_backend_sched_ptr sched;
+    size_t graph_size = 0;
+    std::vector<uint8_t> graph_buf;          // metadata of the current graph
+    ggml_context_ptr graph_ctx;
+    ggml_cgraph * gf = nullptr;
+    std::unique_ptr<psl::Graph> graph;
+    // The current graph is reused, allocation included, while these stay the same.
+    int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1;
+
+    std::vector<float> logits;               // used when the caller gives no buffer
+    int32_t n_rows = 0;
+    psl::GraphInputs inputs;                 // host buffers of the graph inputs
+    std::atomic<bool> interrupt{false};
+    bool catch_sigint = false;               // SIGINT interrupts a running eval
+    int sigint_mark = 0;
+    psl_perf perf{0.0, 0, 0};
+    // A restricted output head (psl_context_set_output_ids): room for head->ne[1] rows of
+    // which the first head_ids.size() are used, which ids are in it, and scratch for the
+    // restricted logits before they are spread over n_vocab.
+    ggml_context_ptr head_ctx;
+    ggml_backend_buffer_ptr head_buf;
+    ggml_tensor * head = nullptr;
+    std::vector<int32_t> head_ids;
+    std::vector<uint8_t> head_has;
+    std::vector<float> head_logits;
+
+    psl_context(psl_model * m, const psl_context_params & p);
+    ~psl_context();
+
+    void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
+    void truncate(int32_t n_keep);
+    void clear();
+    void set_threads(int32_t n);
+    void set_output_ids(const int32_t * ids, int32_t n);
+    void add_output_ids(const int32_t * ids, int32_t n);
+    void enable_mtp();
+    void mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
+
+private:
+    void free_head();
+    void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
+    void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
+    void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
+    void replay();
+};

@@ -1,0 +1,78 @@
+// MTP drafting: the draft steps (what is computed: mtp.h; the block's weights and graphs are
+// the architecture's, models/qwen35.cpp).
+#include "engine/mtp.h"
+
+#include "api/error.h"
+#include "model.h"
+
+#include <algorithm>
+
+namespace psl {
+
+MtpState::MtpState(const psl_model & m, KvCache & kv, std::vector<ggml_backend_t> backends, int32_t n_ctx,
+                   int32_t min_rows)
+    : m_(m), kv_(kv), n_ctx_(n_ctx), n_embd_(m.hp.n_embd), hidden_(m.hp.n_embd, std::max(64, min_rows)) {
+    if (m.mtp_layer < 0 || !m.arch->build_mtp) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
+    chain_.assign((size_t) n_embd_, 0.0f);
+    graph_buf_.resize(ggml_tensor_overhead() * graph_size_ + ggml_graph_overhead_custom(graph_size_, false));
+    sched_.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size_, false, true));
+    if (!sched_) fail(PSL_ERR_BACKEND, "cannot create the MTP scheduler");
+}
+
+MtpState::~MtpState() {
+    sched_.reset();
+    graph_.reset();
+    graph_ctx_.reset();
+}
+
+void MtpState::before_compute(const Graph & g, int32_t n_past) {
+    ggml_backend_tensor_set(g.inp_mtp_h, hidden_.at(n_past - 1), 0, sizeof(float) * (size_t) n_embd_);
+}
+
+void MtpState::after_compute(const Graph & g, int32_t n_past) {
+    const int32_t n = g.n_tokens, first = n - hidden_.kept(n);
+    scratch_.resize((size_t) (n - first) * n_embd_);
+    ggml_backend_tensor_get(g.mtp_hidden, scratch_.data(), (size_t) first * g.mtp_hidden->nb[1], scratch_.size() * sizeof(float));
+    hidden_.store(n_past, n, scratch_.data());
+}
+
+void MtpState::build(int32_t n_kv) {
+    graph_.reset();
+    graph_ctx_.reset();
+    graph_kv_ = -1;
+    ggml_init_params p = {graph_buf_.size(), graph_buf_.data(), /*no_alloc =*/ true};
+    graph_ctx_.reset(ggml_init(p));
+    if (!graph_ctx_) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the MTP graph context");
+    gf_ = ggml_new_graph_custom(graph_ctx_.get(), graph_size_, false);
+    graph_ = std::make_unique<Graph>(graph_ctx_.get(), gf_, m_, kv_, 1, n_kv, true);
+    logits_ = m_.arch->build_mtp(*graph_);
+    ggml_backend_sched_reset(sched_.get());
+    if (!ggml_backend_sched_alloc_graph(sched_.get(), gf_)) fail(PSL_ERR_BACKEND, "cannot allocate the MTP graph");
+    graph_kv_ = n_kv;
+}
+
+void MtpState::draft(int32_t token, int32_t step, int32_t n_past, std::atomic<bool> & interrupt, float * out) {
+    if (step < 0 || (step > 0 && (chain_step_ != step - 1 || chain_past_ != n_past))) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft step %d must follow step %d at the same cache length", step, step - 1);
+    }
+    const int32_t pos = n_past + step;
+    if (pos >= n_ctx_) fail(PSL_ERR_CONTEXT_FULL, "MTP draft at position %d: n_ctx is %d", pos, n_ctx_);
+    const int32_t n_kv = kv_.n_kv_for(pos + 1);
+    if (n_kv != graph_kv_) build(n_kv);
+    chain_step_ = -1;   // until this step succeeds
+    inputs_.fill(*graph_, &token, pos);
+    const float * h = step == 0 ? hidden_.at(n_past - 1) : chain_.data();
+    ggml_backend_tensor_set(graph_->inp_mtp_h, h, 0, sizeof(float) * (size_t) n_embd_);
+    const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), gf_);
+    if (st == GGML_STATUS_ABORTED) {   // psl_context_interrupt: consumed, as by an eval
+        interrupt = false;
+        fail(PSL_ERR_INTERRUPTED, "MTP draft interrupted");
+    }
+    if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "MTP graph computation failed (ggml status %d)", (int) st);
+    ggml_backend_tensor_get(logits_, out, 0, sizeof(float) * (size_t) m_.hp.n_vocab);
+    ggml_backend_tensor_get(graph_->mtp_hidden, chain_.data(), 0, sizeof(float) * (size_t) n_embd_);
+    chain_step_ = step;
+    chain_past_ = n_past;
+}
+
+}  // namespace psl

@@ -1,0 +1,74 @@
+// MTP ("multi-token prediction", GGUF's NextN layers) drafting from the target's own weights,
+// as llama.cpp runs it for qwen35 (src/models/qwen35.cpp graph_mtp, common/speculative.cpp
+// draft-mtp); the block's weights and graphs are the architecture's (models/qwen35.cpp,
+// ArchOps::build_mtp). At position p the MTP block takes the token x_p and the target's hidden
+// state h_{p-1} (the trunk's last layer after the final output norm) and predicts token p + 1:
+//   y  = eh_proj([enorm(embed(x_p)); hnorm(h_{p-1})])
+//   y += gated_attention(attn_norm(y))       its own KV cache over positions 0..p
+//   y += swiglu_ffn(post_attention_norm(y))
+//   h' = shared_head_norm(y) (else output_norm); logits = shared_head_head(h') (else the output head)
+// The MTP KV cache holds (x_p, h_{p-1}) for every token in the target's cache: the target's eval
+// fills it (one more cache layer, so truncation rolls it back with the rest) and keeps its
+// hidden rows on the host. A draft chains steps: step 0 runs (x_{n}, h_{n-1}) at n = n_past,
+// step s runs the step s-1 token with the step s-1 output h' at n + s; its cache writes lie past
+// n_past and are overwritten by the target's next eval.
+#pragma once
+
+#include "memory/hidden_ring.h"
+#include "memory/kv_cache.h"
+#include "models/common/graph_common.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace psl {
+
+// What it needs from the target's context is given to it: the model, the KV cache (the block
+// caches at layer n_layer), the backends to run on; per step, the target's cache length and the
+// interrupt flag. The context drives it and nothing here reaches back.
+class MtpState {
+public:
+    // backends: the context's, the CPU last (the draft graph gets a scheduler of its own over
+    // them); n_ctx: the context length; min_rows: the hidden rows to keep at least (the
+    // recurrent ring's depth + 1).
+    MtpState(const psl_model & m, KvCache & kv, std::vector<ggml_backend_t> backends, int32_t n_ctx,
+             int32_t min_rows);
+    ~MtpState();
+    // Around the target's compute of a batch at n_past (g.mtp set).
+    void before_compute(const Graph & g, int32_t n_past);
+    void after_compute(const Graph & g, int32_t n_past);
+    void clear() {
+        hidden_.clear();
+        chain_step_ = -1;
+    }
+    // One draft step (see the header comment) after the target's n_past cached tokens (no replay
+    // pending): logits [n_vocab] into out. A computation stopped by interrupt consumes it.
+    void draft(int32_t token, int32_t step, int32_t n_past, std::atomic<bool> & interrupt, float * out);
+
+private:
+    void build(int32_t n_kv);
+
+    const psl_model & m_;
+    KvCache & kv_;
+    int32_t n_ctx_;
+    int32_t n_embd_;
+    HiddenRing hidden_;                           // the target's h by position
+    std::vector<float> chain_, scratch_;
+    int32_t chain_step_ = -1, chain_past_ = -1;   // the last draft step and the n_past it ran at
+    // the draft graph: its own scheduler, so that the target's graph stays allocated
+    ggml_backend_sched_ptr sched_;
+    size_t graph_size_ = 1024;
+    std::vector<uint8_t> graph_buf_;
+    ggml_context_ptr graph_ctx_;
+    ggml_cgraph * gf_ = nullptr;
+    std::unique_ptr<Graph> graph_;
+    GraphInputs inputs_;
+    ggml_tensor * logits_ = nullptr;
+    int32_t graph_kv_ = -1;
+};
+
+}  // namespace psl

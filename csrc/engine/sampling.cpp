@@ -1,0 +1,417 @@
+// Sampling and speculative acceptance, on the caller's logits buffers.
+//
+// The adjusted distribution is llama.cpp's default chain: penalties, top-k, top-p, min-p (on
+// the softmax of the penalized logits), then temperature. Speculative verification (Leviathan
+// et al. 2023, Chen et al. 2023) uses the same adjusted distributions for the draft (q) and the
+// target (p), which is what keeps the output distribution exactly the target's; penalties at a
+// draft position count the drafts before it, as the text it continues holds them.
+#include "api/error.h"
+#include "pyllamaspec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+// xoshiro256** seeded through splitmix64: the same stream on every platform and compiler
+// (std:: distributions are not specified bit for bit).
+struct Rng {
+    uint64_t s[4];
+    void seed(uint64_t x) {
+        for (uint64_t & v : s) {
+            x += 0x9e3779b97f4a7c15ull;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            v = z ^ (z >> 31);
+        }
+    }
+    static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+    uint64_t next() {
+        const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+        return r;
+    }
+    double uniform() { return (double) (next() >> 11) * 0x1.0p-53; }   // [0, 1)
+};
+
+int32_t argmax(const float * x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; ++i) {
+        if (x[i] > x[best]) best = i;
+    }
+    return best;
+}
+
+// llama.cpp's penalties sampler: over the last `last_n` tokens of the history, a token seen
+// c > 0 times has its logit divided by `repeat` (multiplied when <= 0, so that a penalty never
+// makes a token likelier), then lowered by c * freq + present. Applied to a copy of the row:
+// the caller's logits stay raw (logprobs read them).
+struct Penalties {
+    int32_t last_n = 0;
+    float repeat = 1.0f, freq = 0.0f, present = 0.0f;
+    std::vector<int32_t> history;   // every token pushed; the window is its tail
+    std::vector<int32_t> count;     // scratch per id, all zero between calls
+    std::vector<float> row;         // the penalized copy
+
+    bool active() const { return last_n != 0 && (repeat != 1.0f || freq != 0.0f || present != 0.0f); }
+
+    const float * apply(const float * logits, int32_t V) {
+        if (!active() || history.empty()) return logits;
+        const size_t n = history.size();
+        const size_t w = last_n < 0 ? n : std::min(n, (size_t) last_n);
+        const int32_t * win = history.data() + (n - w);
+        row.assign(logits, logits + V);
+        if (count.size() != (size_t) V) count.assign((size_t) V, 0);
+        for (size_t i = 0; i < w; ++i) ++count[win[i]];
+        for (size_t i = 0; i < w; ++i) {
+            const int32_t t = win[i], c = count[t];
+            if (c == 0) continue;   // a repeat within the window, done already
+            float & l = row[t];
+            l = l <= 0.0f ? l * repeat : l / repeat;
+            l -= (float) c * freq + (float) (c > 0) * present;
+            count[t] = 0;
+        }
+        return row.data();
+    }
+};
+
+// Restores the history's length when a verification returns, whichever way it does.
+struct HistoryMark {
+    std::vector<int32_t> & h;
+    size_t n;
+    explicit HistoryMark(std::vector<int32_t> & v) : h(v), n(v.size()) {}
+    ~HistoryMark() { h.resize(n); }
+};
+
+double log_sum_exp(const float * x, int32_t n) {
+    float m = -INFINITY;
+    for (int32_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+    if (!std::isfinite(m)) return m;            // all -inf (or a +inf): nothing to normalize
+    // expf (under 1 ulp) in float blocks summed in double: a few times faster than exp in
+    // double over a 262k vocabulary, and as exact as the float32 logits it reads
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i += 256) {
+        float block = 0.0f;
+        for (int32_t j = i, e = std::min(n, i + 256); j < e; ++j) block += std::exp(x[j] - m);
+        sum += block;
+    }
+    return m + std::log(sum);
+}
+
+// The n largest entries of x, best first (lowest id on ties), into ids: one pass keeping a
+// sorted list of n, as n is small (OpenAI's top_logprobs: 20 at most) and most entries fail
+// the first comparison.
+void top_n(const float * x, int32_t V, int32_t n, int32_t * ids) {
+    int32_t have = 0;
+    for (int32_t i = 0; i < V; ++i) {
+        if (have == n && !(x[i] > x[ids[n - 1]])) continue;
+        int32_t j = have < n ? have++ : n - 1;
+        while (j > 0 && x[i] > x[ids[j - 1]]) {
+            ids[j] = ids[j - 1];
+            --j;
+        }
+        ids[j] = i;
+    }
+}
+
+}  // namespace
+
+struct psl_sampler {
+    int32_t n_vocab;
+    psl_sampling_params params;
+    Rng rng;
+    std::vector<int32_t> cand;    // kept candidate ids
+    std::vector<float> cand_p;    // their probabilities (sum 1)
+    std::vector<float> row_p;     // a dense p row (verify)
+    Penalties pen;
+
+    bool greedy() const { return params.temperature <= 0.0f; }
+
+    // Candidates and their adjusted probabilities for one logits row.
+    void adjust(const float * logits) {
+        const int32_t V = n_vocab;
+        const auto by_logit = [logits](int32_t a, int32_t b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        };
+        cand.resize(V);
+        std::iota(cand.begin(), cand.end(), 0);
+        size_t n = V;
+        bool sorted = false;
+
+        if (greedy()) {
+            cand[0] = argmax(logits, V);
+            cand.resize(1);
+            cand_p.assign(1, 1.0f);
+            return;
+        }
+        if (params.top_k > 0 && params.top_k < V) {
+            n = (size_t) params.top_k;
+            std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end(), by_logit);
+            std::sort(cand.begin(), cand.begin() + n, by_logit);
+            sorted = true;
+        }
+        float max_l = -INFINITY;
+        for (size_t i = 0; i < n; ++i) max_l = std::max(max_l, logits[cand[i]]);
+
+        if (params.top_p < 1.0f) {
+            double total = 0.0;
+            for (size_t i = 0; i < n; ++i) total += std::exp((double) logits[cand[i]] - max_l);
+            // Sort only as much of the head as the mass needs: usually a few dozen entries.
+            size_t m = sorted ? n : std::min<size_t>(n, 64);
+            for (;;) {
+                if (!sorted) std::partial_sort(cand.begin(), cand.begin() + m, cand.begin() + n, by_logit);
+                double cum = 0.0;
+                size_t keep = 0;
+                for (size_t i = 0; i < m; ++i) {
+                    cum += std::exp((double) logits[cand[i]] - max_l) / total;
+                    if (cum >= params.top_p) {
+                        keep = i + 1;
+                        break;
+                    }
+                }
+                if (keep) {
+                    n = keep;
+                    break;
+                }
+                if (m == n) break;   // rounding: the whole set is kept
+                m = std::min(n, m * 8);
+            }
+        }
+        if (params.min_p > 0.0f) {
+            const float min_l = max_l + std::log(params.min_p);
+            size_t w = 0;
+            for (size_t i = 0; i < n; ++i) {
+                if (logits[cand[i]] >= min_l) cand[w++] = cand[i];
+            }
+            n = w;
+        }
+        cand.resize(n);
+        cand_p.resize(n);
+        const float inv_t = 1.0f / params.temperature;
+        double sum = 0.0;
+        for (size_t i = 0; i < n; ++i) {
+            const double e = std::exp(((double) logits[cand[i]] - max_l) * inv_t);
+            cand_p[i] = (float) e;
+            sum += e;
+        }
+        for (float & p : cand_p) p = (float) (p / sum);
+    }
+
+    void write_dense(float * probs) const {
+        std::memset(probs, 0, sizeof(float) * (size_t) n_vocab);
+        for (size_t i = 0; i < cand.size(); ++i) probs[cand[i]] = cand_p[i];
+    }
+
+    // A draw from the adjusted distribution of a (penalized) row.
+    int32_t draw_adjusted(const float * row) {
+        adjust(row);
+        return cand.size() == 1 ? cand[0] : draw(cand_p.data(), cand.data(), cand.size());
+    }
+
+    // One verification step on a (penalized) target row: accepts draft token x with
+    // probability min(1, p(x)/q(x)) (greedy: iff it is the argmax); else writes the token drawn
+    // from the residual norm(max(0, p - q)) to *next and returns false. q == nullptr: a
+    // deterministic drafter, q a point mass on x.
+    bool accept(const float * row, int32_t x, const float * q, int32_t * next) {
+        const int32_t V = n_vocab;
+        if (greedy()) {
+            *next = argmax(row, V);
+            return *next == x;
+        }
+        const float qx = q ? q[x] : 1.0f;
+        row_p.resize(V);
+        adjust(row);
+        write_dense(row_p.data());
+        float * p = row_p.data();
+        if (qx > 0.0f && rng.uniform() * qx < p[x]) return true;
+        double mass = 0.0;
+        for (int32_t j = 0; j < V; ++j) {   // in place: p becomes the residual
+            p[j] = std::max(0.0f, p[j] - (q ? q[j] : (j == x ? 1.0f : 0.0f)));
+            mass += p[j];
+        }
+        // p == q up to rounding leaves the residual empty: p itself is then right
+        *next = mass > 0.0 ? draw(p, nullptr, (size_t) V) : draw_adjusted(row);
+        return false;
+    }
+
+    // Draws from weights w over ids (ids == nullptr: the id is the index), by inverse CDF.
+    int32_t draw(const float * w, const int32_t * ids, size_t n) {
+        double total = 0.0;
+        for (size_t i = 0; i < n; ++i) total += w[i];
+        const double u = rng.uniform() * total;
+        double cum = 0.0;
+        size_t last = 0;
+        for (size_t i = 0; i < n; ++i) {
+            if (w[i] <= 0.0f) continue;
+            cum += w[i];
+            last = i;
+            if (u < cum) break;
+        }
+        return ids ? ids[last] : (int32_t) last;
+    }
+};
+
+using psl::fail;
+using psl::guard;
+
+namespace {
+
+void check_penalties(const psl_sampling_params & p) {
+    // a repeat penalty whose inverse overflows would turn logits infinite (llama.cpp's bound)
+    if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty) || !std::isfinite(1.0f / p.repeat_penalty)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "repeat_penalty must be finite and > 0 (got %g)", p.repeat_penalty);
+    }
+    if (!std::isfinite(p.frequency_penalty) || !std::isfinite(p.presence_penalty)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "frequency_penalty and presence_penalty must be finite");
+    }
+    if (p.penalty_last_n < -1) fail(PSL_ERR_INVALID_ARGUMENT, "penalty_last_n must be >= -1 (got %d)", p.penalty_last_n);
+}
+
+}  // namespace
+
+extern "C" {
+
+psl_sampling_params psl_sampling_default_params(void) {
+    psl_sampling_params p;
+    p.temperature = 0.8f;   // llama.cpp's defaults
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.seed = 0;
+    p.repeat_penalty = 1.0f;
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 0.0f;
+    p.penalty_last_n = 64;
+    return p;
+}
+
+psl_status psl_sampler_new(int32_t n_vocab, const psl_sampling_params * params, psl_sampler ** out) {
+    return guard([&] {
+        if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
+        *out = nullptr;
+        const psl_sampling_params p = params ? *params : psl_sampling_default_params();
+        if (n_vocab <= 0) fail(PSL_ERR_INVALID_ARGUMENT, "n_vocab must be > 0 (got %d)", n_vocab);
+        if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "temperature must be >= 0 (got %g)", p.temperature);
+        }
+        if (p.top_k < 0) fail(PSL_ERR_INVALID_ARGUMENT, "top_k must be >= 0 (got %d)", p.top_k);
+        if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail(PSL_ERR_INVALID_ARGUMENT, "top_p must be in (0, 1] (got %g)", p.top_p);
+        if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) fail(PSL_ERR_INVALID_ARGUMENT, "min_p must be in [0, 1) (got %g)", p.min_p);
+        check_penalties(p);
+        auto * s = new psl_sampler();
+        s->n_vocab = n_vocab;
+        s->params = p;
+        s->pen.last_n = p.penalty_last_n;
+        s->pen.repeat = p.repeat_penalty;
+        s->pen.freq = p.frequency_penalty;
+        s->pen.present = p.presence_penalty;
+        s->rng.seed(p.seed);
+        *out = s;
+    });
+}
+
+void psl_sampler_free(psl_sampler * s) { delete s; }
+
+psl_status psl_sampler_set_seed(psl_sampler * s, uint64_t seed) {
+    return guard([&] {
+        if (!s) fail(PSL_ERR_INVALID_ARGUMENT, "sampler is NULL");
+        s->rng.seed(seed);
+    });
+}
+
+psl_status psl_sampler_push(psl_sampler * s, const int32_t * ids, int32_t n) {
+    return guard([&] {
+        if (!s || n < 0 || (n > 0 && !ids)) fail(PSL_ERR_INVALID_ARGUMENT, "sampler is NULL or bad ids (n = %d)", n);
+        for (int32_t i = 0; i < n; ++i) {
+            if (ids[i] < 0 || ids[i] >= s->n_vocab) fail(PSL_ERR_OUT_OF_RANGE, "token %d out of range", ids[i]);
+        }
+        if (s->pen.history.size() + (size_t) n > (size_t) INT32_MAX) fail(PSL_ERR_INVALID_ARGUMENT, "history too long");
+        s->pen.history.insert(s->pen.history.end(), ids, ids + n);
+    });
+}
+
+psl_status psl_sampler_truncate(psl_sampler * s, int32_t n_keep) {
+    return guard([&] {
+        if (!s) fail(PSL_ERR_INVALID_ARGUMENT, "sampler is NULL");
+        if (n_keep < 0 || (size_t) n_keep > s->pen.history.size()) {
+            fail(PSL_ERR_OUT_OF_RANGE, "n_keep %d outside [0, %zu]", n_keep, s->pen.history.size());
+        }
+        s->pen.history.resize((size_t) n_keep);
+    });
+}
+
+int32_t psl_sampler_history_len(const psl_sampler * s) { return s ? (int32_t) s->pen.history.size() : 0; }
+
+psl_status psl_sampler_probs(psl_sampler * s, const float * logits, float * probs) {
+    return guard([&] {
+        if (!s || !logits || !probs) fail(PSL_ERR_INVALID_ARGUMENT, "sampler, logits or probs is NULL");
+        s->adjust(s->pen.apply(logits, s->n_vocab));
+        s->write_dense(probs);
+    });
+}
+
+psl_status psl_sampler_sample(psl_sampler * s, const float * logits, float * probs, int32_t * token, float * p_max) {
+    return guard([&] {
+        if (!s || !logits || !token) fail(PSL_ERR_INVALID_ARGUMENT, "sampler, logits or token is NULL");
+        s->adjust(s->pen.apply(logits, s->n_vocab));
+        if (probs) s->write_dense(probs);
+        if (p_max) *p_max = *std::max_element(s->cand_p.begin(), s->cand_p.end());
+        *token = s->cand.size() == 1 ? s->cand[0] : s->draw(s->cand_p.data(), s->cand.data(), s->cand.size());
+    });
+}
+
+psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, const int32_t * draft,
+                              const float * draft_probs, int32_t k, int32_t * n_accepted, int32_t * next_token) {
+    return guard([&] {
+        if (!s || !target_logits || !n_accepted || !next_token) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "sampler, target_logits, n_accepted or next_token is NULL");
+        }
+        if (k < 0 || (k > 0 && !draft)) fail(PSL_ERR_INVALID_ARGUMENT, "bad draft (k = %d)", k);
+        const int32_t V = s->n_vocab;
+        for (int32_t i = 0; i < k; ++i) {
+            if (draft[i] < 0 || draft[i] >= V) fail(PSL_ERR_OUT_OF_RANGE, "draft token %d out of range", draft[i]);
+        }
+        const HistoryMark mark(s->pen.history);
+        for (int32_t i = 0; i <= k; ++i) {
+            if (i > 0) s->pen.history.push_back(draft[i - 1]);   // the text row i continues
+            const float * row = s->pen.apply(target_logits + (size_t) i * V, V);
+            if (i == k) {            // every draft accepted: the bonus token from p_k
+                *n_accepted = k;
+                *next_token = s->greedy() ? argmax(row, V) : s->draw_adjusted(row);
+                return;
+            }
+            const float * q = draft_probs ? draft_probs + (size_t) i * V : nullptr;
+            if (s->accept(row, draft[i], q, next_token)) continue;
+            *n_accepted = i;
+            return;
+        }
+    });
+}
+
+psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n_rows, const int32_t * tokens,
+                        int32_t n_top, float * token_logprobs, int32_t * top_ids, float * top_logprobs) {
+    return guard([&] {
+        if (!logits || !tokens || !token_logprobs) fail(PSL_ERR_INVALID_ARGUMENT, "logits, tokens or token_logprobs is NULL");
+        if (n_vocab <= 0 || n_rows < 0) fail(PSL_ERR_INVALID_ARGUMENT, "bad shape (%d rows of %d)", n_rows, n_vocab);
+        if (n_top < 0 || n_top > n_vocab) fail(PSL_ERR_INVALID_ARGUMENT, "n_top must be in [0, %d] (got %d)", n_vocab, n_top);
+        if (n_top > 0 && (!top_ids || !top_logprobs)) fail(PSL_ERR_INVALID_ARGUMENT, "top_ids or top_logprobs is NULL");
+        for (int32_t r = 0; r < n_rows; ++r) {
+            if (tokens[r] < 0 || tokens[r] >= n_vocab) fail(PSL_ERR_OUT_OF_RANGE, "token %d out of range", tokens[r]);
+        }
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const float * row = logits + (size_t) r * n_vocab;
+            const double lse = log_sum_exp(row, n_vocab);
+            token_logprobs[r] = (float) (row[tokens[r]] - lse);
+            if (n_top == 0) continue;
+            int32_t * ids = top_ids + (size_t) r * n_top;
+            top_n(row, n_vocab, n_top, ids);
+            for (int32_t j = 0; j < n_top; ++j) top_logprobs[(size_t) r * n_top + j] = (float) (row[ids[j]] - lse);
+        }
+    });
+}
+
+}  // extern "C"

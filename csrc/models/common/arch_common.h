@@ -1,0 +1,31 @@
+// What an architecture file needs: the graph pieces and the tensor loader.
+#pragma once
+
+#include "api/error.h"
+#include "models/common/graph_common.h"
+
+#include <cmath>
+
+namespace psl {
+
+// token_embd, output_norm and the output head; the head is token_embd itself (tied) when the
+// file has no output.weight.
+void create_embeddings(TensorLoader & tl, psl_model & m);
+// q, k, v, output projections and the attention pre-norm of layer il (+ q/k/v biases,
+// + per-head q/k norms).
+void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool qk_norm);
+// The FFN pre-norm and the gated FFN (gate, up, down).
+void create_ffn(TensorLoader & tl, psl_model & m, int il);
+
+// The llama layer (pre-norm attention + pre-norm SwiGLU FFN), shared by llama, qwen2, qwen3:
+// tensors (optional q/k/v biases, optional per-head q/k norms) and graph (rope mode varies).
+void create_llama_like(TensorLoader & tl, psl_model & m, bool bias, bool qk_norm);
+ggml_tensor * build_llama_like(Graph & g, int rope_mode);
+
+// Mixture of experts: n_expert / n_expert_used / n_ff_exp (+ the shared expert's width) and the
+// routing-weight options from the file, checked.
+void load_moe_hparams(const GgufFile & f, const std::string & arch, HParams & hp);
+// The router and the stacked expert matrices of layer il (+ their biases).
+void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias);
+
+}  // namespace psl

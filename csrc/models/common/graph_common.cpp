@@ -1,0 +1,214 @@
+#include "models/common/graph_common.h"
+
+#include "memory/recurrent_state.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace psl {
+
+Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
+             int32_t n_kv, bool all_outputs)
+    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_kv(n_kv), all_outputs(all_outputs) {
+    inp_pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
+    ggml_set_name(inp_pos, "inp_pos");
+    ggml_set_input(inp_pos);
+    inp_kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_tokens);
+    ggml_set_name(inp_kv_idx, "inp_kv_idx");
+    ggml_set_input(inp_kv_idx);
+    inp_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
+    ggml_set_name(inp_mask, "inp_mask");
+    ggml_set_input(inp_mask);
+    if (m.hp.n_swa > 0) {
+        inp_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
+        ggml_set_name(inp_mask_swa, "inp_mask_swa");
+        ggml_set_input(inp_mask_swa);
+    }
+}
+
+ggml_tensor * Graph::embed() {
+    inp_tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
+    ggml_set_name(inp_tokens, "inp_tokens");
+    ggml_set_input(inp_tokens);
+    return ggml_get_rows(ctx, m.tok_embd, inp_tokens);
+}
+
+ggml_tensor * Graph::rms_norm(ggml_tensor * x, ggml_tensor * w) const {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, m.hp.norm_eps), w);
+}
+
+ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const {
+    const HParams & hp = m.hp;
+    const int n_ctx_orig = hp.n_ctx_orig_yarn > 0 ? hp.n_ctx_orig_yarn : hp.n_ctx_train;
+    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, n_ctx_orig, freq_base, freq_scale,
+                         hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
+}
+
+ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {
+    const HParams & hp = m.hp;
+    ggml_tensor * k_l = kv.k(il);
+    ggml_tensor * v_l = kv.v(il);
+    const size_t k_row = ggml_row_size(k_l->type, hp.n_embd_k_gqa());
+    const size_t v_row = ggml_row_size(v_l->type, hp.n_embd_v_gqa());
+
+    // Write this batch's keys and values to the cells named by an input, so that the graph does
+    // not depend on n_past and can be reused for the next token.
+    k_cur = ggml_reshape_2d(ctx, k_cur, hp.n_embd_k_gqa(), n_tokens);
+    v_cur = ggml_reshape_2d(ctx, v_cur, hp.n_embd_v_gqa(), n_tokens);
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_l, k_cur, inp_kv_idx));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_l, v_cur, inp_kv_idx));
+
+    // Attend over the first n_kv cells; the mask hides the future and the unused cells.
+    ggml_tensor * k = ggml_view_3d(ctx, k_l, hp.n_embd_head_k, n_kv, hp.n_head_kv, k_row,
+                                   ggml_row_size(k_l->type, hp.n_embd_head_k), 0);
+    ggml_tensor * v = ggml_view_3d(ctx, v_l, hp.n_embd_head_v, n_kv, hp.n_head_kv, v_row,
+                                   ggml_row_size(v_l->type, hp.n_embd_head_v), 0);
+    q = ggml_permute(ctx, q, 0, 2, 1, 3);
+    ggml_tensor * mask = hp.is_swa(il) ? inp_mask_swa : inp_mask;
+    ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
+    ggml_prec_set_acc(out, GGML_PREC_F32);   // accumulate in F32, as llama.cpp asks
+    // gpt-oss: one learned logit per head joins every softmax (and takes its share of the mass)
+    if (m.layers[il].attn_sinks) ggml_flash_attn_ext_add_sinks(out, m.layers[il].attn_sinks);
+    return ggml_reshape_2d(ctx, out, (int64_t) hp.n_embd_head_v * hp.n_head, n_tokens);
+}
+
+ggml_tensor * Graph::self_attention(int il, ggml_tensor * h, const AttnOpts & o) {
+    const HParams & hp = m.hp;
+    const Layer & l = m.layers[il];
+    ggml_tensor * q = ggml_mul_mat(ctx, l.wq, h);
+    ggml_tensor * k = ggml_mul_mat(ctx, l.wk, h);
+    ggml_tensor * v = ggml_mul_mat(ctx, l.wv, h);
+    if (l.bq) q = ggml_add(ctx, q, l.bq);
+    if (l.bk) k = ggml_add(ctx, k, l.bk);
+    if (l.bv) v = ggml_add(ctx, v, l.bv);
+    q = ggml_reshape_3d(ctx, q, hp.n_embd_head_k, hp.n_head, n_tokens);
+    k = ggml_reshape_3d(ctx, k, hp.n_embd_head_k, hp.n_head_kv, n_tokens);
+    v = ggml_reshape_3d(ctx, v, hp.n_embd_head_v, hp.n_head_kv, n_tokens);
+    if (l.q_norm) q = rms_norm(q, l.q_norm);   // over each head's vector (ne0)
+    if (l.k_norm) k = rms_norm(k, l.k_norm);
+    q = rope(q, o.rope_mode, o.freq_base, o.freq_scale);
+    k = rope(k, o.rope_mode, o.freq_base, o.freq_scale);
+    if (o.q_scale != 1.0f) q = ggml_scale(ctx, q, o.q_scale);
+    ggml_tensor * attn = attention(il, q, k, v, o.kq_scale);
+    if (il == hp.n_layer - 1) attn = keep_outputs(attn);   // only the rows that produce logits go on
+    ggml_tensor * out = ggml_mul_mat(ctx, l.wo, attn);
+    return l.bo ? ggml_add(ctx, out, l.bo) : out;
+}
+
+ggml_tensor * Graph::ffn_swiglu(ggml_tensor * x, const Layer & l) const {
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
+    ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
+    return ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, g, u));
+}
+
+ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
+    ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
+    return ggml_mul_mat(ctx, l.ffn_down, ggml_geglu_split(ctx, g, u));
+}
+
+ggml_tensor * Graph::ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const {
+    const HParams & hp = m.hp;
+    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_exp = hp.n_expert, k = hp.n_expert_used;
+    ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_gate_inp, x);   // [n_expert, n_tok]
+    if (l.ffn_gate_inp_b) logits = ggml_add(ctx, logits, l.ffn_gate_inp_b);
+    ggml_tensor * probs = gating == MoeGating::SoftmaxAll ? ggml_soft_max(ctx, logits) : logits;
+    ggml_tensor * sel = ggml_argsort_top_k(ctx, probs, (int) k);   // I32 [k, n_tok]
+    ggml_tensor * w = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, n_exp, n_tok), sel);   // [1, k, n_tok]
+    if (gating == MoeGating::SoftmaxSelected) {
+        w = ggml_reshape_3d(ctx, ggml_soft_max(ctx, ggml_reshape_2d(ctx, w, k, n_tok)), 1, k, n_tok);
+    }
+    if (hp.expert_weights_norm) {
+        ggml_tensor * w2 = ggml_reshape_2d(ctx, w, k, n_tok);
+        // llama.cpp's guard against a zero sum: the smallest normal F16
+        ggml_tensor * sum = ggml_clamp(ctx, ggml_sum_rows(ctx, w2), 6.103515625e-5f, INFINITY);
+        w = ggml_reshape_3d(ctx, ggml_div(ctx, w2, sum), 1, k, n_tok);
+    }
+    if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) w = ggml_scale(ctx, w, hp.expert_weights_scale);
+
+    ggml_tensor * cur = ggml_reshape_3d(ctx, x, n_embd, 1, n_tok);
+    ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, cur, sel);   // [n_ff_exp, k, n_tok]
+    if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, sel);
+    ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, cur, sel);
+    if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, sel);
+    ggml_tensor * h = act == MoeAct::SwiGLU ? ggml_swiglu_split(ctx, gate, up)
+                                            : ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f);
+    ggml_tensor * down = ggml_mul_mat_id(ctx, l.ffn_down_exps, h, sel);   // [n_embd, k, n_tok]
+    if (l.ffn_down_exps_b) down = ggml_add_id(ctx, down, l.ffn_down_exps_b, sel);
+    down = ggml_mul(ctx, down, w);
+    // sum over the k experts, in llama.cpp's order (views then adds)
+    ggml_tensor * out = nullptr;
+    for (int64_t i = 0; i < k; ++i) {
+        ggml_tensor * e = ggml_view_2d(ctx, down, n_embd, n_tok, down->nb[2], (size_t) i * down->nb[1]);
+        out = out ? ggml_add(ctx, out, e) : e;
+    }
+    return k == 1 ? ggml_cont(ctx, out) : out;
+}
+
+ggml_tensor * Graph::ffn_shared_expert(ggml_tensor * x, const Layer & l) const {
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate_shexp, x);
+    ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up_shexp, x);
+    ggml_tensor * f = ggml_mul_mat(ctx, l.ffn_down_shexp, ggml_swiglu_split(ctx, g, u));
+    ggml_tensor * gate = ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_gate_inp_shexp, x));   // [1, n_tok]
+    return ggml_mul(ctx, f, gate);
+}
+
+ggml_tensor * Graph::keep_outputs(ggml_tensor * x) const {
+    if (all_outputs || no_outputs || x->ne[1] == 1) return x;
+    return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (x->ne[1] - 1) * x->nb[1]);
+}
+
+ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
+    if (no_outputs) return x;
+    x = keep_outputs(x);
+    x = rms_norm(x, norm_w);
+    ggml_tensor * logits = ggml_mul_mat(ctx, head ? head : m.output, x);
+    ggml_set_name(logits, "logits");
+    ggml_set_output(logits);
+    return logits;
+}
+
+void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) {
+    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    pos_.resize(g.n_tokens);
+    idx_.resize(g.n_tokens);
+    for (int32_t i = 0; i < g.n_tokens; ++i) {
+        pos_[i] = n_past + i;
+        idx_[i] = n_past + i;
+    }
+    if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
+
+    if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
+        pos_.assign(4 * (size_t) g.n_tokens, 0);
+        for (int32_t i = 0; i < g.n_tokens; ++i) {
+            for (int j = 0; j < 3; ++j) pos_[(size_t) j * g.n_tokens + i] = n_past + i;
+        }
+        ggml_backend_tensor_set(g.inp_pos4, pos_.data(), 0, sizeof(int32_t) * pos_.size());
+    }
+    if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
+
+    // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
+    // with a sliding window only the last n_swa of them.
+    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+    const int32_t n_swa = g.m.hp.n_swa;
+    const size_t n = (size_t) g.n_kv * g.n_tokens;
+    mask_.assign(n, ninf);
+    if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
+    for (int32_t i = 0; i < g.n_tokens; ++i) {
+        const int32_t pos = n_past + i;
+        ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
+        std::fill(row, row + pos + 1, zero);
+        if (g.inp_mask_swa) {
+            ggml_fp16_t * srow = mask_swa_.data() + (size_t) i * g.n_kv;
+            std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
+        }
+    }
+    // a mask no layer uses is not in the graph, so it has no memory
+    if (g.inp_mask->buffer) ggml_backend_tensor_set(g.inp_mask, mask_.data(), 0, n * sizeof(ggml_fp16_t));
+    if (g.inp_mask_swa && g.inp_mask_swa->buffer) {
+        ggml_backend_tensor_set(g.inp_mask_swa, mask_swa_.data(), 0, n * sizeof(ggml_fp16_t));
+    }
+}
+
+}  // namespace psl

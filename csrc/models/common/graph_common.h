@@ -1,0 +1,96 @@
+// Pieces every architecture's graph shares: inputs, norms, rope, attention over the KV cache,
+// feed-forward variants and the output head. An architecture file strings them together.
+#pragma once
+
+#include "memory/kv_cache.h"
+#include "model.h"
+
+namespace psl {
+
+class RecurrentState;
+
+// One forward graph over n_tokens new tokens attending to the first n_kv cache cells. Where the
+// tokens sit (positions, cells, mask) is all input data, so one graph serves many steps.
+struct Graph {
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+    const psl_model & m;
+    KvCache & kv;
+    int32_t n_tokens;
+    int32_t n_kv;                // cells the attention reads
+    bool all_outputs;            // logits for every token, else for the last only
+    bool no_outputs = false;     // no logits at all: the graph ends at the last layer
+    ggml_tensor * result = nullptr;
+    ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
+
+    // inputs, filled before compute (GraphInputs)
+    ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
+    ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
+    ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
+    ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, n_tokens], causal
+    ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, n_tokens], causal and windowed
+    // hybrid models (see recurrent_state.h); created by the architecture when it needs them
+    RecurrentState * rs = nullptr;
+    ggml_tensor * inp_rs_src = nullptr;     // I32 [1]: the state row the batch starts from
+    ggml_tensor * inp_rs_dst = nullptr;     // I64 [k]: rows for the states after the last k tokens, newest first
+    ggml_tensor * inp_rs_dst_old = nullptr; // I64 [k]: the same rows, oldest first
+    ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions (p, p, p, 0), section-major
+    // MTP (mtp.h): the target's eval also fills the MTP block's cache and returns its hidden rows
+    bool mtp = false;
+    ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1]: the hidden state before the first token
+    ggml_tensor * mtp_hidden = nullptr;     // F32 [n_embd, n_tokens]: hidden rows to keep
+
+    Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
+          int32_t n_kv, bool all_outputs);
+
+    ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
+    ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
+    ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const;   // x: [head, n_head, n_tokens]
+    // Stores k_cur/v_cur ([head, n_head_kv, n_tokens]) into layer il's cache and attends with q
+    // ([head, n_head, n_tokens]); returns [n_embd_head_v * n_head, n_tokens].
+    ggml_tensor * attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale);
+    // The attention block of the llama family and its relatives: projections (+ biases when
+    // the layer has them), per-head q/k RMS norms (when present), rope, q scaling, attention
+    // over the cache, output projection. On the last layer only the output rows are kept.
+    struct AttnOpts {
+        int rope_mode;
+        float freq_base;
+        float freq_scale;
+        float q_scale;    // applied to q after rope (gemma); 1 = none
+        float kq_scale;   // applied inside the attention
+    };
+    ggml_tensor * self_attention(int il, ggml_tensor * h, const AttnOpts & o);
+    ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
+    ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
+    // Mixture-of-experts FFN: the router picks hp.n_expert_used experts per token (ggml's
+    // argsort top-k), mul_mat_id runs only those, their outputs are summed with the routing
+    // weights. Gating: softmax over all experts then top-k (qwen), or top-k of the raw logits
+    // then softmax over the k (gpt-oss); optionally renormalized over the k and scaled.
+    enum class MoeGating { SoftmaxAll, SoftmaxSelected };
+    enum class MoeAct { SwiGLU, SwiGLUOai };   // OAI: clamped, alpha 1.702, limit 7
+    ggml_tensor * ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const;
+    // The shared expert (SwiGLU) times its sigmoid gate (qwen2moe).
+    ggml_tensor * ffn_shared_expert(ggml_tensor * x, const Layer & l) const;
+    // The columns of x whose logits are wanted (all, or the last); called on the last layer so
+    // that its remaining work skips the other rows.
+    ggml_tensor * keep_outputs(ggml_tensor * x) const;
+    // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs].
+    ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
+    int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }
+};
+
+// The host side of a graph's inputs: where its tokens sit (positions, cache cells), the causal
+// masks (windowed too, for sliding-window layers) and the recurrent state's rows, filled before
+// each compute; the buffers are kept between steps.
+class GraphInputs {
+public:
+    // g's inputs for its n_tokens tokens at positions n_past, n_past + 1, ...
+    void fill(const Graph & g, const int32_t * tokens, int32_t n_past);
+
+private:
+    std::vector<int32_t> pos_;
+    std::vector<int64_t> idx_;
+    std::vector<ggml_fp16_t> mask_, mask_swa_;
+};
+
+}  // namespace psl

@@ -1,0 +1,43 @@
+// What the mixture-of-experts architectures share when loading: expert counts and widths, the
+// router and the stacked expert tensors.
+#include "models/common/arch_common.h"
+
+namespace psl {
+
+void load_moe_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
+    const std::string p = a + ".";
+    hp.n_expert = (int32_t) f.get_int(p + "expert_count");
+    hp.n_expert_used = (int32_t) f.get_int(p + "expert_used_count");
+    // llama.cpp's fallback when the file gives no expert width
+    hp.n_ff_exp = (int32_t) f.get_int(p + "expert_feed_forward_length",
+                                      hp.n_expert_used > 0 ? hp.n_ff / hp.n_expert_used : 0);
+    hp.n_ff_shexp = (int32_t) f.get_int(p + "expert_shared_feed_forward_length", hp.n_ff);
+    hp.expert_weights_scale = (float) f.get_float(p + "expert_weights_scale", 0.0);
+    // ggml's mul_mat_id and the top-k selection take at most this many (llama.cpp's limit)
+    constexpr int32_t k_max_experts = 512;
+    if (hp.n_expert <= 0 || hp.n_expert > k_max_experts || hp.n_expert_used <= 0 ||
+        hp.n_expert_used > hp.n_expert || hp.n_ff_exp <= 0 || hp.n_ff_exp > (1 << 20) || hp.n_ff_shexp <= 0 ||
+        !std::isfinite(hp.expert_weights_scale)) {
+        fail(PSL_ERR_FORMAT, "'%s': mixture-of-experts hyper-parameters out of range (%d experts, %d used, width %d)",
+             f.path().c_str(), hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+    }
+}
+
+void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias) {
+    const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.n_ff_exp, n_exp = m.hp.n_expert;
+    Layer & l = m.layers[il];
+    // The stacked experts are matrices too: on the CPU they are repacked where mul_mat_id can
+    // read them so (as llama.cpp does).
+    l.ffn_gate_inp = tl.layer_matrix(il, "ffn_gate_inp.weight", {n_embd, n_exp});
+    l.ffn_gate_exps = tl.layer_matrix(il, "ffn_gate_exps.weight", {n_embd, n_ff, n_exp});
+    l.ffn_up_exps = tl.layer_matrix(il, "ffn_up_exps.weight", {n_embd, n_ff, n_exp});
+    l.ffn_down_exps = tl.layer_matrix(il, "ffn_down_exps.weight", {n_ff, n_embd, n_exp});
+    if (bias) {
+        l.ffn_gate_inp_b = tl.layer(il, "ffn_gate_inp.bias", {n_exp});
+        l.ffn_gate_exps_b = tl.layer(il, "ffn_gate_exps.bias", {n_ff, n_exp});
+        l.ffn_up_exps_b = tl.layer(il, "ffn_up_exps.bias", {n_ff, n_exp});
+        l.ffn_down_exps_b = tl.layer(il, "ffn_down_exps.bias", {n_embd, n_exp});
+    }
+}
+
+}  // namespace psl

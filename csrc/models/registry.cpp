@@ -1,0 +1,39 @@
+// The architectures a model file may name (general.architecture): adding one is a file in this
+// folder and its line here.
+#include "model.h"
+
+#include <string>
+
+namespace psl {
+
+extern const ArchOps arch_llama;
+extern const ArchOps arch_qwen2;
+extern const ArchOps arch_qwen3;
+extern const ArchOps arch_gemma3;
+extern const ArchOps arch_qwen2moe;
+extern const ArchOps arch_qwen3moe;
+extern const ArchOps arch_gptoss;
+extern const ArchOps arch_qwen35;
+
+namespace {
+const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
+                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35};
+}
+
+const ArchOps * find_arch(const std::string & name) {
+    for (const ArchOps * a : k_archs) {
+        if (name == a->name) return a;
+    }
+    return nullptr;
+}
+
+std::string supported_archs() {
+    std::string s;
+    for (const ArchOps * a : k_archs) {
+        if (!s.empty()) s += ", ";
+        s += a->name;
+    }
+    return s;
+}
+
+}  // namespace psl
