@@ -1,7 +1,7 @@
 // GGUF → hyper-parameters + weights in backend buffers (mmap'd on the CPU).
 #include "model.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "vocab/vocab.h"
 
 #include "ggml-alloc.h"

@@ -1,5 +1,5 @@
 // The C API boundary: argument checks, exceptions → status codes, handles.
-#include "api/error.h"
+#include "error.h"
 #include "engine/context.h"
 #include "model.h"
 #include "pyllamaspec.h"

@@ -1,5 +1,5 @@
 // The C API of MTP drafting (mtp.h).
-#include "api/error.h"
+#include "error.h"
 #include "engine/context.h"
 #include "model.h"
 #include "pyllamaspec.h"

@@ -1,5 +1,5 @@
 // The C API of the tokenizer ("vocabulary and tokenizer" in pyllamaspec.h).
-#include "api/error.h"
+#include "error.h"
 #include "model.h"
 #include "pyllamaspec.h"
 #include "vocab/unicode.h"

@@ -3,7 +3,7 @@
 #include "engine/context.h"
 #include "engine/mtp.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "models/common/graph_common.h"
 
 #include "ggml-cpu.h"

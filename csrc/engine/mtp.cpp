@@ -2,7 +2,7 @@
 // the architecture's, models/qwen35.cpp).
 #include "engine/mtp.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "model.h"
 
 #include <algorithm>

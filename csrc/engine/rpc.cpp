@@ -4,7 +4,7 @@
 // ggml-rpc's client aborts the process on any socket error (RPC_STATUS_ASSERT/GGML_ABORT, on its
 // dispatcher thread). The core cannot catch that, so the Python layer loads a model with
 // rpc_servers in a worker process of its own (pyllamaspec/rpc.py) and probes each server first.
-#include "api/error.h"
+#include "error.h"
 #include "model.h"
 
 #include "ggml-backend.h"

@@ -5,7 +5,7 @@
 // et al. 2023, Chen et al. 2023) uses the same adjusted distributions for the draft (q) and the
 // target (p), which is what keeps the output distribution exactly the target's; penalties at a
 // draft position count the drafts before it, as the text it continues holds them.
-#include "api/error.h"
+#include "error.h"
 #include "pyllamaspec.h"
 
 #include <algorithm>

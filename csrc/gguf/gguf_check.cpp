@@ -1,6 +1,6 @@
 #include "gguf/gguf_check.h"
 
-#include "api/error.h"
+#include "error.h"
 
 #include "ggml.h"
 

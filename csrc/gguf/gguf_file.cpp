@@ -1,6 +1,6 @@
 #include "gguf/gguf_file.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "gguf/gguf_check.h"
 
 #include "ggml.h"

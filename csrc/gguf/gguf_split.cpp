@@ -1,6 +1,6 @@
 #include "gguf/gguf_split.h"
 
-#include "api/error.h"
+#include "error.h"
 
 #include "ggml.h"
 #include "gguf.h"

@@ -221,7 +221,7 @@ PSL_API void       psl_context_clear_interrupt(psl_context * ctx);
  * Python still sees it. POSIX only. */
 PSL_API void       psl_context_set_catch_sigint(psl_context * ctx, bool on);
 
-/* ---- MTP drafting (csrc/mtp.cpp): a target whose file carries NextN/MTP layers (qwen35)
+/* ---- MTP drafting (csrc/engine/mtp.cpp): a target whose file carries NextN/MTP layers (qwen35)
  * drafts with them from its own hidden state: no draft model, shared weights. ---- */
 /* MTP blocks this core runs for the model: 0 (none, or not shipped in the file) or 1. */
 PSL_API int32_t    psl_model_n_mtp_layers(const psl_model * model);
@@ -237,7 +237,7 @@ PSL_API psl_status psl_context_enable_mtp(psl_context * ctx);
 PSL_API psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
                                          int64_t out_cap);
 
-/* ---- vocabulary and tokenizer (csrc/vocab*.cpp), from the GGUF tokenizer.ggml.* keys ---- */
+/* ---- vocabulary and tokenizer (csrc/vocab/), from the GGUF tokenizer.ggml.* keys ---- */
 /* Token for token as llama.cpp tokenizes: SentencePiece-style ("llama") and BPE ("gpt2") models.
  * Every function here fails with PSL_ERR_NO_VOCAB when the model file has no tokenizer, and with
  * PSL_ERR_OUT_OF_RANGE for a token id outside [0, n_tokens). */
@@ -318,7 +318,7 @@ PSL_API void       psl_detok_free(psl_detok * d);
 PSL_API psl_status psl_pretokenize(const char * pre, const char * text, size_t len,
                                    int32_t * ends, int32_t cap, int32_t * n_out);
 /* PSL_OK when draft can speculate for target: same ids, token text and types, special tokens
- * and tokenizer; otherwise PSL_ERR_UNSUPPORTED naming the first difference (csrc/vocab_compat.cpp). */
+ * and tokenizer; otherwise PSL_ERR_UNSUPPORTED naming the first difference (csrc/vocab/vocab_compat.cpp). */
 PSL_API psl_status psl_vocab_compatible(const psl_model * target, const psl_model * draft);
 /* The n (at most) ids a restricted draft head (psl_context_set_output_ids) should cover, sorted:
  * control, user-defined and byte tokens and single characters below U+2500 first, then tokens
@@ -326,7 +326,7 @@ PSL_API psl_status psl_vocab_compatible(const psl_model * target, const psl_mode
  * order of how common they were in training. `out` holds n ids; *n_out = how many written. */
 PSL_API psl_status psl_vocab_draft_ids(const psl_model * model, int32_t n, int32_t * out, int32_t * n_out);
 
-/* ---- sampling and speculative acceptance (csrc/sampling.cpp) ----
+/* ---- sampling and speculative acceptance (csrc/engine/sampling.cpp) ----
  * Everything per vocabulary entry happens here, on the caller's logits buffers. The adjusted
  * distribution follows llama.cpp's chain: top-k, then top-p and min-p on the untempered
  * softmax, then temperature, after llama.cpp's penalties (first in its chain) when they are on.

@@ -3,7 +3,7 @@
 // replaying the kept tokens before the next eval.
 #include "memory/memory.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "model.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 #include "memory/recurrent_state.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "model.h"
 
 #include "ggml-alloc.h"

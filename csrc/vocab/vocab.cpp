@@ -2,7 +2,7 @@
 // (loading is in vocab_load.cpp, the special-token partition in vocab_special.cpp).
 #include "vocab/vocab.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "vocab/unicode.h"
 
 #include <algorithm>

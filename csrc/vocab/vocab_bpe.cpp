@@ -9,7 +9,7 @@
 // pieces the previous one left (its matches and the text between them), and so do we.
 #include "vocab/vocab.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "vocab/merge_queue.h"
 #include "vocab/unicode.h"
 

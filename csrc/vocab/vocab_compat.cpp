@@ -2,7 +2,7 @@
 // vocab_compat.h).
 #include "vocab/vocab_compat.h"
 
-#include "api/error.h"
+#include "error.h"
 
 #include "gguf.h"
 

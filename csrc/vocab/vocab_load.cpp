@@ -4,7 +4,7 @@
 // model name. The rules follow llama.cpp's llama-vocab.cpp.
 #include "vocab/vocab.h"
 
-#include "api/error.h"
+#include "error.h"
 #include "vocab/unicode.h"
 
 #include "gguf.h"

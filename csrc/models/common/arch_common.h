@@ -1,7 +1,7 @@
 // What an architecture file needs: the graph pieces and the tensor loader.
 #pragma once
 
-#include "api/error.h"
+#include "error.h"
 #include "models/common/graph_common.h"
 
 #include <cmath>

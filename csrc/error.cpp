@@ -1,4 +1,4 @@
-#include "api/error.h"
+#include "error.h"
 
 #include "ggml.h"
 
