@@ -8,7 +8,7 @@ the h_nextn outputs of src/llama-ext.h).
     g++ -O2 -std=c++17 scripts/llamacpp_mtp.cpp -I $L/include -I $L/ggml/include -I $L/src \\
         $B/src/libllama.a $B/ggml/src/libggml.a $B/ggml/src/libggml-cpu.a $B/ggml/src/libggml-base.a \\
         -fopenmp -lpthread -ldl -o /tmp/probe_mtp
-    PYLLAMASPEC_LIBRARY=... python scripts/mtp_reference.py /tmp/probe_mtp
+    PYLLAMASPEC_LIBRARY=... python scripts/mtp_reference.py /tmp/probe_mtp [OUT.json]
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def prompts(seed: int) -> list[list[int]]:
 
 def main() -> None:
     probe = sys.argv[1]
+    dest = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else OUT
     out = {"generator": f"scripts/mtp_reference.py (llama.cpp, CPU, scripts/llamacpp_mtp.cpp, {STEPS} steps)",
            "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,8 +62,8 @@ def main() -> None:
                 logits[int(f[0])].append([float(x) for x in f[3:]])
             out["models"][name] = {"kwargs": kwargs, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                                    "prompts": ps, "step_tokens": tokens, "logits": logits}
-    OUT.write_text(json.dumps(out, separators=(",", ":")) + "\n")
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    dest.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {dest} ({dest.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

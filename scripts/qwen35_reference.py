@@ -7,7 +7,7 @@ Not run in CI: it needs a llama.cpp build.
     g++ -O2 -std=c++17 scripts/llamacpp_logits.cpp -I $L/include -I $L/ggml/include \\
         $B/src/libllama.a $B/ggml/src/libggml.a $B/ggml/src/libggml-cpu.a $B/ggml/src/libggml-base.a \\
         -fopenmp -lpthread -ldl -o /tmp/probe
-    PYLLAMASPEC_LIBRARY=... python scripts/qwen35_reference.py /tmp/probe   (tests/models.py imports the package)
+    PYLLAMASPEC_LIBRARY=... python scripts/qwen35_reference.py /tmp/probe [OUT.json]   (tests/models.py imports the package)
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def sha256(path: pathlib.Path) -> str:
 
 def main() -> None:
     probe = sys.argv[1]
+    dest = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else OUT
     out = {"generator": "scripts/qwen35_reference.py (llama.cpp, CPU, scripts/llamacpp_logits.cpp all)", "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name, kwargs in MODELS.items():
@@ -59,8 +60,8 @@ def main() -> None:
                 f = line.split()
                 rows[int(f[0])].append([float(x) for x in f[2:]])
             out["models"][name] = {"kwargs": kwargs, "sha256": sha256(path), "prompts": ps, "logits": rows}
-    OUT.write_text(json.dumps(out, separators=(",", ":")) + "\n")
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    dest.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {dest} ({dest.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
