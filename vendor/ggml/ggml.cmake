@@ -48,8 +48,6 @@ set(GGML_CUDA_GRAPHS_DEFAULT ON)
 # ggml's RPC backend (a target's layers on other machines, psl_rpc_* / pyllamaspec.rpc_server).
 # Its client and server are plain sockets, no extra dependency: on unless turned off.
 set(GGML_RPC ON CACHE BOOL "")
-if (PYLLAMASPEC_PORTABLE)
-    set(GGML_NATIVE OFF CACHE BOOL "" FORCE)
-endif()
+include("${CMAKE_CURRENT_LIST_DIR}/cpu_variant.cmake")
 
 add_subdirectory("${_ggml_dir}" "${CMAKE_BINARY_DIR}/ggml" EXCLUDE_FROM_ALL)

@@ -1,0 +1,56 @@
+# PYLLAMASPEC_CPU: which instruction sets ggml's CPU kernels use, as one flag. ggml's results differ
+# between them (its kernels sum in other orders: tests/tolerances.py has the measured spreads), so
+# the suite is run with each (README, Building). native: -march=native (the default); portable:
+# ggml's own default without GGML_NATIVE (x86-64: AVX2, FMA, F16C, BMI2); avx2 and avx512: those
+# exactly; generic: no SIMD beyond the architecture's baseline (x86-64: SSE2; ARM: armv8-a).
+
+set(_psl_cpu "${PYLLAMASPEC_CPU}")
+if (NOT _psl_cpu)
+    set(_psl_cpu native)
+    if (PYLLAMASPEC_PORTABLE)
+        set(_psl_cpu portable)
+    endif()
+endif()
+set(_psl_x86 SSE42 AVX AVX2 BMI2 FMA F16C AVX_VNNI AVX512 AVX512_VBMI AVX512_VNNI AVX512_BF16
+             AMX_TILE AMX_INT8 AMX_BF16)
+string(TOLOWER "${CMAKE_SYSTEM_PROCESSOR}" _psl_proc)
+set(_psl_is_x86 OFF)
+if (_psl_proc MATCHES "^(x86_64|amd64|i[3-6]86|x86)$")
+    set(_psl_is_x86 ON)
+endif()
+
+# Sets each of ggml's x86 instruction-set options: ON for those listed, OFF for the others.
+function(_psl_x86_only)
+    foreach(f IN LISTS _psl_x86)
+        if (f IN_LIST ARGN)
+            set(GGML_${f} ON CACHE BOOL "" FORCE)
+        else()
+            set(GGML_${f} OFF CACHE BOOL "" FORCE)
+        endif()
+    endforeach()
+endfunction()
+
+if (_psl_cpu STREQUAL "native")
+    set(GGML_NATIVE ON CACHE BOOL "" FORCE)
+elseif (_psl_cpu STREQUAL "portable")
+    set(GGML_NATIVE OFF CACHE BOOL "" FORCE)
+elseif (_psl_cpu MATCHES "^(avx2|avx512|generic)$")
+    set(GGML_NATIVE OFF CACHE BOOL "" FORCE)
+    if (_psl_cpu STREQUAL "generic" AND NOT _psl_is_x86)
+        if (_psl_proc MATCHES "^(aarch64|arm64)$")
+            set(GGML_CPU_ARM_ARCH "armv8-a" CACHE STRING "" FORCE)
+        endif()
+    elseif (NOT _psl_is_x86)
+        message(FATAL_ERROR "PYLLAMASPEC_CPU=${_psl_cpu} is an x86-64 instruction set; this is ${CMAKE_SYSTEM_PROCESSOR}")
+    elseif (_psl_cpu STREQUAL "avx2")
+        _psl_x86_only(SSE42 AVX AVX2 BMI2 FMA F16C)
+    elseif (_psl_cpu STREQUAL "avx512")
+        _psl_x86_only(SSE42 AVX AVX2 BMI2 FMA F16C AVX512)
+    else()
+        _psl_x86_only()
+    endif()
+else()
+    message(FATAL_ERROR "PYLLAMASPEC_CPU=${_psl_cpu}: use native, portable, avx2, avx512 or generic")
+endif()
+set(PYLLAMASPEC_CPU_KERNELS "${_psl_cpu}")
+message(STATUS "pyllamaspec: CPU kernels ${_psl_cpu}")
