@@ -1,6 +1,7 @@
 // The C API boundary: argument checks, exceptions → status codes, handles.
 #include "error.h"
 #include "engine/context.h"
+#include "engine/kernels.h"
 #include "model.h"
 #include "pyllamaspec.h"
 
@@ -59,7 +60,7 @@ const char * psl_system_info(void) {
     static std::once_flag once;
     std::call_once(once, [] {
         init_once();
-        info = std::string("ggml ") + ggml_version() + " (" + PSL_GGML_ORIGIN + ")";
+        info = std::string("ggml ") + ggml_version() + " (" + PSL_GGML_ORIGIN + "), CPU kernels " + PSL_CPU_KERNELS;
         for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
             ggml_backend_reg_t reg = ggml_backend_reg_get(i);
             info += std::string(" | ") + ggml_backend_reg_name(reg) + " :";
@@ -76,6 +77,16 @@ const char * psl_system_info(void) {
         }
     });
     return info.c_str();
+}
+
+const char * psl_model_kernels(const psl_model * model) {
+    static thread_local std::string record;
+    try {
+        record = model ? psl::describe_kernels(*model) : std::string();
+    } catch (...) {   // out of memory: no record rather than an exception across the C boundary
+        record.clear();
+    }
+    return record.c_str();
 }
 
 void psl_set_verbose(bool verbose) {
@@ -288,7 +299,7 @@ psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out) {
 }
 
 void psl_context_reset_perf(psl_context * ctx) {
-    if (ctx) ctx->perf = psl_perf{0.0, 0, 0};
+    if (ctx) ctx->perf = psl_perf{0.0, 0, 0, ctx->perf.n_threads_last};
 }
 
 psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab) {

@@ -2,6 +2,7 @@
 // graphs of at most n_batch tokens.
 #include "engine/context.h"
 #include "engine/mtp.h"
+#include "engine/thread_budget.h"
 
 #include "error.h"
 #include "models/common/graph_common.h"
@@ -201,6 +202,9 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
     } redirect{direct ? res : nullptr, res->data};
     if (direct) res->data = out;
     mem->begin_batch(n_tokens);
+    // fewer threads while other processes keep the cores busy (thread_budget.h)
+    perf.n_threads_last = psl::threads_for_now(params.n_threads);
+    ggml_backend_cpu_set_n_threads(backend_cpu.get(), perf.n_threads_last);
     const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
     if (st == GGML_STATUS_ABORTED) {
         interrupt = false;   // consumed (a SIGINT leaves it as it was)

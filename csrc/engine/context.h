@@ -43,7 +43,7 @@ struct psl_context {
     std::atomic<bool> interrupt{false};
     bool catch_sigint = false;               // SIGINT interrupts a running eval
     int sigint_mark = 0;
-    psl_perf perf{0.0, 0, 0};
+    psl_perf perf{0.0, 0, 0, 0};
     // A restricted output head (psl_context_set_output_ids): room for head->ne[1] rows of
     // which the first head_ids.size() are used, which ids are in it, and scratch for the
     // restricted logits before they are spread over n_vocab.

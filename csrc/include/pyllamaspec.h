@@ -111,6 +111,11 @@ PSL_API psl_status psl_model_get_info(const psl_model * model, psl_model_info * 
  * local ones, the CPU last); NULL past the end. The device of layer il (-1: the output head). */
 PSL_API const char * psl_model_device_name(const psl_model * model, int32_t i);
 PSL_API const char * psl_model_layer_device(const psl_model * model, int32_t il);
+/* Which ggml kernels multiply the model's weights, one line per weight type and buffer, e.g.
+ * "q4_K x168 CPU_REPACK: repacked (...)" or "q4_1 x210 CPU: 1 token: vec_dot q4_1 x q8_1; batched:
+ * ...": traces a fidelity difference between machines to a path. Valid until the next call on
+ * this thread; "" for a NULL model or a stub. */
+PSL_API const char * psl_model_kernels(const psl_model * model);
 
 /* ---- ggml RPC backend (llama.cpp's rpc-server protocol) ---- */
 /* A stand-in for a model loaded in another process (the Python layer's RPC worker): the
@@ -206,6 +211,8 @@ typedef struct psl_perf {
     double  t_eval_us;
     int64_t n_evals;
     int64_t n_tokens;
+    int32_t n_threads_last;   /* CPU threads the last graph ran with: fewer than asked while other
+                                 processes keep the cores busy (PYLLAMASPEC_THREAD_CAP=0: never) */
 } psl_perf;
 PSL_API psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out);
 PSL_API void       psl_context_reset_perf(psl_context * ctx);

@@ -209,6 +209,14 @@ class Model(VocabMixin, _native.Closeable):
         with self._users:
             return self._context.devices(self.info.n_layer)
 
+    @property
+    def kernels(self) -> str:
+        """Which ggml kernels multiply the weights, a line per weight type and buffer (repacked,
+        llamafile sgemm for batches, vec_dot, another device's): where two machines' logits
+        differ, the path each took. Empty for a model whose weights are in an RPC worker."""
+        with self._users:
+            return ffi.string(lib.psl_model_kernels(self._model)).decode()
+
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Free the context and the model: a running eval (on another thread) is interrupted,
@@ -479,7 +487,9 @@ class Model(VocabMixin, _native.Closeable):
             self._cache_ids.clear()
 
     def perf(self, reset: bool = False) -> dict[str, float]:
-        """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset."""
+        """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset,
+        and the CPU threads the last eval ran with (n_threads_last: fewer than n_threads while
+        other processes keep the cores busy, see README)."""
         with self._excl:
             return self._context.perf(bool(reset))
 

@@ -1,0 +1,73 @@
+// The kernel record of a loaded model (kernels.h).
+#include "engine/kernels.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+#include <map>
+#include <tuple>
+
+namespace psl {
+namespace {
+
+// Whether llamafile's sgemm takes batched products of weights of type t on this build: the
+// types its dispatch (ggml 0.26.0, ggml-cpu/llamafile/sgemm.cpp) implements for the instruction
+// sets this ggml was compiled with. Used for batches of 2+ rows (NEON: 4+ for f32, 8+ for f16).
+bool sgemm_takes(ggml_type t) {
+    if (!ggml_cpu_has_llamafile()) return false;
+    const bool x86 = ggml_cpu_has_avx() || ggml_cpu_has_avx2() || ggml_cpu_has_avx512();
+    switch (t) {
+        case GGML_TYPE_F32: return x86 || ggml_cpu_has_neon();
+        case GGML_TYPE_F16: return ggml_cpu_has_avx512() || (ggml_cpu_has_avx() && ggml_cpu_has_f16c()) ||
+                                   ggml_cpu_has_neon();
+        case GGML_TYPE_BF16: return ggml_cpu_has_avx512_bf16() || ggml_cpu_has_avx512() || ggml_cpu_has_avx2();
+        case GGML_TYPE_Q8_0:
+        case GGML_TYPE_Q4_0: return x86 || ggml_cpu_has_dotprod();
+        case GGML_TYPE_Q5_0:
+        case GGML_TYPE_IQ4_NL: return x86;
+        default: return false;
+    }
+}
+
+std::string vec_dot(ggml_type t) {
+    const ggml_type_traits_cpu * tr = ggml_get_type_traits_cpu(t);
+    const ggml_type act = tr ? tr->vec_dot_type : t;
+    return std::string("vec_dot ") + ggml_type_name(t) + " x " + ggml_type_name(act);
+}
+
+std::string path(ggml_type t, const std::string & buft, bool experts) {
+    if (buft.find("REPACK") != std::string::npos) {
+        return std::string("repacked (ggml's gemv/gemm, activations as ") +
+               ggml_type_name(ggml_get_type_traits_cpu(t)->vec_dot_type) + ")";
+    }
+    if (buft.find("AMX") != std::string::npos) return "AMX tiles";
+    if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
+    if (experts) return vec_dot(t) + " (mul_mat_id: no llamafile)";
+    return "1 token: " + vec_dot(t) + "; batched: " + (sgemm_takes(t) ? "llamafile sgemm" : vec_dot(t));
+}
+
+}  // namespace
+
+std::string describe_kernels(const psl_model & m) {
+    // (type, buffer, experts) -> tensors; the matrices only (a vector is no product's weight)
+    std::map<std::tuple<std::string, std::string, bool>, int> groups;
+    std::map<std::tuple<std::string, std::string, bool>, ggml_type> types;
+    for (ggml_context * ctx : m.ctxs) {
+        for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+            if (ggml_n_dims(t) < 2 || !t->buffer) continue;
+            const std::string buft = ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer));
+            const auto key = std::make_tuple(std::string(ggml_type_name(t->type)), buft, ggml_n_dims(t) == 3);
+            ++groups[key];
+            types[key] = t->type;
+        }
+    }
+    std::string out;
+    for (const auto & [key, n] : groups) {
+        const auto & [type, buft, experts] = key;
+        out += type + " x" + std::to_string(n) + (experts ? " experts " : " ") + buft + ": " +
+               path(types[key], buft, experts) + "\n";
+    }
+    return out;
+}
+
+}  // namespace psl

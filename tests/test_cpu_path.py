@@ -1,0 +1,87 @@
+"""The CPU path an evaluation takes (issue 22): which ggml kernels multiply each weight type
+(Model.kernels, so a fidelity difference between machines can be traced to a path), and how many
+threads run while other processes keep the cores busy (as many as cores are free: a busy machine
+slows an eval in proportion, not 60x; scripts/bench_contention.py measures the speeds)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import pyllamaspec
+from pyllamaspec import Model
+
+
+def test_kernel_record_names_each_weight_type(smollm2_path, gemma3_path):
+    with Model(smollm2_path, n_ctx=64) as m:
+        lines = m.kernels.splitlines()
+    # SmolLM2 Q4_1: the layers' q4_1 matrices (llamafile has no q4_1 kernel: vec_dot for batches
+    # too) and the tied q8_0 embedding that is also the output head
+    assert any(line.startswith("q4_1 x210 ") and "vec_dot q4_1 x q8_1; batched: vec_dot" in line for line in lines)
+    assert any(line.startswith("q8_0 x1 ") for line in lines), lines
+    with Model(gemma3_path, n_ctx=64) as m:
+        rec = m.kernels
+    info = pyllamaspec.system_info()
+    if "REPACK = 1" in info and ("AVX2 = 1" in info or "NEON = 1" in info):
+        assert "q4_K x27 CPU_REPACK: repacked" in rec, rec      # Q4_K repacks where ggml has the kernel
+    with Model(gemma3_path, n_ctx=64, use_repack=False) as m:
+        assert "REPACK" not in m.kernels and "q4_K x27 " in m.kernels
+
+
+def test_system_info_names_the_kernel_variant():
+    info = pyllamaspec.system_info()
+    assert any(f"CPU kernels {v} |" in info for v in ("native", "portable", "avx2", "avx512", "generic")), info
+
+
+class Busy:
+    """n processes spinning while in the with-block."""
+
+    def __init__(self, n: int):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def _threads_under_load(path, n: int, seconds: float = 1.5) -> int:
+    """The threads of the last eval after `seconds` of one-token evals with n busy processes."""
+    with Model(path, n_ctx=256, n_threads=n) as m, Busy(n):
+        m.eval([1, 2, 3])
+        end = time.monotonic() + seconds       # more than two of the budget's 250 ms windows
+        while time.monotonic() < end:
+            m.eval([4], logits="last")
+            if m.n_past > 200:
+                m.truncate(3)
+        return m.perf()["n_threads_last"]
+
+
+LINUX_2_TO_16 = pytest.mark.skipif(not sys.platform.startswith("linux") or not 2 <= (os.cpu_count() or 1) <= 16,
+                                   reason="the thread budget reads Linux's /proc/stat; 2 to 16 cores (a busy process each)")
+
+
+@LINUX_2_TO_16
+def test_threads_capped_while_other_processes_use_the_cores(smollm2_path):
+    """A busy process per core and an eval asking for a thread per core: the eval's share is half
+    the machine, so it drops threads (on 2 cores: to one)."""
+    n = os.cpu_count()
+    got = _threads_under_load(smollm2_path, n)
+    assert got < n and (n > 2 or got == 1), got
+
+
+@LINUX_2_TO_16
+def test_thread_cap_off(smollm2_path):
+    """PYLLAMASPEC_THREAD_CAP=0 (read once per process): the threads asked for, load or not."""
+    code = ("import os, sys; sys.path.insert(0, os.environ['TESTS']); import test_cpu_path as t; "
+            f"print(t._threads_under_load({str(smollm2_path)!r}, os.cpu_count(), 1.0))")
+    env = dict(os.environ, PYLLAMASPEC_THREAD_CAP="0", TESTS=os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == os.cpu_count()
