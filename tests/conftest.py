@@ -17,9 +17,13 @@ from pypi_index import Index  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
+_ON_CPU = [False]     # the running test is marked cpu_only
+
+
 def _offload_by_default() -> None:
     """PYLLAMASPEC_TEST_GPU_LAYERS=N runs the suite with N layers on the GPU (-1: all) wherever
-    a test does not choose (scripts/gpu_check.sh): every Model defaults to n_gpu_layers=N."""
+    a test does not choose (scripts/gpu_check.sh): every Model defaults to n_gpu_layers=N, except
+    in tests marked cpu_only."""
     n = os.environ.get("PYLLAMASPEC_TEST_GPU_LAYERS")
     if not n:
         return
@@ -27,12 +31,28 @@ def _offload_by_default() -> None:
     init = model.Model.__init__
 
     def offloaded(self, path, **kwargs):
-        kwargs.setdefault("n_gpu_layers", int(n))
+        if not _ON_CPU[0]:
+            kwargs.setdefault("n_gpu_layers", int(n))
         init(self, path, **kwargs)
     model.Model.__init__ = offloaded
 
 
 _offload_by_default()
+
+
+@pytest.fixture(autouse=True)
+def _backend_markers(request):
+    """cpu_kernels: the test checks a property of ggml's CPU kernels (bit-identical results across
+    batch shapes, ...): skipped when the suite offloads to a GPU, whose kernels round otherwise.
+    cpu_only: the test checks behaviour around CPU steps (interrupts within a node, thread
+    budgets): its Models stay on the CPU when the suite offloads."""
+    import tolerances
+    if request.node.get_closest_marker("cpu_kernels") and tolerances.backend() != "cpu":
+        pytest.skip(f"a property of ggml's CPU kernels; on {tolerances.backend()} compare with llama.cpp's own "
+                    f"results there ({tolerances.MEASURE})")
+    _ON_CPU[0] = request.node.get_closest_marker("cpu_only") is not None
+    yield
+    _ON_CPU[0] = False
 
 
 def reference_dir() -> pathlib.Path:

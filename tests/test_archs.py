@@ -7,6 +7,7 @@ import pytest
 
 import models
 import oracle
+import tolerances
 import pyllamaspec
 from conftest import load_reference
 from pyllamaspec import Model
@@ -115,26 +116,26 @@ def gemma(gemma3_path):
 
 def test_gemma3_matches_llama_cpp(gemma):
     refs = load_reference("gen", GEMMA_REF)
+    near_tie = tolerances.NEAR_TIE.tol()
     deltas, diverged = [], 0
     for r in refs:
         gemma.clear()
         lg = gemma.eval(r["ids"])
         for i, top in enumerate(r["prompt_top"]):
             deltas += [abs(float(lg[i, t]) - v) for t, v in top]
-            if top[0][1] - top[1][1] > 0.5:
+            if top[0][1] - top[1][1] > near_tie:
                 assert int(lg[i].argmax()) == top[0][0], f"top-1 differs at {i} of {r['text']!r}"
         tok = int(lg[-1].argmax())
-        for step in r["gen"]:
-            top = step["top"]
-            if top[0][1] - top[1][1] < 0.5:
-                diverged += 1
-                break
+        safe = tolerances.first_near_tie(r["gen"])
+        diverged += safe < len(r["gen"])
+        for step in r["gen"][:safe]:
             assert tok == step["id"], f"greedy continuation of {r['text']!r} differs"
             tok = int(gemma.eval([tok], logits="last")[0].argmax())
     med, mx = float(np.median(deltas)), float(np.max(deltas))
     print(f"Gemma 3 vs llama.cpp: median |dlogit| {med:.4f}, max {mx:.4f} over {len(deltas)}; "
-          f"{diverged}/{len(refs)} continuations reach a step with margin < 0.5")
-    assert med <= 0.2 and mx <= 2.0
+          f"{diverged}/{len(refs)} continuations reach a step with margin < {near_tie}")
+    # llama.cpp's own builds across CPUs stand up to a median 0.134, max 1.414 apart (tolerances.py)
+    assert med <= tolerances.REAL["gemma3"].median.tol() and mx <= tolerances.REAL["gemma3"].max.tol()
 
 
 def test_gemma3_distance_to_exact_maths(gemma, gemma3_path):

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+import tolerances
 
 import pyllamaspec
 from pyllamaspec import Cancel, InvalidArgumentError, Model
@@ -112,12 +113,20 @@ def test_stream_equals_result(smol):
 
 def test_llamacpp_answers(smol):
     """Greedy answers equal llama-server's (tests/data/reference/chat_shared_*), the Model reused
-    from one conversation to the next."""
+    from one conversation to the next: token by token up to the first step whose reference margin
+    is a near tie (tests/tolerances.py: another CPU's kernels may choose the runner-up there), the
+    whole answer where there is none."""
     for case in load_reference("chat", "smollm2-135m-q4_1")[:3]:
         r = pyllamaspec.chat(case["messages"], smol, max_tokens=32, temperature=0)
         assert r.prompt_tokens == case["prompt_ids"]
-        assert r.message == {"role": "assistant", "content": case["content"]}
-        assert r.finish_reason == case["finish_reason"]
+        ref = [s["id"] for s in case["gen"]]
+        safe = tolerances.first_near_tie(case["gen"])
+        if case["finish_reason"] == "stop":
+            ref = ref[:-1]                   # the end-of-generation token is not in r.tokens
+        assert r.tokens[:safe] == ref[:safe]
+        if safe == len(case["gen"]):
+            assert r.message == {"role": "assistant", "content": case["content"]}
+            assert r.finish_reason == case["finish_reason"]
 
 
 def test_model_reuse_prefix(smol):

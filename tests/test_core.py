@@ -7,6 +7,7 @@ import pytest
 
 import models
 import oracle
+import tolerances
 import pyllamaspec
 from conftest import load_reference
 from pyllamaspec import Model
@@ -303,6 +304,7 @@ def smollm2(smollm2_path):
 
 def test_smollm2_matches_llama_cpp(smollm2):
     refs = load_reference("gen", "smollm2-135m-q4_1")
+    near_tie = tolerances.NEAR_TIE.tol()
     deltas = []
     for r in refs:
         smollm2.clear()
@@ -310,19 +312,17 @@ def test_smollm2_matches_llama_cpp(smollm2):
         for i, top in enumerate(r["prompt_top"]):
             deltas += [abs(float(lg[i, t]) - v) for t, v in top]
             margin = top[0][1] - top[1][1]
-            if margin > 0.5:
+            if margin > near_tie:
                 assert int(lg[i].argmax()) == top[0][0], f"top-1 differs at {i} of {r['text']!r}"
-        # greedy continuation, up to the first step whose reference margin is below 0.5
+        # greedy continuation, up to the first step whose reference margin is a near tie
         tok = int(lg[-1].argmax())
-        for step in r["gen"]:
-            top = step["top"]
-            if top[0][1] - top[1][1] < 0.5:
-                break
+        for step in r["gen"][:tolerances.first_near_tie(r["gen"])]:
             assert tok == step["id"], f"greedy continuation of {r['text']!r} differs"
             tok = int(smollm2.eval([tok], logits="last")[0].argmax())
     med, mx = float(np.median(deltas)), float(np.max(deltas))
     print(f"SmolLM2 vs llama.cpp: median |dlogit| {med:.4f}, max {mx:.4f} over {len(deltas)} entries")
-    assert med <= 0.2 and mx <= 2.0
+    # llama.cpp's own builds across CPUs stand up to a median 0.126, max 0.643 apart (tolerances.py)
+    assert med <= tolerances.REAL["smollm2"].median.tol() and mx <= tolerances.REAL["smollm2"].max.tol()
 
 
 def test_smollm2_batched_equals_sequential(smollm2):

@@ -12,6 +12,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import tolerances
 
 from models_qwen35 import write_qwen35_gguf
 from oracle import load_matrix
@@ -55,6 +56,8 @@ def test_matches_llamacpp(tmp_path, name):
     p = tmp_path / f"{name}.gguf"
     write_qwen35_gguf(p, **spec["kwargs"])
     assert hashlib.sha256(p.read_bytes()).hexdigest() == spec["sha256"], "the model is not regenerated bit for bit"
+    # llama.cpp's own spread across CPUs (F16 KV rounding: up to 2.7e-4), x2 (tests/tolerances.py)
+    tol = tolerances.MTP[name].tol()
     with Model(p, n_ctx=128, n_threads=1) as m:     # f16 KV, as llama.cpp's default
         m.enable_mtp()
         for prompt, toks, rows in zip(spec["prompts"], spec["step_tokens"], spec["logits"]):
@@ -63,8 +66,8 @@ def test_matches_llamacpp(tmp_path, name):
             for step, (tok, ref) in enumerate(zip(toks, rows)):
                 ref = np.asarray(ref, np.float32)
                 got = m.mtp_draft(tok, step)
-                assert np.abs(got - ref).max() < 1e-4 * np.abs(ref).max()
-                assert got.argmax() == ref.argmax()
+                assert np.abs(got - ref).max() < tol * np.abs(ref).max()
+                assert got.argmax() == ref.argmax() or not tolerances.clear_margin(ref, tol)
 
 
 def _rms(x, w, eps=1e-6):

@@ -6,12 +6,12 @@
   every split s, from the snapshot ring and (ring too short) by replay;
 * batched == token by token; speculative greedy == plain greedy with qwen35 and llama drafts.
 
-Tolerance against llama.cpp: max |ours - ref| / max |ref| < 1e-4 and every argmax equal. Both
-run the same ggml CPU kernels in F32 with an F16 KV cache; what differs is summation order
-(threads, graph shapes): measured 1.4e-9 (the same floats up to %.9g printing) on this
-machine, and 1e-4 still fails on any real
-formula error (a wrong gate, rope section or norm moves logits by O(1e-2) or more) while
-leaving room for kernel-order noise.
+Tolerance against llama.cpp: max |ours - ref| / max |ref| < 1e-4 (tests/tolerances.py) and every
+argmax with a clear margin equal. Both run ggml's kernels in F32 with an F16 KV cache; what differs
+is summation order (threads, graph shapes, and the CPU's instruction set): measured 1.4e-9 against
+llama.cpp on the same machine, and up to 3.2e-5 between llama.cpp's own AVX-512, AVX2 and generic
+builds; 1e-4 still fails on any real formula error (a wrong gate, rope section or norm moves logits
+by O(1e-2) or more).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import tolerances
 
 from models import write_gguf
 from models_qwen35 import write_qwen35_gguf
@@ -28,7 +29,6 @@ from pyllamaspec import Model, generate
 from pyllamaspec.errors import EvaluationInterrupted
 
 REF = pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_tiny_llamacpp.json"
-REL_TOL = 1e-4
 
 
 def _fixture() -> dict:
@@ -55,14 +55,16 @@ def _rel(a: np.ndarray, ref: np.ndarray) -> float:
 @pytest.mark.parametrize("name", ["a", "b"])
 def test_matches_llamacpp(tiny, name):
     spec = _fixture()["models"][name]
+    tol = tolerances.QWEN35[name].tol()     # llama.cpp across CPUs: <= 3.2e-5, under the 1e-4 floor
     with Model(tiny[name], n_ctx=256, n_threads=1) as m:
         for prompt, ref in zip(spec["prompts"], spec["logits"]):
             ref = np.asarray(ref, np.float32)
             m.truncate(0)
             ours = m.eval(np.asarray(prompt, np.int32), logits="all")
             assert ours.shape == ref.shape
-            assert _rel(ours, ref) < REL_TOL
-            assert (ours.argmax(1) == ref.argmax(1)).all()
+            assert _rel(ours, ref) < tol
+            clear = np.array([tolerances.clear_margin(row, tol) for row in ref])
+            assert (ours.argmax(1) == ref.argmax(1))[clear].all()
 
 
 @pytest.mark.parametrize("name", ["a", "b"])
