@@ -59,6 +59,7 @@ def _check_cache(target: Model, draft, r) -> None:
         assert draft.cached_tokens[:len(r.prompt_tokens) - 1] == r.prompt_tokens[:-1]
 
 
+@pytest.mark.cpu_kernels
 @pytest.mark.parametrize("drafter", ["none", "model", "ngram"])
 def test_multiturn_reuse_equals_fresh(smol, smol_draft, drafter):
     draft = {"none": None, "model": smol_draft, "ngram": "ngram"}[drafter]
@@ -86,6 +87,7 @@ def test_multiturn_reuse_equals_fresh(smol, smol_draft, drafter):
         msgs.append(r.message)
 
 
+@pytest.mark.cpu_kernels
 def test_reuse_after_stop_string_and_cancel(smol, smol_draft):
     msgs = [{"role": "user", "content": "Write the numbers from one to twenty in words."}]
     free = _reused(msgs, smol, smol_draft)
@@ -129,6 +131,7 @@ def test_llamacpp_answers(smol):
             assert r.finish_reason == case["finish_reason"]
 
 
+@pytest.mark.cpu_kernels
 def test_model_reuse_prefix(smol):
     ids = smol.tokenize("The quick brown fox jumps over the lazy dog")
     smol.clear()

@@ -348,6 +348,7 @@ def smol(smollm2_path):
     return dict(src=smollm2_path, f16=f16, q4_0=q4_0, toks=toks, base=base, meta=meta)
 
 
+@pytest.mark.slow
 def test_smollm2_f16_target(smol):
     r_src, r_f16 = gguf.GGUFReader(smol["src"]), gguf.GGUFReader(smol["f16"])  # ~2 s each
     _check_raw_metadata(r_src, r_f16, "f16")

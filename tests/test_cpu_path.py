@@ -67,6 +67,7 @@ LINUX_2_TO_16 = pytest.mark.skipif(not sys.platform.startswith("linux") or not 2
                                    reason="the thread budget reads Linux's /proc/stat; 2 to 16 cores (a busy process each)")
 
 
+@pytest.mark.cpu_only
 @LINUX_2_TO_16
 def test_threads_capped_while_other_processes_use_the_cores(smollm2_path):
     """A busy process per core and an eval asking for a thread per core: the eval's share is half
@@ -76,6 +77,8 @@ def test_threads_capped_while_other_processes_use_the_cores(smollm2_path):
     assert got < n and (n > 2 or got == 1), got
 
 
+@pytest.mark.slow
+@pytest.mark.cpu_only
 @LINUX_2_TO_16
 def test_thread_cap_off(smollm2_path):
     """PYLLAMASPEC_THREAD_CAP=0 (read once per process): the threads asked for, load or not."""

@@ -27,6 +27,9 @@ import pytest
 import models
 from conftest import REPO, _must_have
 
+# four builds from empty caches (ggml included): the slow set, run by .ci/run after the README's command
+pytestmark = pytest.mark.slow
+
 PIN = json.loads((REPO / "vendor" / "ggml" / "pin.json").read_text())
 TIMEOUT = 1800
 

@@ -111,6 +111,7 @@ def test_gemma3_conventions(gemma):
     assert o.weight("blk.0.attn_k.weight").shape == (256, 640)
 
 
+@pytest.mark.slow
 def test_gemma3_prompt_matches_llamacpp(gemma_full, gemma_refs):
     diffs, argmaxes = _prompt_distances(gemma_full, gemma_refs)
     med, mx = float(np.median(diffs)), float(np.max(diffs))

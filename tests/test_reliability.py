@@ -51,6 +51,7 @@ def _wait_until_busy(m: Model, timeout: float = 10.0) -> None:
 
 # ---- threads ---------------------------------------------------------------------------------
 
+@pytest.mark.cpu_only
 def test_close_during_an_eval_on_another_thread(smollm2_path):
     """close() interrupts the running eval, waits for it, then frees: no use after free (the
     audit's segfault), the eval raises, and every later call says the model is closed."""
@@ -74,6 +75,7 @@ def test_close_during_an_eval_on_another_thread(smollm2_path):
     m.close()                                       # twice is fine
 
 
+@pytest.mark.cpu_only
 def test_an_eval_waiting_for_the_lock_does_not_start_after_close(smollm2_path):
     m = Model(smollm2_path, n_ctx=4096, n_threads=2)
     t1, box1 = _in_thread(lambda: m.eval(LONG, logits="none"))
@@ -114,6 +116,8 @@ def test_two_threads_evaluating_one_model_are_serialized(tiny):
         assert np.abs(expected - r).max(axis=1).min() == 0.0
 
 
+@pytest.mark.slow
+@pytest.mark.cpu_only
 def test_tokenizing_alongside_an_eval(smollm2_path):
     """Tokenizer calls do not wait for the context: they run while an eval does."""
     with Model(smollm2_path, n_ctx=4096, n_threads=1) as m:
@@ -130,6 +134,7 @@ def test_tokenizing_alongside_an_eval(smollm2_path):
 
 # ---- interrupts and cancels -------------------------------------------------------------------
 
+@pytest.mark.cpu_only
 def test_interrupt_from_another_thread(smollm2_path):
     with Model(smollm2_path, n_ctx=4096, n_threads=2) as m:
         m.eval([1, 2, 3])
@@ -157,6 +162,7 @@ def test_an_interrupt_between_evals_stops_the_next_one_only(tiny):
         assert m.n_past == 3
 
 
+@pytest.mark.cpu_only
 def test_cancel_stops_a_generation_and_keeps_its_tokens(smollm2_path):
     with Model(smollm2_path, n_ctx=4096, n_threads=2) as m:
         # during the prompt: stops within a node, not at the prompt's end (~10 s)

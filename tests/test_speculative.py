@@ -178,6 +178,7 @@ def smollm2_pair(smollm2_path):
         yield target, draft
 
 
+@pytest.mark.slow
 def test_greedy_identity_smollm2(smollm2_pair):
     target, draft = smollm2_pair
     prompts = [r["text"] for r in load_reference("gen", "smollm2-135m-q4_1")]
@@ -281,6 +282,7 @@ def test_vocab_mismatch_named(synth_dir, tmp_path):
 
 # ---- the CLI --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
     from pyllamaspec.files.convert import ensure_variant
     draft = ensure_variant(smollm2_path, "q4_0")
@@ -295,6 +297,7 @@ def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
         assert key in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_lookup(smollm2_path):
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "--lookup",
                            "-p", "one two three four one two three four one two", "-n", "16", "--temp", "0",
@@ -314,6 +317,7 @@ def test_cli_errors_cleanly(tmp_path):
 
 # ---- Gemma 3: kernels differ by batch size, so identity holds up to small margins ------------
 
+@pytest.mark.slow
 def test_greedy_identity_gemma3_up_to_small_margins(gemma3_path):
     from pyllamaspec.files.convert import ensure_variant
     draft_path = ensure_variant(gemma3_path, "q8_0")
@@ -541,6 +545,7 @@ def test_eog_list_from_the_core_matches_per_token_checks(smollm2_path):
         assert tok.eog_tokens
 
 
+@pytest.mark.slow
 def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkeypatch):
     """After a long plain stretch the draft evaluates only the last CATCH_UP_MAX tokens (placed
     after what it holds); output stays identical and its cache stays in step with `skipped`."""

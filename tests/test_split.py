@@ -78,6 +78,7 @@ def test_one_part_set_is_a_whole_model(tiny, tmp_path):
     assert np.array_equal(_logits(first), _logits(tiny))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3])
 def test_smollm2_split_logits_are_identical(smollm2_path, smol_split, n):
     with Tokenizer(smollm2_path) as tok:
@@ -115,6 +116,7 @@ def test_speculative_generation_with_a_split_target(smollm2_path, smol_split):
     assert spec.tokens == plain.tokens and spec.stats.drafted > 0
 
 
+@pytest.mark.slow
 def test_cli_takes_first_shards(smollm2_path, smol_split, tmp_path):
     """-m and -md given first shards, as llama.cpp's CLI takes them."""
     from pyllamaspec.files.convert import ensure_variant

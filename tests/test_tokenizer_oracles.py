@@ -136,6 +136,7 @@ SPM_ALPHABET = list("ab cd  e>f<g/.,'x\n\t") + ["é", "日本", "Ж", "🤖", "\
                                                 "ing ", "<b>", "\xc0"]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=st.lists(st.sampled_from(SPM_ALPHABET), max_size=40).map("".join))
 def test_spm_matches_python_reimplementation(gemma, py_spm, text):
