@@ -65,8 +65,16 @@ class Stats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
+    def n_prompt_evaluated(self) -> int:
+        """Prompt tokens the prefill evaluated: neither the cached prefix nor the last token,
+        which the first round evaluates with its drafts."""
+        return max(0, self.n_prompt - 1 - self.n_reused)
+
+    @property
     def prompt_tps(self) -> float:
-        return self.n_prompt / self.t_prompt if self.t_prompt > 0 else 0.0
+        """Prefill tokens per second (0 when it evaluated nothing: no rate to measure)."""
+        n = self.n_prompt_evaluated
+        return n / self.t_prompt if n and self.t_prompt > 0 else 0.0
 
     @property
     def generate_tps(self) -> float:
@@ -109,6 +117,8 @@ class Decoder:
         except NoVocabularyError:
             eog = frozenset()
         self.drafter = make_drafter(target, draft, sampling, self.dp, eog)
+        # --ignore-eos: the target's rows never choose these (a drafted one is then rejected)
+        self.banned = np.array(sorted(eog), np.int64) if sampling.ignore_eos else None
         # what earlier generations learned of this target and drafter (pair_stats.py)
         self.policy = DraftPolicy(self.dp.n_draft,
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
@@ -196,7 +206,10 @@ class Decoder:
         n = draft.n + 1
         self.batch[0] = self.seq[-1]
         self.batch[1:n] = draft.tokens
-        return self.target.eval(self.batch[:n], logits="all", out=self.t_logits)
+        p = self.target.eval(self.batch[:n], logits="all", out=self.t_logits)
+        if self.banned is not None and self.banned.size:
+            p[:, self.banned] = -np.inf
+        return p
 
     def _extend(self, new: list[int], rows: np.ndarray) -> None:
         """Appends a round's tokens to the text, the penalties' history and the logprobs (row i

@@ -242,9 +242,12 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
         return {}
     prompt_n = stats.n_prompt - stats.n_reused
     p_ms, g_ms = 1e3 * stats.t_prompt, 1e3 * stats.t_generate
+    # rates from the tokens the prefill evaluated (the last prompt token goes with the first
+    # round): a 1-token prompt has no prompt rate (0), not one divided by a few microseconds
+    n_eval = stats.n_prompt_evaluated
     t = {"cache_n": stats.n_reused, "prompt_n": prompt_n, "prompt_ms": p_ms,
-         "prompt_per_token_ms": p_ms / prompt_n if prompt_n else 0.0,
-         "prompt_per_second": 1e3 * prompt_n / p_ms if p_ms > 0 else 0.0,
+         "prompt_per_token_ms": p_ms / n_eval if n_eval else 0.0,
+         "prompt_per_second": stats.prompt_tps,
          "predicted_n": stats.n_generated, "predicted_ms": g_ms,
          "predicted_per_token_ms": g_ms / stats.n_generated if stats.n_generated else 0.0,
          "predicted_per_second": stats.generate_tps}
