@@ -157,9 +157,10 @@ def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
                     text += detok.push(tok)
                     if stop:
                         start = max(0, emitted - max(map(len, stop)))
-                        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+                        hits = [(i, s) for i, s in ((text.find(s, start), s) for s in stop) if i >= 0]
                         if hits:                    # cut the text at the stop string
-                            text = text[:min(hits)]
+                            at, result["stopping_word"] = min(hits)
+                            text = text[:at]
                             result["finish_reason"], hit_stop_string = "stop", True
                     safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
                     if safe > emitted or per_token:
