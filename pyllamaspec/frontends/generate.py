@@ -79,13 +79,13 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
                   stop: list[str], result: dict, add_special: bool = True,
                   parse_special: bool = True, cancel: Cancel | None = None,
                   logprobs: int | None = None, per_token: bool = False,
-                  cache_prompt: bool = True) -> Iterator[Piece]:
+                  cache_prompt: bool = True, progress=None) -> Iterator[Piece]:
     """The generation loop. Yields Pieces (per_token: one per generated token, then the text
     held back to the end as a Piece of token -1); fills result with tokens, finish reason,
     stats, logprobs (a list, when asked) and "eog" (the Piece of the end-of-generation token
     that stopped it, if one did). prompt: text, token ids, or a ChatPrompt (rendered with the
     model's chat template). cache_prompt: keep what the models' caches hold of the prompt
-    (else they start empty)."""
+    (else they start empty). progress(done, total): the prompt's evaluation, batch by batch."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     if isinstance(prompt, ChatPrompt):
@@ -105,7 +105,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
     t0 = None                    # when generation (after the prompt) started
     try:
         with cancel.watching(model, dec.draft) if cancel is not None else nullcontext():
-            dec.prefill(ids)
+            dec.prefill(ids, progress)
             if max_tokens == 0:
                 return
             t0 = time.perf_counter()

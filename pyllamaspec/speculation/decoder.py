@@ -131,12 +131,13 @@ class Decoder:
         return self.drafter.draft_model if self.drafter is not None else None
 
     # -- prompt ---------------------------------------------------------------------------
-    def prefill(self, prompt: list[int]) -> None:
+    def prefill(self, prompt: list[int], progress=None) -> None:
         """Evaluate the prompt (all but its last token, which the first round feeds). What a
         model's cache already holds of it (its longest common prefix with the cached ids: the
         previous turns of a chat) is kept, not evaluated again; on the CPU the result is
         bit-identical to a fresh evaluation where the model's batched and one-token evaluations
-        are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp)."""
+        are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp). progress(done, total): called
+        after each batch of the target's evaluation (a long prompt's progress bar)."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
         for m in (self.target, self.draft):
@@ -150,12 +151,23 @@ class Decoder:
             self.t_sampler.reset(prompt)
         n_keep = self.target.reuse_prefix(prompt[:-1])
         if n_keep < len(head):
-            self.target.eval(head[n_keep:], logits="none")
+            self._eval_prompt(head[n_keep:], progress)
         if self.drafter is not None:
             self.stats.n_draft_reused = self.drafter.prefill(self.seq)
         self.stats.n_prompt = len(prompt)
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
+
+    def _eval_prompt(self, ids: np.ndarray, progress) -> None:
+        """The prompt's tokens into the target's cache; with progress, one n_batch batch per call
+        (the batches the core would make of one call: the same evaluation)."""
+        if progress is None:
+            self.target.eval(ids, logits="none")
+            return
+        step = max(1, self.target.n_batch)
+        for i in range(0, len(ids), step):
+            self.target.eval(ids[i:i + step], logits="none")
+            progress(min(i + step, len(ids)), len(ids))
 
     # -- rounds ---------------------------------------------------------------------------
     def room(self) -> int:

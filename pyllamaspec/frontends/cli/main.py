@@ -23,6 +23,7 @@ from ...engine.chat_template import template_source
 from ...engine.model import DRAFT_OPTIONS, Model
 from ...engine.sampling import SamplingParams
 from ...errors import PyllamaspecError
+from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
 from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
@@ -214,7 +215,8 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
     interrupted = False
     pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
                            max_tokens=max_tokens, stop=a.stop, result=result,
-                           parse_special=not a.no_special)
+                           parse_special=not a.no_special,
+                           progress=None if a.log_disable else StepProgress("prompt", new_line=True))
     try:
         for piece in pieces:
             text = piece.text
