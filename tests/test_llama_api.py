@@ -85,3 +85,15 @@ def test_mlx_shapes(smollm2_path):
         assert tok.eos_token_id in tok.eos_token_ids
     finally:
         model.close()
+
+
+def test_closed_model_says_so(smollm2_path):
+    """Issue 27, 7: the README says any call after close() raises ModelClosedError; generate()
+    raised a plain InvalidArgumentError."""
+    from pyllamaspec import ModelClosedError
+    m = Model(smollm2_path, n_ctx=64)
+    m.close()
+    with pytest.raises(ModelClosedError):
+        pyllamaspec.generate("Hi", m, max_tokens=1)
+    with pytest.raises(ModelClosedError):
+        m.create_completion("Hi", max_tokens=1)

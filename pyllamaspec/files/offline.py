@@ -192,3 +192,29 @@ def demo_pair() -> tuple[pathlib.Path, pathlib.Path]:
     draft = real_model_path("gemma3")
     target = ensure_variant(draft, "f16")
     return target, draft
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pyllamaspec.files.offline smollm2|gemma3 [--variant q4_0|q8_0|f16|...]``: fetches
+    the model once (cached) and prints its path, so that a shell can say
+    ``-m "$(python -m pyllamaspec.files.offline smollm2)"``."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m pyllamaspec.files.offline", description=main.__doc__)
+    ap.add_argument("name", choices=REAL_MODEL_NAMES)
+    ap.add_argument("--variant", help="a re-encoded copy (pyllamaspec.files.convert.ensure_variant): f16, q8_0, "
+                                      "q4_0, q4_1, f32")
+    a = ap.parse_args(argv)
+    try:
+        path = real_model_path(a.name)
+        if a.variant:
+            from .convert import ensure_variant
+            path = ensure_variant(path, a.variant)
+    except (ModelNotFoundError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ from ..engine.cancel import Cancel
 from ..engine.chat_template import ChatPrompt, is_messages
 from ..engine.model import DRAFT_OPTIONS, Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
-from ..errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError, RpcError
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError, PyllamaspecError, RpcError
 from ..speculation.decoder import Decoder, DraftParams, Stats
 
 ModelLike = Union[str, "os.PathLike[str]", Model]
@@ -42,7 +42,7 @@ class Piece:
 def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
     if isinstance(m, Model):
         if m.closed:
-            raise InvalidArgumentError("the model is closed")
+            raise ModelClosedError("the model is closed")
         return m
     if isinstance(m, (str, os.PathLike)):
         return stack.enter_context(Model(m, **kwargs))
