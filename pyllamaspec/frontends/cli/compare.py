@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
+from ...files.progress import Progress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
 
@@ -67,12 +68,15 @@ def alternate(run: Run, shown: Stats, n_runs: int) -> Comparison:
     generating up to as many tokens as the shown one."""
     c = Comparison(spec=[shown.generate_tps], tokens_per_round=[shown.mean_accepted])
     n = max(1, shown.n_generated)
-    for i in range(n_runs):
-        c.plain.append(run(False, n, run.sampling.seed + i).generate_tps)
-        if len(c.spec) < n_runs:
-            s = run(True, n, run.sampling.seed + i + 1)
-            c.spec.append(s.generate_tps)
-            c.tokens_per_round.append(s.mean_accepted)
+    with Progress("timing plain and speculative runs alternately", 2 * n_runs - 1, unit="runs") as bar:
+        for i in range(n_runs):
+            c.plain.append(run(False, n, run.sampling.seed + i).generate_tps)
+            bar.update(1)
+            if len(c.spec) < n_runs:
+                s = run(True, n, run.sampling.seed + i + 1)
+                c.spec.append(s.generate_tps)
+                c.tokens_per_round.append(s.mean_accepted)
+                bar.update(1)
     return c
 
 
