@@ -4,7 +4,7 @@ from __future__ import annotations
 from .engine._native import set_verbose, system_info
 from .engine.cancel import Cancel
 from .engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate
-from .engine.model import Model, ModelInfo
+from .engine.model import ModelInfo
 from .engine.sampling import SamplingParams, TokenLogprobs
 from .engine.vocab import Detokenizer, Tokenizer
 from .errors import (
@@ -26,13 +26,15 @@ from .errors import (
 )
 from .frontends.chat import ChatResult, chat
 from .frontends.generate import GenerationResponse, GenerationResult, generate, stream_generate
+# Model: the engine's Model with llama-cpp-python's create_* methods and Model(model_path=...)
+from .frontends.llama_api import Llama, Model
 from .speculation.decoder import Decoder, DraftParams, Stats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "generate", "stream_generate", "GenerationResult", "GenerationResponse", "TokenLogprobs", "chat", "ChatResult",
-    "ChatTemplate", "BUILTIN_TEMPLATES", "ChatTemplateError", "Cancel", "Model", "ModelInfo", "SamplingParams",
+    "ChatTemplate", "BUILTIN_TEMPLATES", "ChatTemplateError", "Cancel", "Model", "Llama", "ModelInfo", "SamplingParams",
     "DraftParams", "Decoder",
     "Stats", "Detokenizer", "Tokenizer", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
     "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",

@@ -3,14 +3,16 @@ as llama.cpp parses them (-fa is not -f a, -cnv is not -c nv)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import subprocess
 import sys
 
 import pytest
 
-from pyllamaspec.frontends.cli import main as cli
 from pyllamaspec.frontends.cli import args as cli_args
 from pyllamaspec.errors import PyllamaspecError
+
+cli = importlib.import_module("pyllamaspec.frontends.cli.main")    # the package exports main() as `main`
 
 
 def parse(*argv: str) -> argparse.Namespace:

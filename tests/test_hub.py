@@ -14,6 +14,7 @@ import os
 import pathlib
 import socket
 import sys
+import time
 
 import pytest
 
@@ -84,6 +85,7 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(hub, "_hub_unreachable_at", None)
+    monkeypatch.setattr(hub, "hub_unreachable", lambda timeout=hub.PROBE_TIMEOUT_S: None)  # the fakes answer
     yield attempts
     assert attempts == [], f"network access attempted: {attempts}"
 
@@ -445,3 +447,23 @@ def test_resolve_and_load_real_gguf(cache, tmp_path):
         assert m.n_vocab == 64
         logits = m.eval([0, 5, 7])
         assert logits.shape[-1] == 64
+
+
+def test_unreachable_hub_is_known_at_once(quants_cache, monkeypatch, caplog, no_network):
+    """Issue 27: offline, -hf retried for 25 s before reading the cache. The probe's one refused
+    connection (this file refuses them all) is enough, and the listing is not even tried."""
+    fake = FakeHub(monkeypatch, files=QUANTS_FILES)
+    monkeypatch.setattr(hub, "hub_unreachable", _real_probe)
+    for v in hub._PROXY_VARS:
+        monkeypatch.delenv(v, raising=False)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pyllamaspec.hub"):
+        p = hub.resolve(QUANTS_REPO + ":Q8_0", cache_dir=quants_cache, offline=False)
+    assert time.monotonic() - t0 < 2
+    check(p, quants_cache, QUANTS_REPO, "tiny.Q8_0.gguf")
+    assert fake.listings == 0 and "could not be reached" in caplog.text
+    assert len(no_network) == 1                         # the probe, and nothing after it
+    no_network.clear()
+
+
+_real_probe = hub.hub_unreachable

@@ -287,7 +287,7 @@ def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
     from pyllamaspec.files.convert import ensure_variant
     draft = ensure_variant(smollm2_path, "q4_0")
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "-md", str(draft),
-                           "-p", "The capital of France is", "-n", "24", "--temp", "0", "--draft-max", "6",
+                           "-no-cnv", "-p", "The capital of France is", "-n", "24", "--temp", "0", "--draft-max", "6",
                            "--draft-p-min", "0", "-t", "2", "--color", "--no-adaptive"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -300,7 +300,7 @@ def test_cli_runs_and_prints_summary(smollm2_path, smollm2_pair):
 @pytest.mark.slow
 def test_cli_lookup(smollm2_path):
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "--lookup",
-                           "-p", "one two three four one two three four one two", "-n", "16", "--temp", "0",
+                           "-no-cnv", "-p", "one two three four one two three four one two", "-n", "16", "--temp", "0",
                            "-t", "2"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "n_drafted" in proc.stderr and "cost model" in proc.stderr

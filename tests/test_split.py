@@ -122,7 +122,7 @@ def test_cli_takes_first_shards(smollm2_path, smol_split, tmp_path):
     from pyllamaspec.files.convert import ensure_variant
     draft = models.split_gguf(ensure_variant(smollm2_path, "q4_0"), tmp_path / "d", n_shards=2)[0]
     proc = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", "-m", str(smol_split[3]), "-md", str(draft),
-                           "-p", "The capital of France is", "-n", "12", "--temp", "0", "-t", "2"],
+                           "-no-cnv", "-p", "The capital of France is", "-n", "12", "--temp", "0", "-t", "2"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("The capital of France is") and "Paris" in proc.stdout

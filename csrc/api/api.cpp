@@ -291,6 +291,13 @@ psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, int32_t n
     });
 }
 
+psl_status psl_context_embed(psl_context * ctx, const int32_t * tokens, int32_t n, float * out, int64_t out_cap) {
+    return guard([&] {
+        PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        ctx->embed(tokens, n, out, out_cap);
+    });
+}
+
 psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out) {
     return guard([&] {
         PSL_REQUIRE(ctx && out, PSL_ERR_INVALID_ARGUMENT, "ctx or out is NULL");

@@ -165,8 +165,10 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph_ctx.reset(ggml_init(p));
     if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
-    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, mode == PSL_LOGITS_ALL);
+    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv,
+                                    mode == PSL_LOGITS_ALL || mode == PSL_MODE_EMBD);
     graph->no_outputs = mode == PSL_LOGITS_NONE;
+    graph->embeddings = mode == PSL_MODE_EMBD;
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     // the rows of the restricted head in use, if any
@@ -193,7 +195,8 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
     // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node
     // reads it, so its data may point elsewhere during this compute.
     ggml_tensor * res = graph->result;
-    const bool direct = mode != PSL_LOGITS_NONE && !head && res->buffer && !res->view_src &&
+    const bool use_head = head && mode != PSL_MODE_EMBD;
+    const bool direct = mode != PSL_LOGITS_NONE && !use_head && res->buffer && !res->view_src &&
                         ggml_backend_buffer_get_type(res->buffer) == ggml_backend_cpu_buffer_type();
     struct Redirect {
         ggml_tensor * t;
@@ -211,7 +214,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
     }
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
-    if (mode != PSL_LOGITS_NONE && head) {
+    if (mode != PSL_LOGITS_NONE && use_head) {
         // restricted head: spread each row's logits over the vocabulary, -inf elsewhere
         const size_t n_sub = head_ids.size(), n_vocab = (size_t) model->hp.n_vocab;
         head_logits.resize(ggml_nelements(res));
@@ -239,13 +242,10 @@ void psl_context::replay() {
     });
 }
 
-void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+void psl_context::check_batch(const int32_t * tokens, int32_t n) const {
     const int32_t n_vocab = model->hp.n_vocab;
     if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "number of tokens must be >= 0 (got %d)", n);
     if (n > 0 && !tokens) fail(PSL_ERR_INVALID_ARGUMENT, "tokens is NULL");
-    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
-    }
     for (int32_t i = 0; i < n; ++i) {
         if (tokens[i] < 0 || tokens[i] >= n_vocab) {
             fail(PSL_ERR_OUT_OF_RANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
@@ -256,6 +256,14 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
         fail(PSL_ERR_CONTEXT_FULL, "context full: %d tokens in the cache + %d new exceed n_ctx = %d", mem->n_past(), n,
              params.n_ctx);
     }
+}
+
+void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+    const int32_t n_vocab = model->hp.n_vocab;
+    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
+    }
+    check_batch(tokens, n);
     const int32_t rows = n == 0 ? 0 : mode == PSL_LOGITS_ALL ? n : mode == PSL_LOGITS_LAST ? 1 : 0;
     if (out) {
         if (out_cap < (int64_t) rows * n_vocab) {
@@ -267,11 +275,29 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
         out = logits.data();
     }
     n_rows = 0;
+    run(tokens, n, mode, out, n_vocab);
+    n_rows = rows;
+}
+
+void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap) {
+    const int32_t n_embd = model->hp.n_embd;
+    check_batch(tokens, n);
+    if (!out && n > 0) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
+    if (out_cap < (int64_t) n * n_embd) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "embeddings buffer holds %lld floats, %lld needed", (long long) out_cap,
+             (long long) n * n_embd);
+    }
+    run(tokens, n, PSL_MODE_EMBD, out, n_embd);
+}
+
+// The batches of one eval: rows of `width` floats per token for the modes that keep them all.
+void psl_context::run(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t width) {
     SigintScope sigint(catch_sigint);
     sigint_mark = g_sigint_count.load();
     replay();
 
     const int32_t n_past0 = mem->n_past();
+    const bool every_row = mode == PSL_LOGITS_ALL || mode == PSL_MODE_EMBD;
     try {
         for (int32_t off = 0; off < n; off += params.n_batch) {
             // an interrupt asked for before this eval or between its batches (a GPU backend
@@ -279,15 +305,13 @@ void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * 
             if (interrupt.exchange(false)) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
             const int32_t nb = std::min(params.n_batch, n - off);
             const bool last = off + nb == n;
-            const int32_t m = mode == PSL_LOGITS_ALL ? PSL_LOGITS_ALL
-                              : (mode == PSL_LOGITS_LAST && last) ? PSL_LOGITS_LAST : PSL_LOGITS_NONE;
-            eval_batch(tokens + off, nb, m, mode == PSL_LOGITS_ALL ? out + (size_t) off * n_vocab : out);
+            const int32_t m = every_row ? mode : (mode == PSL_LOGITS_LAST && last) ? PSL_LOGITS_LAST : PSL_LOGITS_NONE;
+            eval_batch(tokens + off, nb, m, every_row ? out + (size_t) off * width : out);
         }
     } catch (...) {
         mem->truncate(n_past0);   // a failed eval leaves the cache as it found it
         throw;
     }
-    n_rows = rows;
 }
 
 namespace {

@@ -18,6 +18,10 @@ namespace psl {
 class MtpState;
 }
 
+// An eval mode beside psl_logits_mode, inside the core: every token's final hidden state
+// (psl_context_embed) instead of logits.
+constexpr int32_t PSL_MODE_EMBD = 3;
+
 struct psl_context {
     psl_model * model;                       // holds a reference (psl::retain)
     psl_context_params params;               // with defaults resolved
@@ -58,6 +62,7 @@ struct psl_context {
     ~psl_context();
 
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
+    void embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap);
     void truncate(int32_t n_keep);
     void clear();
     void set_threads(int32_t n);
@@ -71,5 +76,7 @@ private:
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
     void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
     void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
+    void check_batch(const int32_t * tokens, int32_t n) const;
+    void run(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t width);
     void replay();
 };

@@ -181,6 +181,12 @@ PSL_API int32_t    psl_max_threads(void);
  * is as it was before the call. */
 PSL_API psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_mode,
                                     float * out, int64_t out_cap);
+/* Evaluates tokens as psl_context_eval does (appended to the cache, n_batch splitting, the same
+ * failures) and writes each one's final hidden state, the output norm's row before the head (what
+ * llama.cpp's embeddings are made of, before pooling): n x n_embd floats, row-major, to out
+ * (out_cap floats; too small gives PSL_ERR_BUFFER_TOO_SMALL before any work). */
+PSL_API psl_status psl_context_embed(psl_context * ctx, const int32_t * tokens, int32_t n, float * out,
+                                     int64_t out_cap);
 /* The context's own logits buffer after an eval with out == NULL. Valid until the next eval. */
 PSL_API psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab);
 PSL_API int32_t    psl_context_n_past(const psl_context * ctx);

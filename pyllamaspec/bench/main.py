@@ -7,6 +7,7 @@ target's cost curve; speculative decoding against plain decoding.
     python -m pyllamaspec.bench -m A.gguf -m B.gguf --fidelity [--vs-lib OLD/libpyllamaspec.so]
     python -m pyllamaspec.bench -m MODEL.gguf --curve
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf|ngram [-n 128] [--rounds 5] [--llama-cpp PY]
+    python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf --plot pair.png   (a picture: bench/plot.py)
 
 Other engines time the same models in the same run, alternating rounds with this build, and the
 ratios are printed (bench_engines.py): --vs-lib, another build of the core (say, on the previous
@@ -307,6 +308,23 @@ def _print_row(r: Result) -> None:
           f"{r.threads:3d} | {r.test:>6} | {r.tokens_per_s:8.1f} ± {r.stdev:5.1f} |", flush=True)
 
 
+def plot_pair(a: argparse.Namespace) -> int:
+    """--plot: measure the pair (bench/plot.py) and draw it."""
+    from . import plot
+    if not a.model_draft or a.model_draft == "ngram":
+        print("error: --plot needs a draft model (-md DRAFT.gguf)", file=sys.stderr)
+        return 2
+    plot._check_matplotlib()
+    ids_of = lambda t: t.tokenize(a.prompt if a.raw_prompt else chat_prompt(t, a.prompt), parse_special=True)  # noqa: E731
+    m = plot.measure(a.model[0], a.model_draft, ids_of, a.threads, a.n_gen or 64, a.rounds, a.draft_max)
+    plot.draw(m, a.plot)
+    fixed = ", ".join(f"k={k}: {v:.1f}" for k, v in m.fixed.items())
+    print(f"{m.label}: plain {m.plain:.1f} t/s; fixed {fixed}; adaptive {m.adaptive:.1f} t/s "
+          f"({m.adaptive / m.plain:.2f}x); the cost model expects k = {m.chosen} to pay best "
+          f"(medians of {a.rounds} rounds) -> {a.plot}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyllamaspec.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -337,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
     ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--plot", metavar="FILE.png", help="with -md: draw the verification cost curve, the cost "
+                    "model's choice and tokens/s by draft length, plain against speculative (needs matplotlib)")
     a = ap.parse_args(argv)
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
         ap.error("repetitions must be >= 1; sizes and threads >= 0")
@@ -349,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             for p, c in curve.items():
                 print(f"{os.path.basename(p)}: ms per call by tokens: " + ", ".join(f"{n}:{t:.1f}" for n, t in c))
         return 0
+    if a.plot:
+        return plot_pair(a)
     if a.model_draft:
         row = bench_speculative(a.model[0], a.model_draft, a.prompt, a.threads, a.n_gen or 64, a.draft_max,
                                 a.draft_p_min, a.rounds, not a.no_adaptive, a.llama_cpp, verbose=not a.json,

@@ -88,6 +88,23 @@ def set_verbose(verbose: bool) -> None:
     lib.psl_set_verbose(bool(verbose))
 
 
+def mlock_all() -> str | None:
+    """Locks this process's pages in RAM (mlockall: the mapped model files included), as
+    llama.cpp's --mlock keeps a model from being swapped out. Returns why it failed, else None."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        fn = libc.mlockall
+    except (OSError, AttributeError):
+        return "mlockall is not available on this system"
+    if fn(1) != 0:                           # MCL_CURRENT
+        err = ctypes.get_errno()
+        return (f"{os.strerror(err)} (the limit on locked memory, `ulimit -l`, may be too low; "
+                "raise RLIMIT_MEMLOCK)")
+    return None
+
+
 class Closeable:
     """Context manager and finalizer for the classes that own a core handle: each defines
     close() (safe to call twice)."""

@@ -33,6 +33,10 @@ class Context(ABC):
         2 all). Raises on failure, the cache as it was."""
 
     @abstractmethod
+    def embed(self, tokens: np.ndarray, out: np.ndarray) -> None:
+        """Evaluates int32 tokens like eval; writes each one's final hidden state (n x n_embd)."""
+
+    @abstractmethod
     def truncate(self, n_keep: int) -> None: ...
 
     @abstractmethod
@@ -101,6 +105,10 @@ class LocalContext(Context):
     def eval(self, tokens: np.ndarray, mode: int, out: np.ndarray, rows: int) -> None:
         _native.check(lib.psl_context_eval(self._ctx, ffi.from_buffer("int32_t[]", tokens), len(tokens), mode,
                                            ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def embed(self, tokens: np.ndarray, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_embed(self._ctx, ffi.from_buffer("int32_t[]", tokens), len(tokens),
+                                            ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def truncate(self, n_keep: int) -> None:
         _native.check(lib.psl_context_truncate(self._ctx, n_keep))

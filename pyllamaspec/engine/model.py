@@ -405,6 +405,36 @@ class Model(VocabMixin, _native.Closeable):
                 self._sync_cache_ids(evaluated)
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
 
+    def embed_tokens(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Evaluate tokens like eval() (appended to the cache) and return each one's final hidden
+        state, the output norm's row before the head: [n, n_embd] float32 (what llama.cpp's
+        embeddings pool). See embed() for a pooled, normalized embedding of a text."""
+        toks = _args.token_ids("tokens", tokens, self.n_vocab)
+        out = np.empty((toks.shape[0], self.info.n_embd), dtype=np.float32)
+        evaluated = toks.tolist()
+        with self._excl:
+            try:
+                self._context.embed(toks, out)
+            finally:
+                self._sync_cache_ids(evaluated)
+        return out
+
+    def embed(self, text: "str | Sequence[int]", pooling: str = "mean", normalize: int = 2) -> np.ndarray:
+        """The embedding of a text (or token ids) as llama-server makes it with --embeddings: the
+        cache emptied, the text tokenized with special tokens (BOS where the model adds one), its
+        final hidden states pooled ("mean" over all tokens, "last": the last token's, "none": every
+        row, [n, n_embd], not normalized, as llama-server) and normalized (llama.cpp's
+        embd_normalize: 2 Euclidean (default), 1 taxicab, 0 max absolute into int16's range, -1
+        none, p > 2 the p-norm). The cache then holds the text."""
+        from .embedding import check_pooling, normalize as norm, pool
+        check_pooling(pooling)
+        ids = self.tokenize(text, add_special=True, parse_special=True) if isinstance(text, str) else list(text)
+        if not ids:
+            raise InvalidArgumentError("nothing to embed: the input has no tokens")
+        self.clear()
+        rows = pool(self.embed_tokens(ids), pooling)
+        return rows if pooling == "none" else norm(rows, normalize)
+
     def check_draft(self, draft: "Model") -> None:
         """Raise UnsupportedModelError unless `draft` tokenizes exactly as this model (same ids,
         token text and types, special tokens), naming the first difference."""

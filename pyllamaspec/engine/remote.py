@@ -261,6 +261,9 @@ class RemoteContext(Context):
         else:
             out.reshape(-1)[:n] = np.frombuffer(self.call("eval", toks.tobytes(), mode), np.float32)
 
+    def embed(self, toks: np.ndarray, out: np.ndarray) -> None:
+        out.reshape(-1)[:] = np.frombuffer(self.call("embed", toks.tobytes()), np.float32)
+
     def n_past(self) -> int:
         return self.call("n_past")
 

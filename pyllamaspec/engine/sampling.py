@@ -26,6 +26,8 @@ class SamplingParams:
     the prompt and output (-1: all of them, 0: off), a token seen c > 0 times has its logit
     divided by repeat_penalty (multiplied when <= 0), then lowered by
     c * frequency_penalty + presence_penalty. repeat_penalty 1 and the others 0 switch them off.
+    ignore_eos: end-of-generation tokens are never chosen (llama.cpp's --ignore-eos: their logits
+    are -inf in the target's distribution, so speculation stays exact).
     """
     temperature: float = 0.8
     top_k: int = 40
@@ -36,8 +38,11 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     penalty_last_n: int = 64
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.ignore_eos, (bool, np.bool_)):
+            raise InvalidArgumentError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
         _args.real("temperature", self.temperature, 0.0, math.inf, hi_open=True)
         _args.integer("top_k", self.top_k)
         _args.real("top_p", self.top_p, 0.0, 1.0, lo_open=True)

@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .progress import Progress
+
 __all__ = ["QTYPES", "FILE_TYPES", "ConvertError", "ConvertStats", "convert", "convert_with_stats",
            "ensure_variant", "model_cache_dir", "main"]
 
@@ -349,11 +351,13 @@ def convert_with_stats(src: str | os.PathLike, dst: str | os.PathLike, qtype: st
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for p in plans:  # one tensor in memory at a time
-            data = p.produce()
-            if data.nbytes != p.nbytes:
-                raise ConvertError(f"tensor {p.name}: produced {data.nbytes} bytes, expected {p.nbytes}")
-            writer.write_tensor_data(data)
+        with Progress(f"converting {src.name} to {q}", sum(p.nbytes for p in plans)) as bar:
+            for p in plans:  # one tensor in memory at a time
+                data = p.produce()
+                if data.nbytes != p.nbytes:
+                    raise ConvertError(f"tensor {p.name}: produced {data.nbytes} bytes, expected {p.nbytes}")
+                writer.write_tensor_data(data)
+                bar.update(p.nbytes)
         writer.close()
         writer = None
         with open(tmp, "rb+") as f:

@@ -33,6 +33,8 @@ import logging
 import os
 import pathlib
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -319,6 +321,37 @@ def is_offline() -> bool:
     return False
 
 
+PROBE_TIMEOUT_S = 3.0
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_unreachable(timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the Hub's endpoint cannot be reached (no name, no route, no answer within `timeout`),
+    or None when a TCP connection to it opens. huggingface_hub retries a failing request with
+    back-off for ~25 s before it gives up: offline, that was 25 s of silence before the cache was
+    read. Behind a proxy the endpoint is not dialled directly, so there is nothing to probe."""
+    if any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
+    from urllib.parse import urlsplit
+    url = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    parts = urlsplit(url)
+    host, port = parts.hostname or "huggingface.co", parts.port or (80 if parts.scheme == "http" else 443)
+    failure: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as e:
+            failure.append(e)
+
+    t = threading.Thread(target=connect, name="pyllamaspec-hub-probe", daemon=True)
+    t.start()
+    t.join(timeout + 0.5)                   # a name lookup that hangs is not bounded by the socket's timeout
+    if t.is_alive():
+        return f"no answer from {host}:{port} within {timeout:g} s"
+    return f"{type(failure[0]).__name__}: {failure[0]}" if failure else None
+
+
 def _repo_folder(cache: pathlib.Path, repo_id: str) -> pathlib.Path:
     # The hub cache layout: <cache>/models--<user>--<repo>/{blobs,refs,snapshots}
     return cache / ("models--" + repo_id.replace("/", "--"))
@@ -453,6 +486,12 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
         reason = "the Hugging Face Hub could not be reached a moment ago"
     files: list[str] | None = None      # the repository listing, when we have one
     cached: dict[str, str] | None = None
+    why = hub_unreachable() if not local_only else None
+    if why:
+        local_only = True
+        _hub_unreachable_at = time.monotonic()
+        reason = f"the Hugging Face Hub could not be reached ({why})"
+        log.warning("%s: %s; looking in the local cache", repo_id, reason)
 
     if hf_file is not None:
         parts = tuple(_split_parts(hf_file)) if _is_split(hf_file) else (hf_file,)

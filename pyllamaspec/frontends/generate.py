@@ -12,7 +12,7 @@ from ..engine.cancel import Cancel
 from ..engine.chat_template import ChatPrompt, is_messages
 from ..engine.model import DRAFT_OPTIONS, Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
-from ..errors import EvaluationInterrupted, InvalidArgumentError, PyllamaspecError, RpcError
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError, PyllamaspecError, RpcError
 from ..speculation.decoder import Decoder, DraftParams, Stats
 
 ModelLike = Union[str, "os.PathLike[str]", Model]
@@ -42,7 +42,7 @@ class Piece:
 def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
     if isinstance(m, Model):
         if m.closed:
-            raise InvalidArgumentError("the model is closed")
+            raise ModelClosedError("the model is closed")
         return m
     if isinstance(m, (str, os.PathLike)):
         return stack.enter_context(Model(m, **kwargs))
@@ -79,13 +79,13 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
                   stop: list[str], result: dict, add_special: bool = True,
                   parse_special: bool = True, cancel: Cancel | None = None,
                   logprobs: int | None = None, per_token: bool = False,
-                  cache_prompt: bool = True) -> Iterator[Piece]:
+                  cache_prompt: bool = True, progress=None) -> Iterator[Piece]:
     """The generation loop. Yields Pieces (per_token: one per generated token, then the text
     held back to the end as a Piece of token -1); fills result with tokens, finish reason,
     stats, logprobs (a list, when asked) and "eog" (the Piece of the end-of-generation token
     that stopped it, if one did). prompt: text, token ids, or a ChatPrompt (rendered with the
     model's chat template). cache_prompt: keep what the models' caches hold of the prompt
-    (else they start empty)."""
+    (else they start empty). progress(done, total): the prompt's evaluation, batch by batch."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     if isinstance(prompt, ChatPrompt):
@@ -105,7 +105,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
     t0 = None                    # when generation (after the prompt) started
     try:
         with cancel.watching(model, dec.draft) if cancel is not None else nullcontext():
-            dec.prefill(ids)
+            dec.prefill(ids, progress)
             if max_tokens == 0:
                 return
             t0 = time.perf_counter()
@@ -157,9 +157,10 @@ def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
                     text += detok.push(tok)
                     if stop:
                         start = max(0, emitted - max(map(len, stop)))
-                        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+                        hits = [(i, s) for i, s in ((text.find(s, start), s) for s in stop) if i >= 0]
                         if hits:                    # cut the text at the stop string
-                            text = text[:min(hits)]
+                            at, result["stopping_word"] = min(hits)
+                            text = text[:at]
                             result["finish_reason"], hit_stop_string = "stop", True
                     safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
                     if safe > emitted or per_token:

@@ -52,6 +52,8 @@ def _handle(m, op: str, args: tuple) -> Any:
     if op == "eval":
         data, mode = args
         return m.eval(np.frombuffer(data, np.int32), ("none", "last", "all")[mode]).tobytes()
+    if op == "embed":
+        return m.embed_tokens(np.frombuffer(args[0], np.int32)).tobytes()
     if op == "n_past":
         return m.n_past
     if op == "truncate":

@@ -281,7 +281,12 @@ class DraftPolicy:
         if k > 0:
             self.plain_time, self.backoff = 0.0, 1
             return k
-        # Plain decoding wins. If it would win even were every draft accepted, by a draft cost
+        # Plain decoding wins. A draft cost not believed yet is measured again at once, not left
+        # to the probes' budget: a cost that high would keep the next probe away for the whole
+        # generation (issue 27: a cold first draft, ~700 ms/token, then 124 plain rounds).
+        if self.implausible_draft_cost():
+            return min(k_cap, self.START_K)
+        # If it would win even were every draft accepted, by a draft cost
         # measured often enough to be believed, no probe can change that: the draft is just too
         # slow for this target.
         if self.best_k(k_cap, alpha=1.0) == 0 and self.n_draft_obs >= self.CONFIDENT:
@@ -302,6 +307,14 @@ class DraftPolicy:
             self.backoff = min(2 * self.backoff, self.BACKOFF_MAX)
             return k
         return 0
+
+    def implausible_draft_cost(self) -> bool:
+        """A draft cost per token above the target's for a whole token, measured fewer than
+        CONFIDENT times: an outlier to measure again (the first evaluations of a cold mmap fault
+        their pages in; a busy machine stalls one), not a draft to judge, as a draft is chosen
+        for being cheaper than its target."""
+        return (self.c_draft is not None and self.n_draft_obs < self.CONFIDENT and 1 in self.c_target
+                and self.c_draft > self.target_cost(1))
 
     def chance_speculation_pays(self, k_cap: int) -> float:
         """The posterior chance that the acceptance is above the break-even one (the least at

@@ -65,8 +65,16 @@ class Stats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
+    def n_prompt_evaluated(self) -> int:
+        """Prompt tokens the prefill evaluated: neither the cached prefix nor the last token,
+        which the first round evaluates with its drafts."""
+        return max(0, self.n_prompt - 1 - self.n_reused)
+
+    @property
     def prompt_tps(self) -> float:
-        return self.n_prompt / self.t_prompt if self.t_prompt > 0 else 0.0
+        """Prefill tokens per second (0 when it evaluated nothing: no rate to measure)."""
+        n = self.n_prompt_evaluated
+        return n / self.t_prompt if n and self.t_prompt > 0 else 0.0
 
     @property
     def generate_tps(self) -> float:
@@ -109,6 +117,8 @@ class Decoder:
         except NoVocabularyError:
             eog = frozenset()
         self.drafter = make_drafter(target, draft, sampling, self.dp, eog)
+        # --ignore-eos: the target's rows never choose these (a drafted one is then rejected)
+        self.banned = np.array(sorted(eog), np.int64) if sampling.ignore_eos else None
         # what earlier generations learned of this target and drafter (pair_stats.py)
         self.policy = DraftPolicy(self.dp.n_draft,
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
@@ -121,12 +131,13 @@ class Decoder:
         return self.drafter.draft_model if self.drafter is not None else None
 
     # -- prompt ---------------------------------------------------------------------------
-    def prefill(self, prompt: list[int]) -> None:
+    def prefill(self, prompt: list[int], progress=None) -> None:
         """Evaluate the prompt (all but its last token, which the first round feeds). What a
         model's cache already holds of it (its longest common prefix with the cached ids: the
         previous turns of a chat) is kept, not evaluated again; on the CPU the result is
         bit-identical to a fresh evaluation where the model's batched and one-token evaluations
-        are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp)."""
+        are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp). progress(done, total): called
+        after each batch of the target's evaluation (a long prompt's progress bar)."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
         for m in (self.target, self.draft):
@@ -140,12 +151,23 @@ class Decoder:
             self.t_sampler.reset(prompt)
         n_keep = self.target.reuse_prefix(prompt[:-1])
         if n_keep < len(head):
-            self.target.eval(head[n_keep:], logits="none")
+            self._eval_prompt(head[n_keep:], progress)
         if self.drafter is not None:
             self.stats.n_draft_reused = self.drafter.prefill(self.seq)
         self.stats.n_prompt = len(prompt)
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
+
+    def _eval_prompt(self, ids: np.ndarray, progress) -> None:
+        """The prompt's tokens into the target's cache; with progress, one n_batch batch per call
+        (the batches the core would make of one call: the same evaluation)."""
+        if progress is None:
+            self.target.eval(ids, logits="none")
+            return
+        step = max(1, self.target.n_batch)
+        for i in range(0, len(ids), step):
+            self.target.eval(ids[i:i + step], logits="none")
+            progress(min(i + step, len(ids)), len(ids))
 
     # -- rounds ---------------------------------------------------------------------------
     def room(self) -> int:
@@ -196,7 +218,10 @@ class Decoder:
         n = draft.n + 1
         self.batch[0] = self.seq[-1]
         self.batch[1:n] = draft.tokens
-        return self.target.eval(self.batch[:n], logits="all", out=self.t_logits)
+        p = self.target.eval(self.batch[:n], logits="all", out=self.t_logits)
+        if self.banned is not None and self.banned.size:
+            p[:, self.banned] = -np.inf
+        return p
 
     def _extend(self, new: list[int], rows: np.ndarray) -> None:
         """Appends a round's tokens to the text, the penalties' history and the logprobs (row i

@@ -162,6 +162,11 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
     if (no_outputs) return x;
     x = keep_outputs(x);
     x = rms_norm(x, norm_w);
+    if (embeddings) {                        // what llama.cpp's embeddings read (its t_embd)
+        ggml_set_name(x, "embd");
+        ggml_set_output(x);
+        return x;
+    }
     ggml_tensor * logits = ggml_mul_mat(ctx, head ? head : m.output, x);
     ggml_set_name(logits, "logits");
     ggml_set_output(logits);

@@ -20,6 +20,7 @@ struct Graph {
     int32_t n_kv;                // cells the attention reads
     bool all_outputs;            // logits for every token, else for the last only
     bool no_outputs = false;     // no logits at all: the graph ends at the last layer
+    bool embeddings = false;     // the output norm's rows, not logits: the graph ends before the head
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
 
@@ -74,7 +75,8 @@ struct Graph {
     // The columns of x whose logits are wanted (all, or the last); called on the last layer so
     // that its remaining work skips the other rows.
     ggml_tensor * keep_outputs(ggml_tensor * x) const;
-    // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs].
+    // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs]
+    // (with embeddings, the normed rows: [n_embd, n_tokens]).
     ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
     int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }
 };

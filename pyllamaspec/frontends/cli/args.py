@@ -7,6 +7,7 @@ flag is defined whole, abbreviations are off, and an unknown one is refused by n
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 
@@ -39,10 +40,21 @@ def add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--n-predict", type=int, default=-1, help="tokens to generate (-1 = until end or context full)")
     g.add_argument("--color", action="store_true", help="colour accepted draft tokens")
     g.add_argument("--compare", action=argparse.BooleanOptionalAction, default=None,
-                   help="then decode the same prompt plainly with the target and print both speeds "
-                        "(on by default with --demo)")
+                   help="then time plain and speculative decoding of the same prompt alternately, after a "
+                        "warm-up, and print the medians (on by default with --demo)")
+    g.add_argument("--compare-runs", type=int, default=3, help="timed runs of each kind for --compare (default 3)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("-r", "--reverse-prompt", dest="reverse_prompt", action="append", default=[],
+                   help="halt generation at this text (repeatable); in a conversation, the turn ends there")
     g.add_argument("--no-special", action="store_true", help="do not parse special tokens in the prompt")
+    g.add_argument("-e", "--escape", dest="escape", action="store_true", default=True,
+                   help="process escapes (\\n, \\t, \\', \\\", \\\\, \\xNN) in the prompt and -r (default: on)")
+    g.add_argument("--no-escape", dest="escape", action="store_false")
+    g.add_argument("--verbose-prompt", action="store_true", help="print the prompt's tokens before generating")
+    g.add_argument("--ignore-eos", action="store_true",
+                   help="never end at an end-of-generation token (their logits are -inf, as llama.cpp's)")
+    g.add_argument("--log-disable", action="store_true",
+                   help="print only the generated text and errors (no banner, statistics or warnings)")
 
 
 def add_conversation_args(ap: argparse.ArgumentParser) -> None:
@@ -56,6 +68,9 @@ def add_conversation_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
+    g.add_argument("--jinja", dest="jinja", action="store_true", default=True,
+                   help="accepted for llama.cpp's sake: chat templates are always rendered with Jinja here")
+    g.add_argument("--no-jinja", dest="jinja", action="store_false")
     g.add_argument("--turn-stats", action="store_true",
                    help="after each answer, print its prompt reuse, speed and speculation statistics")
 
@@ -134,18 +149,58 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-fa", "--flash-attn", dest="flash_attn", nargs="?", const="on", default="auto",
                    choices=["on", "off", "auto"], help="accepted for llama.cpp's sake: attention here is "
                                                        "ggml's, flash attention is not used")
+    g.add_argument("--no-mmap", dest="mmap", action="store_false", default=True,
+                   help="read the weights into memory instead of mapping the file")
+    g.add_argument("--mlock", action="store_true", help="keep the weights in RAM (no swapping out)")
+    g.add_argument("-lm", "--load-mode", choices=["auto", "none", "mmap", "mlock", "mmap+mlock"], default=None,
+                   help="llama.cpp's newer spelling of --no-mmap / --mlock")
     g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")
 
 
-def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="pyllamaspec", description=description, allow_abbrev=False,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+class Parser(argparse.ArgumentParser):
+    """argparse with llama.cpp's one-line errors: an unknown flag is named with its closest known
+    spelling, not followed by the whole usage block."""
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments: "):
+            self.unknown(message.split(": ", 1)[1].split()[0])
+        print(f"error: {message}\nsee {self.prog} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+    def unknown(self, flag: str):
+        close = self.closest(flag)
+        self.error(f"unknown argument: {flag}" + (f" (did you mean {close}?)" if close else ""))
+
+    def closest(self, flag: str) -> str | None:
+        """The known flag the user most likely meant: one it begins (--reverse: --reverse-prompt),
+        else the most similar spelling (--draft-ma: --draft-max; _ read as -)."""
+        names = [s for a in self._actions for s in a.option_strings]
+        norm = flag.replace("_", "-")
+        if norm in names:
+            return norm
+        longer = sorted((n for n in names if n.startswith(norm) and len(norm) > 2), key=len)
+        if longer:
+            return longer[0]
+        close = difflib.get_close_matches(norm, names, n=1, cutoff=0.7)
+        return close[0] if close else None
+
+
+def build_parser(description: str | None = None, prog: str = "pyllamaspec") -> Parser:
+    ap = Parser(prog=prog, description=description, allow_abbrev=False,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     for add in (add_model_args, add_prompt_args, add_conversation_args, add_sampling_args, add_speculation_args, add_resource_args):
         add(ap)
     return ap
 
 
 _MULTI_LETTER = re.compile(r"-[A-Za-z][A-Za-z-]+")
+_LONG = re.compile(r"--[A-Za-z][A-Za-z0-9-]*")
+
+
+def _unknown(ap: argparse.ArgumentParser, flag: str):
+    if isinstance(ap, Parser):
+        ap.unknown(flag)
+    ap.error(f"unknown argument: {flag}")
 
 
 def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -155,11 +210,16 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     argv = list(sys.argv[1:] if argv is None else argv)
     known = {s: a for a in ap._actions for s in a.option_strings}
     out, i = [], 0
+    given: dict[str, str] = {}             # dest -> the flag as spelled (warnings name it so)
     while i < len(argv):
         tok = argv[i]
         action = known.get(tok)
-        if action is None and _MULTI_LETTER.fullmatch(tok):
-            ap.error(f"unknown argument: {tok}")
+        name = tok.split("=", 1)[0]
+        if action is None and (_MULTI_LETTER.fullmatch(tok) or _LONG.fullmatch(name)):
+            if name not in known:
+                _unknown(ap, name)
+        if name in known:
+            given[known[name].dest] = name
         takes = action is not None and (action.nargs is None or
                                         (action.nargs == "?" and i + 1 < len(argv) and argv[i + 1] in (action.choices or ())))
         if takes and i + 1 < len(argv):
@@ -169,7 +229,9 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
             continue
         out.append(tok)
         i += 1
-    return ap.parse_args(out)
+    ns = ap.parse_args(out)
+    ns.given = given
+    return ns
 
 
 def resolve_spec_type(a: argparse.Namespace) -> None:

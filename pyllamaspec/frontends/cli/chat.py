@@ -15,6 +15,7 @@ from ...engine.chat_template import ChatPrompt
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import ContextFullError, PyllamaspecError
+from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
 
@@ -67,7 +68,8 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
     result: dict = {}
     pieces = iter_generate(ChatPrompt.make(conv.messages, chat_template), target, draft, sampling=sampling,
-                           draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result)
+                           draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result,
+                           progress=StepProgress("prompt"))
     text, interrupted = "", False
     try:
         for piece in pieces:

@@ -7,30 +7,33 @@
 
 Streams the text (with --color, tokens the draft proposed and the target accepted are green),
 then prints a summary like llama-speculative. Ctrl-C stops cleanly with the summary so far.
-With a model that has a chat template and no -p/-f, it converses turn by turn (-cnv), as
-llama-cli does; see cli_chat.py.
+With a model that has a chat template it converses turn by turn (-cnv), -p/-f being the first
+user message, as llama-cli does (-no-cnv completes the prompt as text); see chat.py.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import warnings
 from contextlib import ExitStack
 
+from ...engine._native import mlock_all
 from ...engine.chat_template import template_source
 from ...engine.model import DRAFT_OPTIONS, Model
 from ...engine.sampling import SamplingParams
 from ...errors import PyllamaspecError
+from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
 from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
 from .chat import run_conversation
+from .checks import Setup, check_drafters, ineffective_flags
+from .compare import Run, alternate, report, warm_up
 
-DEMO_QUESTION = "Write a short story about a robot who learns to paint."
-# llama.cpp's CLI takes the prompt as given, so the default for a model given without a prompt
-# spells ChatML out (SmolLM2, Qwen). The demo's Gemma 3 270M is a base model: it continues text.
-DEMO_PROMPT = f"<|im_start|>user\n{DEMO_QUESTION}<|im_end|>\n<|im_start|>assistant\n"
-DEMO_PROMPT_GEMMA = "Once upon a time, a small robot named Pip wanted to learn to paint. One morning,"
+# The prompt of a run given none, completed as text: a model with a chat template converses
+# instead (llama-cli's default), so this never meets a chat format it would have to spell out.
+DEFAULT_PROMPT = "Once upon a time, a small robot named Pip wanted to learn to paint. One morning,"
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
@@ -42,29 +45,62 @@ def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
         draft = str(resolve(a.hf_repo_draft)) if a.hf_repo_draft else a.model_draft
         if not target:
             raise PyllamaspecError("a draft from -hfd needs a target (-m or -hf)")
-        return target, draft, DEMO_PROMPT
+        return target, draft, DEFAULT_PROMPT
     if a.model and not a.demo:
-        return a.model, a.model_draft, DEMO_PROMPT
+        return a.model, a.model_draft, DEFAULT_PROMPT
     if a.lookup:
         raise PyllamaspecError("--lookup needs a target model (-m or -hf)")
     from ...files.offline import demo_pair
-    print("pyllamaspec demo: target Gemma 3 270M F16, draft Gemma 3 270M Q4_K_M (from PyPI, cached)",
-          file=sys.stderr)
+    if not getattr(a, "log_disable", False):
+        print("pyllamaspec demo: target Gemma 3 270M F16, draft Gemma 3 270M Q4_K_M (from PyPI, cached)",
+              file=sys.stderr)
     target, draft = demo_pair()
-    return str(target), str(draft), DEMO_PROMPT_GEMMA
+    return str(target), str(draft), DEFAULT_PROMPT
 
 
 def _prompt(a: argparse.Namespace, default: str) -> str:
     if a.file:
         with open(a.file, encoding="utf-8") as f:
-            return f.read()
+            text = f.read()
+        text = text[:-1] if text.endswith("\n") else text      # as llama.cpp reads -f
+        return process_escapes(text) if a.escape else text
     return a.prompt if a.prompt is not None else default
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's escapes (on by default, -e; --no-escape keeps the text as typed): \\n \\r \\t
+    \\' \\" \\\\ and \\xNN; any other backslash stays as it is."""
+    simple = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\"}
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt in simple:
+                out.append(simple[nxt])
+                i += 2
+                continue
+            hex2 = text[i + 2:i + 4]
+            if nxt == "x" and len(hex2) == 2 and all(h in "0123456789abcdefABCDEF" for h in hex2):
+                out.append(chr(int(hex2, 16)))
+                i += 4
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys.stderr) -> None:
     p = lambda *x: print(*x, file=file)  # noqa: E731
     p()
-    p(f"encoded {stats.n_prompt:4d} tokens in {stats.t_prompt:8.3f} seconds, speed: {stats.prompt_tps:8.3f} t/s")
+    n_eval = stats.n_prompt_evaluated
+    # the prefill evaluates neither the cached prefix nor the last token (the first round does)
+    how = (f"(prompt: {stats.n_prompt} tokens, {stats.n_reused} from the cache, the last evaluated with "
+           f"the first round)")
+    if n_eval:
+        p(f"encoded {n_eval:4d} tokens in {stats.t_prompt:8.3f} seconds, speed: {stats.prompt_tps:8.3f} t/s {how}")
+    else:
+        p(f"encoded    0 tokens {how}")
     p(f"decoded {stats.n_generated:4d} tokens in {stats.t_generate:8.3f} seconds, speed: {stats.generate_tps:8.3f} t/s")
     p()
     if has_draft:
@@ -79,35 +115,39 @@ def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys
         p("plain decoding (no draft model)")
 
 
-def compare_plain(prompt: str, target: Model, sampling: SamplingParams, draft_params: DraftParams,
-                  spec: Stats, a: argparse.Namespace, file=sys.stderr) -> Stats:
-    """Decodes the prompt plainly with the same target, sampling and token budget as the
-    speculative run just made, and prints both speeds: the number speculation exists for."""
-    result: dict = {}
-    for _ in iter_generate(prompt, target, None, sampling=sampling, draft=draft_params,
-                           max_tokens=max(1, spec.n_generated), stop=a.stop, result=result,
-                           parse_special=not a.no_special):
-        pass
-    plain = result["stats"]
-    ratio = spec.generate_tps / plain.generate_tps if plain.generate_tps > 0 else float("nan")
-    print(f"\nplain decoding, same target and prompt: {plain.n_generated} tokens at {plain.generate_tps:.1f} t/s; "
-          f"speculative: {spec.n_generated} tokens at {spec.generate_tps:.1f} t/s -> {ratio:.2f}x", file=file)
-    return plain
+def _load_mode(a: argparse.Namespace) -> None:
+    """-lm (llama.cpp's newer flag) into --no-mmap / --mlock."""
+    mode = getattr(a, "load_mode", None)
+    if mode in ("none", "mlock"):
+        a.mmap = False
+    if mode in ("mlock", "mmap+mlock"):
+        a.mlock = True
 
 
 def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftParams, bool]:
     """(sampling, draft parameters, adaptive) from the flags, checked before any model loads."""
     resolve_spec_type(a)
+    check_drafters(a)
+    _load_mode(a)
+    if getattr(a, "escape", False):
+        if a.prompt is not None:
+            a.prompt = process_escapes(a.prompt)
+        a.reverse_prompt = [process_escapes(r) for r in a.reverse_prompt]
+    if hasattr(a, "stop"):                     # -r is a stop string here, as in llama-cli's one-shot mode
+        a.stop = list(a.stop) + [r for r in getattr(a, "reverse_prompt", []) if r and r not in a.stop]
     penalties = penalty_kwargs(a)
     warn_gpu_layers(a)
     sampling = SamplingParams(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                              seed=a.seed if a.seed >= 0 else int.from_bytes(os.urandom(8), "little"), **penalties)
+                              seed=a.seed if a.seed >= 0 else int.from_bytes(os.urandom(8), "little"),
+                              ignore_eos=getattr(a, "ignore_eos", False), **penalties)
     # a fixed seed with sampling asks for reproducible output: fixed draft lengths then
     adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
     draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
                                adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab)
     if a.n_predict < -1:
         raise PyllamaspecError("-n must be >= -1")
+    if getattr(a, "compare_runs", 1) < 1:
+        raise PyllamaspecError("--compare-runs must be >= 1")
     if a.chat_template_file and a.chat_template:
         raise PyllamaspecError("give --chat-template or --chat-template-file, not both")
     if a.chat_template or a.chat_template_file:
@@ -115,12 +155,17 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
     if a.flash_attn == "on":
         print("note: -fa on is accepted, but pyllamaspec's attention is ggml's, without flash attention",
               file=sys.stderr)
+    if getattr(a, "jinja", True) is False:
+        print("warning: --no-jinja has no effect: chat templates are always rendered with Jinja here",
+              file=sys.stderr)
     return sampling, draft_params, adaptive
 
 
 def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
-                 stack: ExitStack) -> tuple[Model, Model | None]:
-    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size)
+                stack: ExitStack) -> tuple[Model, Model | None]:
+    """The target and the draft model, loaded; a draft that cannot speculate for the target is
+    refused here, before anything is printed."""
+    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", True))
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
@@ -131,22 +176,38 @@ def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
             n_threads=a.threads if a.threads_draft is None else a.threads_draft,
             type_k=a.cache_type_k_draft or a.cache_type_k, type_v=a.cache_type_v_draft or a.cache_type_v,
             rpc=a.rpc_draft, rpc_timeout=a.rpc_timeout, **DRAFT_OPTIONS, **kw))
+        target.check_draft(draft)
+    if getattr(a, "mlock", False):
+        why = mlock_all()
+        if why:
+            print(f"warning: --mlock: cannot lock the models in RAM: {why}", file=sys.stderr)
     return target, draft
 
 
-def _conversing(a: argparse.Namespace, target: Model, demo: bool) -> bool:
-    """-cnv / -no-cnv, else llama-cli's default: converse when the model has a chat template
-    (or one is given) and no prompt is."""
-    if a.conversation is not None:
-        return a.conversation
-    if demo or a.prompt is not None or a.file:
-        return False
+def _has_template(a: argparse.Namespace, target: Model) -> bool:
     return bool(a.chat_template or a.chat_template_file or target.meta("tokenizer.chat_template"))
 
 
-def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: SamplingParams,
-               draft_params: DraftParams, adaptive: bool, compare: bool) -> int:
-    """One prompt, streamed, then the summary (and with compare, plain decoding of the same)."""
+def _conversing(a: argparse.Namespace, target: Model, demo: bool) -> bool:
+    """-cnv / -no-cnv, else llama-cli's default: converse when the model has a chat template (or
+    one is given); -p / -f is then the first user message."""
+    if a.conversation is not None:
+        return a.conversation
+    return not demo and _has_template(a, target)
+
+
+def print_prompt_tokens(target: Model, ids: list[int], prompt: str, file=sys.stderr) -> None:
+    """--verbose-prompt, as llama.cpp prints it."""
+    print(f"prompt: {prompt!r}\nnumber of tokens in prompt = {len(ids)}", file=file)
+    for t in ids:
+        piece = target.token_to_piece(t, render_special=True).decode("utf-8", "replace")
+        print(f"{t:6d} -> {piece!r}", file=file)
+    print(file=file)
+
+
+def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: SamplingParams,
+           draft_params: DraftParams) -> tuple[dict, bool]:
+    """Echoes the prompt and streams the answer: (the result dict, whether Ctrl-C stopped it)."""
     max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
     result: dict = {}
     sys.stdout.write(prompt)
@@ -154,7 +215,8 @@ def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, samplin
     interrupted = False
     pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
                            max_tokens=max_tokens, stop=a.stop, result=result,
-                           parse_special=not a.no_special)
+                           parse_special=not a.no_special,
+                           progress=None if a.log_disable else StepProgress("prompt", new_line=True))
     try:
         for piece in pieces:
             text = piece.text
@@ -166,9 +228,26 @@ def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, samplin
         interrupted = True
     finally:
         pieces.close()          # runs the generator's bookkeeping (stats) now
-    sys.stdout.write("\n")
-    sys.stdout.flush()
-    if "stats" in result:
+        sys.stdout.write("\n")  # an error then starts on a line of its own
+        sys.stdout.flush()
+    return result, interrupted
+
+
+def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: SamplingParams,
+               draft_params: DraftParams, adaptive: bool, compare: bool) -> int:
+    """One prompt, streamed, then the summary; with compare, plain and speculative decoding of the
+    same, warmed up and alternated (compare.py)."""
+    quiet = a.log_disable
+    run = Run(prompt, target, draft, sampling, draft_params, a.stop, not a.no_special) \
+        if compare and draft is not None else None
+    if run is not None:
+        if not quiet:
+            print("warming up (a short plain and a short speculative run, not timed) ...", file=sys.stderr)
+        warm_up(run)
+    if a.verbose_prompt:
+        print_prompt_tokens(target, target.tokenize(prompt, parse_special=not a.no_special), prompt)
+    result, interrupted = stream(a, prompt, target, draft, sampling, draft_params)
+    if "stats" in result and not quiet:
         stats = result["stats"]
         if interrupted:
             print("\n[interrupted]", file=sys.stderr)
@@ -176,8 +255,8 @@ def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, samplin
             print(f"\n[context full: n_ctx = {target.n_ctx}; raise it with -c]", file=sys.stderr)
         print_summary(stats, a, draft is not None)
         _print_cost_model(result.get("policy"), a, draft is not None and adaptive)
-        if compare and draft is not None and not interrupted and stats.n_generated:
-            compare_plain(prompt, target, sampling, draft_params, stats, a)
+        if run is not None and not interrupted and stats.n_generated:
+            report(alternate(run, stats, a.compare_runs), stats.n_generated)
     return 130 if interrupted else 0
 
 
@@ -191,35 +270,57 @@ def _print_cost_model(pol, a: argparse.Namespace, show: bool) -> None:
           "plain decoding pays best here"), file=sys.stderr)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python warnings as one line each, as a command line says them (no file, no line number)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _drafter(a: argparse.Namespace, draft: Model | None):
+    if a.lookup:
+        return "ngram"
+    if getattr(a, "mtp", False):
+        return "mtp"
+    return draft
+
+
+def run(a: argparse.Namespace) -> int:
+    sampling, draft_params, adaptive = settings_from_args(a)
+    if a.verbose:
+        from ...engine._native import set_verbose
+        set_verbose(True)
+    demo = a.demo or not (a.model or a.hf_repo or a.hf_repo_draft)
+    compare = a.compare if a.compare is not None else demo
+    target_path, draft_path, default_prompt = resolve_models(a)
+    with ExitStack() as stack:
+        target, draft = open_models(a, target_path, draft_path, stack)
+        draft = _drafter(a, draft)
+        conversing = _conversing(a, target, demo)
+        setup = Setup(draft, conversing, _has_template(a, target), target.info.n_ctx_train, target.n_ctx)
+        for w in ineffective_flags(a, setup):
+            warnings.warn(w)
+        if conversing:
+            if a.file:
+                a.prompt = _prompt(a, "")
+            return run_conversation(a, target, draft, sampling, draft_params,
+                                    a.chat_template_file or a.chat_template)
+        return run_prompt(a, _prompt(a, default_prompt), target, draft, sampling, draft_params,
+                          adaptive, compare)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(build_parser(__doc__), argv)
-    try:
-        sampling, draft_params, adaptive = settings_from_args(a)
-        if a.verbose:
-            from ...engine._native import set_verbose
-            set_verbose(True)
-        demo = a.demo or not (a.model or a.hf_repo or a.hf_repo_draft)
-        compare = a.compare if a.compare is not None else demo
-        target_path, draft_path, default_prompt = resolve_models(a)
-        with ExitStack() as stack:
-            target, draft = open_models(a, target_path, draft_path, stack)
-            if a.lookup:
-                draft = "ngram"
-            if getattr(a, "mtp", False):
-                draft = "mtp"
-            if _conversing(a, target, demo):
-                if a.file:
-                    a.prompt = _prompt(a, "")
-                return run_conversation(a, target, draft, sampling, draft_params,
-                                        a.chat_template_file or a.chat_template)
-            return run_prompt(a, _prompt(a, default_prompt), target, draft, sampling, draft_params,
-                              adaptive, compare)
-    except KeyboardInterrupt:
-        print("\n[interrupted]", file=sys.stderr)
-        return 130
-    except (PyllamaspecError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        if a.log_disable:
+            warnings.simplefilter("ignore")
+        try:
+            return run(a)
+        except KeyboardInterrupt:
+            print("\n[interrupted]", file=sys.stderr)
+            return 130
+        except (PyllamaspecError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

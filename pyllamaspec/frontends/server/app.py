@@ -1,5 +1,5 @@
 """The routes (Starlette): OpenAI's /v1/chat/completions, /v1/completions, /v1/models, and
-llama-server's /health. Streaming answers are server-sent events in OpenAI's chunk format,
+llama-server's /health; its other routes are in native_routes.py. Streaming answers are server-sent events in OpenAI's chunk format,
 ending with ``data: [DONE]``."""
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ...errors import ContextFullError, PyllamaspecError
-from .openai_format import APIError, GenRequest, Shaper, parse_chat, parse_completion
+from .native_routes import NativeRoutes, Options
+from .openai_format import APIError, GenRequest, Shaper, as_api_error as _as_api_error, parse_chat, parse_completion
 from .worker import Job, Worker
 
 log = logging.getLogger("pyllamaspec.server")
-PUBLIC = {"/health", "/v1/health"}
+PUBLIC = {"/health", "/v1/health", "/"}          # the chat page asks for the key itself
 
 
 def error_response(e: APIError) -> JSONResponse:
@@ -71,8 +71,8 @@ async def _until_disconnect(request: Request) -> None:
 
 
 class Routes:
-    def __init__(self, worker: Worker, alias: str):
-        self.worker, self.alias = worker, alias
+    def __init__(self, worker: Worker, alias: str, native: NativeRoutes | None = None):
+        self.worker, self.alias, self.native = worker, alias, native
 
     async def health(self, request: Request) -> Response:
         return JSONResponse(self.worker.health())
@@ -97,15 +97,20 @@ class Routes:
             job = await run_in_threadpool(self.worker.prepare, req, asyncio.get_running_loop())
         except APIError as e:
             return error_response(e)
+        self.worker.submit(job)
+        if req.native:                         # llama-server's /completion shapes
+            if req.stream:
+                return self.native.stream(job)
+            return await self._whole(request, job, lambda r, lps: self.native.whole(job, r))
         prompt_chars = len(req.prompt) if isinstance(req.prompt, str) else 0
         shaper = Shaper(req, self.alias, self.worker.token_bytes, self.worker.has_drafter, prompt_chars=prompt_chars)
-        self.worker.submit(job)
         if req.stream:
             return StreamingResponse(self._chunks(job, shaper), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return await self._whole(request, job, shaper)
+        return await self._whole(request, job, lambda r, lps: shaper.whole(
+            r["text"], r["finish_reason"], lps, r["stats"], len(r["prompt_tokens"]), len(r["tokens"])))
 
-    async def _whole(self, request: Request, job: Job, shaper: Shaper) -> Response:
+    async def _whole(self, request: Request, job: Job, shape) -> Response:
         collect = asyncio.ensure_future(_collect(job))
         gone = asyncio.ensure_future(_until_disconnect(request))
         try:
@@ -119,9 +124,7 @@ class Routes:
         kind, value, lps = collect.result()
         if kind == "error":
             return error_response(_as_api_error(value))
-        r = value
-        return JSONResponse(shaper.whole(r["text"], r["finish_reason"], lps, r["stats"], len(r["prompt_tokens"]),
-                                         len(r["tokens"])))
+        return JSONResponse(shape(value, lps))
 
     async def _chunks(self, job: Job, shaper: Shaper) -> AsyncIterator[bytes]:
         """The stream; if the client goes away Starlette cancels it, and `finally` stops the job."""
@@ -162,16 +165,6 @@ async def _collect(job: Job):
     raise RuntimeError("the stream ended without a result")
 
 
-def _as_api_error(e: BaseException) -> APIError:
-    if isinstance(e, APIError):
-        return e
-    if isinstance(e, ContextFullError):
-        return APIError(str(e), 400, code="context_length_exceeded")
-    if isinstance(e, PyllamaspecError):
-        return APIError(str(e), 500, type="server_error")
-    return APIError(f"internal error: {type(e).__name__}: {e}", 500, type="server_error")
-
-
 def _drafter_name(d) -> str | None:
     if d is None or isinstance(d, str):
         return d
@@ -188,14 +181,18 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error_response(_as_api_error(exc))
 
 
-def create_app(worker: Worker, alias: str, api_key: str | None = None) -> Starlette:
+def create_app(worker: Worker, alias: str, api_key: str | None = None, options: Options | None = None,
+               model_path: str = "") -> Starlette:
+    """The routes of llama-server: OpenAI's (here) and its own (native_routes.py); `options` are
+    its switches (--metrics, --embeddings, --pooling, ...)."""
     r = Routes(worker, alias)
+    r.native = NativeRoutes(worker, alias, model_path, options or Options(), r._generate)
     routes = [
         Route("/health", r.health, methods=["GET"]), Route("/v1/health", r.health, methods=["GET"]),
         Route("/v1/models", r.models, methods=["GET"]), Route("/models", r.models, methods=["GET"]),
         Route("/v1/chat/completions", r.chat, methods=["POST"]), Route("/chat/completions", r.chat, methods=["POST"]),
-        Route("/v1/completions", r.completions, methods=["POST"]), Route("/completions", r.completions,
-                                                                         methods=["POST"]),
+        Route("/v1/completions", r.completions, methods=["POST"]),
+        *r.native.routes(),
     ]
 
     @contextlib.asynccontextmanager

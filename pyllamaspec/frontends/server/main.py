@@ -19,11 +19,12 @@ from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli.args import add_model_args, add_resource_args, add_sampling_args, add_speculation_args
-    ap = argparse.ArgumentParser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ..cli.args import Parser, add_model_args, add_resource_args, add_sampling_args, add_speculation_args
+    ap = Parser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args):
         add(ap)
+    add_native_args(ap)
     g = ap.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     g.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
@@ -36,6 +37,33 @@ def build_parser() -> argparse.ArgumentParser:
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
     return ap
+
+
+def add_native_args(ap: argparse.ArgumentParser) -> None:
+    """llama-server's switches for its own routes (native_routes.py)."""
+    g = ap.add_argument_group("llama-server routes")
+    g.add_argument("--metrics", action="store_true", help="serve /metrics (Prometheus text format)")
+    g.add_argument("--slots", dest="slots", action="store_true", default=True, help="serve /slots (default: on)")
+    g.add_argument("--no-slots", dest="slots", action="store_false")
+    g.add_argument("--embedding", "--embeddings", dest="embeddings", action="store_true",
+                   help="serve /v1/embeddings and /embedding (the final hidden states, pooled by --pooling)")
+    g.add_argument("--pooling", choices=["none", "mean", "last"], default=None,
+                   help="how an embedding pools a text's tokens (default: the model's, else none: then only "
+                        "/embedding answers, with one row per token)")
+    g.add_argument("--embd-normalize", dest="embd_normalize", type=int, default=2,
+                   help="normalization of pooled embeddings: 2 Euclidean (default), 1 taxicab, 0 max absolute "
+                        "(int16 range), -1 none, p > 2 the p-norm")
+    g.add_argument("--webui", dest="ui", action="store_true", default=True, help="the chat page at / (default: on)")
+    g.add_argument("--no-webui", dest="ui", action="store_false")
+
+
+def _pooling(a: argparse.Namespace, target) -> str:
+    """--pooling, else the model's own (GGUF <arch>.pooling_type: 1 mean, 3 last), else none, as
+    llama-server."""
+    if a.pooling:
+        return a.pooling
+    kind = target.meta(f"{target.info.arch}.pooling_type")
+    return {1: "mean", 3: "last"}.get(kind, "none")
 
 
 def _api_key(a: argparse.Namespace) -> str | None:
@@ -57,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..cli.args import parse_args
     from ..cli.main import open_models, resolve_models, settings_from_args
     from .app import create_app
+    from .native_routes import Options
     from .worker import Defaults, Worker
 
     ap = build_parser()
@@ -83,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                                 max_tokens=a.n_predict if a.n_predict >= 0 else None)
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
-            app = create_app(worker, alias, key)
+            opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
+                           normalize=a.embd_normalize, ui=a.ui)
+            app = create_app(worker, alias, key, opts, model_path=target_path)
             what = ("plain decoding" if drafter is None else "n-gram lookup drafts" if drafter == "ngram"
                     else "MTP drafts" if drafter == "mtp" else f"draft model {draft_path}")
             print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
+from ...errors import ContextFullError, PyllamaspecError
 from ...speculation.decoder import Stats
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
@@ -20,13 +21,22 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 # their neutral value (a silently ignored option would give a wrong answer).
 UNSUPPORTED = {
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "function_call": (None, "none"),
-    "logit_bias": (None, {}), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
+    "logit_bias": (None, {}, []), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
     "response_format": (None, {"type": "text"}), "suffix": (None, ""), "echo": (None, False),
     "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,), "parallel_tool_calls": (None, True, False),
+    # llama-server's sampling extras this server does not have (in any route, as llama-server takes them)
+    "typical_p": (None, 1, 1.0), "mirostat": (None, 0), "dynatemp_range": (None, 0, 0.0),
+    "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0), "top_n_sigma": (None, -1, -1.0),
+    "n_indent": (None, 0), "post_sampling_probs": (None, False), "lora": (None, []),
+    "samplers": (None, ["penalties", "top_k", "top_p", "min_p", "temperature"]),
 }
+# Constraints on the output: ignoring one would return text that breaks it, so until grammars
+# exist each is refused by name.
+CONSTRAINTS = {"grammar": (None, ""), "json_schema": (None, {}), "grammar_lazy": (None, False),
+               "grammar_triggers": (None, [])}
 # Options without effect on one answer from this server: accepted and ignored.
-IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "cache_prompt", "safety_identifier",
-           "prompt_cache_key", "verbosity"}
+IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "safety_identifier",
+           "prompt_cache_key", "verbosity", "n_keep", "t_max_prompt_ms", "return_progress", "timings_per_token"}
 FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
 
 
@@ -40,6 +50,17 @@ class APIError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def as_api_error(e: BaseException) -> APIError:
+    """An exception as the error a client gets."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ContextFullError):
+        return APIError(str(e), 400, code="context_length_exceeded")
+    if isinstance(e, PyllamaspecError):
+        return APIError(str(e), 500, type="server_error")
+    return APIError(f"internal error: {type(e).__name__}: {e}", 500, type="server_error")
 
 
 @dataclass
@@ -56,6 +77,10 @@ class GenRequest:
     include_usage: bool = False
     logprobs: int | None = None                # top alternatives per token, None = no logprobs
     model: str | None = None
+    cache_prompt: bool = True                  # False: the caches start empty (llama-server's field)
+    id_slot: int = -1                          # the slot asked for (-1: any)
+    native: bool = False                       # llama-server's /completion shapes, not OpenAI's
+    return_tokens: bool = False                # /completion: the generated ids too
 
 
 # ---- field checks -----------------------------------------------------------------------------
@@ -91,6 +116,16 @@ def _bool(body: dict, name: str, default: bool = False) -> bool:
 
 
 def _refuse_unsupported(body: dict) -> None:
+    for name, neutral in CONSTRAINTS.items():
+        if name in body and body[name] not in neutral:
+            raise APIError(f"'{name}' is not supported by this server: constrained output (grammars, JSON "
+                           f"schemas) does not exist here yet, and ignoring it would return unconstrained text",
+                           param=name, code="unsupported_parameter")
+    rf = body.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema"):
+        raise APIError(f"'response_format' {rf.get('type')!r} is not supported by this server: constrained output "
+                       f"(grammars, JSON schemas) does not exist here yet", param="response_format",
+                       code="unsupported_parameter")
     for name, neutral in UNSUPPORTED.items():
         if name in body and body[name] not in neutral:
             what = "n > 1 (several choices)" if name == "n" else f"'{name}'"
@@ -119,8 +154,17 @@ def _sampling(body: dict) -> dict:
         "presence_penalty": lambda: _number(body, "presence_penalty", -2, 2),
         "frequency_penalty": lambda: _number(body, "frequency_penalty", -2, 2),
         "penalty_last_n": lambda: _number(body, "repeat_last_n", -1, 2**31 - 1, integer=True),
+        "ignore_eos": lambda: _bool(body, "ignore_eos") if "ignore_eos" in body else None,
     }
     return {k: v for k, v in ((k, f()) for k, f in checks.items()) if v is not None}
+
+
+def _slot(body: dict) -> int:
+    """id_slot: -1 (any) or 0, the one slot this server has."""
+    v = _number(body, "id_slot", -1, 2**31 - 1, integer=True)
+    if v is not None and v not in (-1, 0):
+        raise APIError(f"'id_slot' {v}: this server has 1 slot (id 0)", param="id_slot")
+    return -1 if v is None else v
 
 
 def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
@@ -130,9 +174,12 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise APIError(f"'model' must be a string, got {_type_name(model)}", param="model")
-    req = GenRequest(kind, model=model, sampling=_sampling(body), stop=_stop(body))
+    req = GenRequest(kind, model=model, sampling=_sampling(body), stop=_stop(body), id_slot=_slot(body),
+                     cache_prompt=_bool(body, "cache_prompt", True))
     for name in ("max_completion_tokens", "max_tokens", "n_predict"):
-        v = _number(body, name, 0, 2**31 - 1, integer=True)
+        v = _number(body, name, -1, 2**31 - 1, integer=True)
+        if v == -1:                            # llama-server's "to the end"
+            break
         if v is not None:
             if v > n_ctx:
                 raise APIError(f"'{name}' is {v}, beyond the context of {n_ctx} tokens", param=name,
@@ -198,8 +245,14 @@ def parse_chat(body: Any, n_ctx: int) -> GenRequest:
     top = _number(body, "top_logprobs", 0, MAX_LOGPROBS, integer=True)
     if top is not None and not want:
         raise APIError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-    req.logprobs = (top or 0) if want else None
+    req.logprobs = (top or 0) if want else _n_probs(body)
     return req
+
+
+def _n_probs(body: dict) -> int | None:
+    """llama-server's n_probs (the top n per token; 0: none), where the OpenAI fields are not given."""
+    n = _number(body, "n_probs", 0, MAX_LOGPROBS, integer=True)
+    return n if n else None
 
 
 def parse_completion(body: Any, n_ctx: int) -> GenRequest:
@@ -220,6 +273,8 @@ def parse_completion(body: Any, n_ctx: int) -> GenRequest:
         raise APIError(f"'prompt' must be a non-empty string or an array of token ids, got {_type_name(p)}",
                        param="prompt")
     req.logprobs = _number(body, "logprobs", 0, MAX_LOGPROBS, integer=True)
+    if req.logprobs is None:
+        req.logprobs = _n_probs(body)
     return req
 
 
@@ -242,9 +297,12 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
         return {}
     prompt_n = stats.n_prompt - stats.n_reused
     p_ms, g_ms = 1e3 * stats.t_prompt, 1e3 * stats.t_generate
+    # rates from the tokens the prefill evaluated (the last prompt token goes with the first
+    # round): a 1-token prompt has no prompt rate (0), not one divided by a few microseconds
+    n_eval = stats.n_prompt_evaluated
     t = {"cache_n": stats.n_reused, "prompt_n": prompt_n, "prompt_ms": p_ms,
-         "prompt_per_token_ms": p_ms / prompt_n if prompt_n else 0.0,
-         "prompt_per_second": 1e3 * prompt_n / p_ms if p_ms > 0 else 0.0,
+         "prompt_per_token_ms": p_ms / n_eval if n_eval else 0.0,
+         "prompt_per_second": stats.prompt_tps,
          "predicted_n": stats.n_generated, "predicted_ms": g_ms,
          "predicted_per_token_ms": g_ms / stats.n_generated if stats.n_generated else 0.0,
          "predicted_per_second": stats.generate_tps}
@@ -344,4 +402,4 @@ class Shaper:
         return obj
 
 
-__all__ = ["APIError", "GenRequest", "parse_chat", "parse_completion", "Shaper", "timings", "usage"]
+__all__ = ["APIError", "as_api_error", "GenRequest", "parse_chat", "parse_completion", "Shaper", "timings", "usage"]

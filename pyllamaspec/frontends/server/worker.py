@@ -83,6 +83,27 @@ class Counters:
     errors: int = 0
     tokens: int = 0
     last_cancel: dict | None = None       # how fast the last cancelled generation stopped
+    # llama-server's /metrics counters
+    prompt_tokens: int = 0                # evaluated (not from the cache)
+    prompt_cached: int = 0
+    prompt_seconds: float = 0.0
+    predicted_seconds: float = 0.0
+    n_tokens_max: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_rounds: int = 0
+    tasks: int = 0                        # ids handed to requests (/slots' id_task)
+
+    def add(self, stats, n_prompt: int, n_generated: int) -> None:
+        """A finished generation's statistics."""
+        self.prompt_tokens += stats.n_prompt - stats.n_reused
+        self.prompt_cached += stats.n_reused
+        self.prompt_seconds += stats.t_prompt
+        self.predicted_seconds += stats.t_generate
+        self.n_tokens_max = max(self.n_tokens_max, n_prompt + n_generated)
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+        self.draft_rounds += stats.rounds if stats.drafted else 0
 
 
 class Worker:
@@ -95,6 +116,7 @@ class Worker:
                 m.catch_sigint(False)
         self.counters = Counters()
         self.busy = False
+        self.task: dict | None = None      # the slot's current (else last) request, for /slots
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._pieces: dict[int, bytes] = {}
         self._thread = threading.Thread(target=self._run_forever, name="pyllamaspec-worker", daemon=True)
@@ -126,6 +148,14 @@ class Worker:
                 stops += [s for s in chat_stops if s not in stops]
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
+            elif any(isinstance(x, str) for x in req.prompt):   # llama-server's mixed prompt
+                ids = []
+                for x in req.prompt:
+                    ids += t.tokenize(x, add_special=not ids, parse_special=True) if isinstance(x, str) else [x]
+                bad = [i for i in ids if not 0 <= i < t.n_vocab]
+                if bad:
+                    raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
+                                   param="prompt")
             else:
                 ids = list(req.prompt)
                 bad = [i for i in ids if not 0 <= i < t.n_vocab]
@@ -178,11 +208,21 @@ class Worker:
         self._jobs.put(None)
         self._thread.join(timeout=30)
 
+    def run_exclusive(self, fn, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """fn() on the worker thread, in turn with the generations (it may use the models' caches:
+        an embedding), its result or exception in the future."""
+        fut = loop.create_future()
+        self._jobs.put(_Call(fn, fut, loop))
+        return fut
+
     def _run_forever(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
+            if isinstance(job, _Call):
+                job.run()
+                continue
             if job.cancel.is_set():
                 self.counters.dropped += 1
                 job.emit("error", APIError("the request was cancelled", 499))
@@ -202,18 +242,25 @@ class Worker:
         n_at_cancel = None
         pieces = iter_generate(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
                                max_tokens=job.max_tokens, stop=job.stops, result=result, cancel=job.cancel,
-                               logprobs=job.req.logprobs, per_token=job.req.logprobs is not None)
+                               logprobs=job.req.logprobs, cache_prompt=job.req.cache_prompt,
+                               per_token=job.req.logprobs is not None or job.req.return_tokens)
+        task = self._start_task(job)
         n = 0
         try:
             for p in pieces:
                 if n_at_cancel is None and job.cancel.is_set():
                     n_at_cancel = n
                 n += p.token >= 0
+                task["generated"] += p.text
+                task["n_decoded"], task["n_remain"] = n, job.max_tokens - n
                 job.emit("piece", p)
         finally:
             pieces.close()
         self.counters.requests += 1
         self.counters.tokens += len(result.get("tokens", ()))
+        if result.get("stats") is not None:
+            task["n_cached"] = result["stats"].n_reused
+            self.counters.add(result["stats"], len(job.ids), len(result.get("tokens", ())))
         if result.get("finish_reason") == "cancelled":
             self.counters.cancelled += 1
             done = time.perf_counter()
@@ -221,13 +268,51 @@ class Worker:
                 "stop_ms": 1e3 * (done - job.cancelled_at) if job.cancelled_at else None,
                 "tokens_after_cancel": n - n_at_cancel if n_at_cancel is not None else 0,
                 "tokens": len(result.get("tokens", ())), "max_tokens": job.max_tokens}
+        self.busy = False                  # before the answer goes out: /slots read after it sees it idle
         job.emit("done", result)
+
+    def _start_task(self, job: Job) -> dict:
+        """What /slots shows of the request now running (and, after it, of the last one)."""
+        from .native import sampling_params
+        self.counters.tasks += 1
+        self.task = {"id": self.counters.tasks, "n_prompt": len(job.ids), "n_cached": 0, "n_decoded": 0,
+                     "n_remain": job.max_tokens, "generated": "",
+                     "prompt": self.target.detokenize(job.ids, render_special=True),
+                     "params": sampling_params(job.sampling, job.draft if self.has_drafter else None, job.max_tokens,
+                                               job.req.stream, job.req.logprobs or 0)}
+        return self.task
 
     def health(self) -> dict:
         c = self.counters
         return {"status": "ok", "busy": self.busy, "queued": self.queued, "requests": c.requests,
                 "cancelled": c.cancelled, "dropped": c.dropped, "errors": c.errors, "tokens": c.tokens,
                 "last_cancel": c.last_cancel}
+
+
+@dataclass
+class _Call:
+    """A function to run on the worker thread (Worker.run_exclusive)."""
+    fn: object
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+    def run(self) -> None:
+        try:
+            value, error = self.fn(), None
+        except BaseException as e:        # noqa: BLE001 - handed to the request that asked
+            value, error = None, e
+        try:
+            self.loop.call_soon_threadsafe(self._settle, value, error)
+        except RuntimeError:              # the event loop is gone (shutdown)
+            pass
+
+    def _settle(self, value, error) -> None:
+        if self.future.done():
+            return
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(value)
 
 
 __all__ = ["Worker", "Job", "Defaults", "Counters", "Piece"]

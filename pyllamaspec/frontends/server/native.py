@@ -1,0 +1,147 @@
+"""llama-server's own request and response shapes (its native routes, beside OpenAI's):
+/completion's body and answer (content, stop_type, completion_probabilities, timings), the
+slots (/slots: one today, described by describe_slot so that a list of them can grow), /props,
+and /metrics in Prometheus's text format under llama.cpp's metric names.
+
+Shapes only: nothing here touches the models (see worker.py)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...engine.sampling import SamplingParams, TokenLogprobs
+from ...speculation.decoder import DraftParams, Stats
+from .openai_format import APIError, GenRequest, _bool, _common, _n_probs, _type_name, timings
+
+TokenText = Callable[[int], bytes]
+# llama-server's sampler chain names, in the order this server applies them
+SAMPLERS = ["penalties", "top_k", "top_p", "min_p", "temperature"]
+
+
+def parse_native_completion(body: Any, n_ctx: int) -> GenRequest:
+    """POST /completion: prompt (a string, token ids, or both mixed), n_predict (-1: to the end),
+    n_probs, stream, stop, cache_prompt, id_slot, return_tokens and the sampling fields."""
+    req = _common(body, "completion", n_ctx)
+    req.native = True
+    p = body.get("prompt")
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], list):
+        p = p[0]
+    ok_item = lambda x: isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool))  # noqa: E731
+    if isinstance(p, str) and p:
+        req.prompt = p
+    elif isinstance(p, list) and p and all(ok_item(x) for x in p):
+        req.prompt = p if any(isinstance(x, str) for x in p) else [int(x) for x in p]
+    else:
+        raise APIError(f"'prompt' must be a non-empty string, an array of token ids, or both mixed, got "
+                       f"{_type_name(p)}", param="prompt")
+    req.logprobs = _n_probs(body)
+    req.return_tokens = _bool(body, "return_tokens")
+    return req
+
+
+def probabilities(lps: list[TokenLogprobs], text_of: TokenText) -> list[dict]:
+    """completion_probabilities: per token its id, text, bytes, logprob and the top alternatives
+    (llama-server's n_probs with post_sampling_probs off: the raw softmax)."""
+    def entry(tok: int, lp: float) -> dict:
+        b = text_of(tok)
+        return {"id": tok, "token": b.decode("utf-8", "replace"), "bytes": list(b), "logprob": lp}
+    return [dict(entry(t.token, t.logprob), top_logprobs=[entry(i, lp) for i, lp in t.top]) for t in lps]
+
+
+def sampling_params(sampling: SamplingParams, draft: DraftParams | None, max_tokens: int | None,
+                    stream: bool = False, n_probs: int = 0) -> dict:
+    """generation_settings / a slot's params: the sampling and speculation a request ran with."""
+    out = {"seed": sampling.seed, "temperature": sampling.temperature, "top_k": sampling.top_k,
+           "top_p": sampling.top_p, "min_p": sampling.min_p, "repeat_last_n": sampling.penalty_last_n,
+           "repeat_penalty": sampling.repeat_penalty, "presence_penalty": sampling.presence_penalty,
+           "frequency_penalty": sampling.frequency_penalty, "ignore_eos": sampling.ignore_eos,
+           "max_tokens": -1 if max_tokens is None else max_tokens,
+           "n_predict": -1 if max_tokens is None else max_tokens, "stream": stream, "n_probs": n_probs,
+           "samplers": SAMPLERS}
+    if draft is not None:
+        out.update({"speculative.n_max": draft.n_draft, "speculative.n_min": draft.n_min,
+                    "speculative.p_min": draft.p_min, "speculative.adaptive": draft.adaptive})
+    return out
+
+
+def stop_type(result: dict) -> str:
+    """llama-server's stop_type: eos (an end-of-generation token), word (a stop string), limit
+    (n_predict or the context), none (cancelled)."""
+    reason = result.get("finish_reason")
+    if reason == "stop":
+        return "eos" if result.get("eog") is not None else "word"
+    return "limit" if reason in ("length", "context_full") else "none"
+
+
+def whole(req: GenRequest, model: str, result: dict, settings: dict, text_of: TokenText, has_drafter: bool,
+          prompt_text: str) -> dict:
+    """The answer of a /completion without stream."""
+    stats: Stats | None = result.get("stats")
+    text = result.get("text", "")
+    out = {"index": 0, "content": text, "tokens": list(result.get("tokens", ())) if req.return_tokens else [],
+           "id_slot": 0, "stop": True, "model": model, "tokens_predicted": len(result.get("tokens", ())),
+           "tokens_evaluated": len(result.get("prompt_tokens", ())), "generation_settings": settings,
+           "prompt": prompt_text, "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type(result),
+           "stopping_word": result.get("stopping_word", ""),
+           # what the cache holds afterwards, as llama-server counts it (the prompt and the output)
+           "tokens_cached": len(result.get("prompt_tokens", ())) + len(result.get("tokens", ())),
+           "timings": timings(stats, has_drafter)}
+    if req.logprobs is not None and result.get("logprobs"):
+        out["completion_probabilities"] = probabilities(result["logprobs"], text_of)
+    return out
+
+
+def chunk(req: GenRequest, text: str, tokens: list[int], lps: list[TokenLogprobs], n_predicted: int,
+          n_prompt: int, text_of: TokenText) -> dict:
+    """One streamed piece of a /completion."""
+    out: dict = {"index": 0, "content": text, "tokens": tokens if req.return_tokens else [], "stop": False,
+                 "id_slot": 0, "tokens_predicted": n_predicted, "tokens_evaluated": n_prompt}
+    if req.logprobs is not None and lps:
+        out["completion_probabilities"] = probabilities(lps, text_of)
+    return out
+
+
+def describe_slot(slot_id: int, n_ctx: int, speculative: bool, busy: bool, task: dict | None) -> dict:
+    """One entry of /slots, as llama-server describes a slot: its id, context, whether it is
+    working, and its current (else last) task: prompt, what it generated, its params."""
+    out: dict[str, Any] = {"id": slot_id, "n_ctx": n_ctx, "speculative": speculative, "is_processing": busy}
+    if task is not None:
+        out.update({"id_task": task["id"], "n_prompt_tokens": task["n_prompt"],
+                    "n_prompt_tokens_processed": task["n_prompt"] - task["n_cached"],
+                    "n_prompt_tokens_cache": task["n_cached"], "params": task["params"],
+                    "next_token": [{"has_next_token": busy, "has_new_line": "\n" in task["generated"],
+                                    "n_remain": task["n_remain"], "n_decoded": task["n_decoded"]}],
+                    "prompt": task["prompt"], "generated": task["generated"]})
+    return out
+
+
+# (name, type, help) of the metrics, as llama-server names them (llamacpp: prefix)
+METRICS = [
+    ("prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens"),
+    ("prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache"),
+    ("prompt_seconds_total", "counter", "Total time spent processing prompts"),
+    ("tokens_predicted_total", "counter", "Number of generation tokens processed"),
+    ("tokens_predicted_seconds_total", "counter", "Total time spent generating tokens"),
+    ("n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)"),
+    ("spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated"),
+    ("spec_decode_num_accepted_tokens_total", "counter", "Speculative: Total draft tokens accepted by the target model"),
+    ("spec_decode_num_drafts_total", "counter", "Speculative: Total speculative decoding verification steps"),
+    ("requests_total", "counter", "Requests run to their end (pyllamaspec)"),
+    ("requests_cancelled_total", "counter", "Requests stopped by their client going away (pyllamaspec)"),
+    ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s"),
+    ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s"),
+    ("requests_processing", "gauge", "Number of requests processing"),
+    ("requests_deferred", "gauge", "Number of requests deferred"),
+]
+
+
+def metrics_text(values: dict[str, float]) -> str:
+    """Prometheus's text exposition format (version 0.0.4)."""
+    lines = []
+    for name, kind, help_ in METRICS:
+        lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
+                  f"llamacpp:{name} {float(values.get(name, 0.0)):g}"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["parse_native_completion", "probabilities", "sampling_params", "stop_type", "whole", "chunk",
+           "describe_slot", "metrics_text", "METRICS", "SAMPLERS"]

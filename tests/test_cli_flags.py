@@ -1,0 +1,156 @@
+"""llama-cli's habits (issue 27): conversation by default with a chat template, the flags it has
+(-r, --jinja, --verbose-prompt, --ignore-eos, -e, --mlock, --no-mmap, --log-disable), a one-line
+error with a close match for an unknown flag, and a warning for each flag that does nothing."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from pyllamaspec.frontends.cli import args as cli_args
+from pyllamaspec.frontends.cli.checks import Setup, check_drafters, ineffective_flags
+from pyllamaspec.errors import PyllamaspecError
+
+cli = importlib.import_module("pyllamaspec.frontends.cli.main")    # the package exports main() as `main`
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return cli_args.parse_args(cli_args.build_parser(), list(argv))
+
+
+def _run(*args: str, stdin: str = "", timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyllamaspec.cli", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("flag, meant", [("--draft-ma", "--draft-max"), ("--reverse", "--reverse-prompt"),
+                                         ("--ignore_eos", "--ignore-eos"), ("--temprature", "--temperature"),
+                                         ("--n-gpu-layer", "--n-gpu-layers"), ("--bogus", None), ("-x", None)])
+def test_unknown_flag_is_one_line_with_a_close_match(flag, meant, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(flag, "1")
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: unknown argument: {flag}") and len(err) == 2 and "usage" not in err[0]
+    assert (f"(did you mean {meant}?)" in err[0]) if meant else "did you mean" not in err[0]
+
+
+def test_llama_cli_flags_parse():
+    a = parse("-r", "User:", "-r", "\\n\\n", "--jinja", "--verbose-prompt", "--ignore-eos", "-e", "--mlock",
+              "--no-mmap", "--log-disable", "-lm", "mmap+mlock")
+    assert a.reverse_prompt == ["User:", "\\n\\n"] and a.jinja and a.verbose_prompt and a.ignore_eos
+    assert a.escape and a.mlock and a.mmap is False and a.log_disable and a.load_mode == "mmap+mlock"
+    assert parse("--no-escape").escape is False and parse().escape is True
+    assert parse("-r", "x").given == {"reverse_prompt": "-r"}
+
+
+def test_escapes_as_llama_cpp():
+    assert cli.process_escapes(r"a\nb\tc\\d\'e\"f\x41\q") == "a\nb\tc\\d'e\"fA\\q"
+    assert cli.process_escapes("trailing\\") == "trailing\\"
+    a = parse("-p", r"one\ntwo", "-r", r"\n\n", "--stop", "END")
+    cli.settings_from_args(a)
+    assert a.prompt == "one\ntwo" and a.stop == ["END", "\n\n"]
+    a = parse("-p", r"one\ntwo", "--no-escape")
+    cli.settings_from_args(a)
+    assert a.prompt == r"one\ntwo"
+
+
+def test_two_drafters_are_refused():
+    with pytest.raises(PyllamaspecError, match="both name a drafter"):
+        check_drafters(parse("-m", "t", "--lookup", "-md", "d"))
+    check_drafters(parse("-m", "t", "--lookup"))
+
+
+def _setup(**kw) -> Setup:
+    return Setup(**{"drafter": None, "conversing": False, "has_template": True, "n_ctx_train": 8192,
+                    "n_ctx": 4096, **kw})
+
+
+def test_a_warning_for_each_flag_without_effect():
+    a = parse("-sys", "S", "--draft-max", "8", "--draft-p-min", "0.5", "-td", "1", "-no-cnv", "-s", "3",
+              "--temp", "0")
+    msgs = ineffective_flags(a, _setup(n_ctx=100000))
+    text = "\n".join(msgs)
+    for flag in ("-sys", "--draft-max", "--draft-p-min", "-td", "-c 100000", "-s has no effect with --temp 0"):
+        assert flag in text, text
+    assert len(msgs) == 6 and "-no-cnv" in text and "n_ctx_train = 8192" in text
+    # the same flags where each does something: no warning
+    a = parse("-sys", "S", "--draft-max", "8", "--draft-p-min", "0.5", "-td", "1", "-s", "3", "-md", "d")
+    assert ineffective_flags(a, _setup(drafter=object(), conversing=True)) == []
+    # a drafter without a model: the draft model's flags do nothing
+    msgs = ineffective_flags(parse("--lookup", "-td", "2", "-ngld", "3"), _setup(drafter="ngram"))
+    assert len(msgs) == 2 and all("without a draft model" in m for m in msgs)
+    # without a template the reason says so
+    [m] = ineffective_flags(parse("-sys", "S"), _setup(has_template=False))
+    assert "no chat template" in m
+
+
+def test_a_question_converses_by_default(smollm2_path):
+    """Issue 27, 2: `-p "What is the capital of France?"` on an instruct model printed 0 tokens
+    (a raw completion that ended at once). With a chat template -p is the first user turn, as in
+    llama-cli; -no-cnv completes the text as given."""
+    p = _run("-m", str(smollm2_path), "-p", "What is the capital of France?", "-n", "16", "--temp", "0",
+             "-t", "1", "-c", "512", "-sys", "Answer in one short sentence.")
+    assert p.returncode == 0, p.stderr
+    assert "> What is the capital of France?" in p.stdout and "Paris" in p.stdout
+    assert "warning" not in p.stderr                       # -sys does something here
+    p = _run("-m", str(smollm2_path), "-p", "What is the capital of France?", "-n", "8", "--temp", "0",
+             "-t", "1", "-c", "512", "-no-cnv", "-sys", "S", "--draft-max", "4")
+    assert p.returncode == 0 and p.stdout.startswith("What is the capital of France?")
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and "-sys" in warnings[0] + warnings[1] and "--draft-max" in p.stderr
+
+
+def test_no_template_converses_with_a_one_line_warning(gemma3_path):
+    """Issue 27, 6: -cnv on a model without a template printed a raw UserWarning with a file and
+    line; without -p it completed a ChatML-wrapped story and printed <|im_end|>."""
+    p = _run("-m", str(gemma3_path), "-cnv", "-n", "4", "--temp", "0", "-t", "1", "-c", "256", stdin="Hi\n")
+    assert p.returncode == 0, p.stderr
+    assert "warning: gemma-3-270m-q4_k_m.gguf has no chat template; using ChatML" in p.stderr
+    assert "UserWarning" not in p.stderr and ".py:" not in p.stderr
+    p = _run("-m", str(gemma3_path), "-n", "8", "--temp", "0", "-t", "1", "-c", "256")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(cli.DEFAULT_PROMPT) and "<|im" not in p.stdout
+
+
+def test_ignore_eos_verbose_prompt_reverse_prompt(smollm2_path):
+    chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    base = ["-m", str(smollm2_path), "-no-cnv", "-p", chat, "-n", "40", "--temp", "0", "-t", "1", "-c", "512"]
+    short = _run(*base)
+    assert short.returncode == 0 and "decoded" in short.stderr
+    n_short = int(short.stderr.split("decoded")[1].split()[0])
+    assert n_short < 40                                     # the answer ends (an end-of-generation token)
+    long = _run(*base, "--ignore-eos", "--verbose-prompt")
+    assert long.returncode == 0, long.stderr
+    assert "decoded   40 tokens" in long.stderr
+    assert "number of tokens in prompt = " in long.stderr and "-> '<|im_start|>'" in long.stderr
+    first_word = short.stdout[len(chat):].split()[0]
+    cut = _run(*base, "-r", first_word)                     # -r: a stop string
+    assert cut.returncode == 0 and cut.stdout == chat + short.stdout[len(chat):].split(first_word)[0] + "\n"
+
+
+def test_log_disable_mmap_mlock(smollm2_path):
+    p = _run("-m", str(smollm2_path), "-no-cnv", "-p", "The capital of France is", "-n", "6", "--temp", "0",
+             "-t", "1", "-c", "256", "--log-disable", "--no-mmap", "--mlock")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("The capital of France is") and len(p.stdout) > len("The capital of France is")
+    assert "decoded" not in p.stderr and "encoded" not in p.stderr
+
+
+def test_error_is_not_glued_to_the_echoed_prompt(smollm2_path, gemma3_path):
+    """Issue 27, 8: `hierror: vocabularies differ...`: the draft is checked before any output."""
+    p = _run("-m", str(smollm2_path), "-md", str(gemma3_path), "-no-cnv", "-p", "hi", "-n", "4", "-t", "1",
+             "-c", "256")
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.startswith("error: vocabularies differ")
+
+
+def test_one_token_prompt_has_no_made_up_rate(smollm2_path):
+    """Issue 27, 8: a 1-token prompt was 'encoded in 0.000 s, 21021 t/s': nothing is evaluated
+    before the first round, so no rate is printed."""
+    p = _run("-m", str(smollm2_path), "-no-cnv", "-p", "Hi", "-n", "4", "--temp", "0", "-t", "1", "-c", "256")
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stderr.splitlines() if x.startswith("encoded"))
+    assert "t/s" not in line and "encoded    0 tokens (prompt: 1 tokens" in line
