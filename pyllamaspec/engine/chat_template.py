@@ -316,6 +316,19 @@ class ChatPrompt:
                            **dict(self.kwargs))
         return prompt_ids(model, text, tmpl), self._stops(model, tmpl)
 
+    def generation_prompt(self, model) -> str:
+        """What the template adds for the assistant's turn: the rendering with the generation
+        prompt past its common prefix with the one without (llama.cpp's generation_prompt, which
+        an output-format grammar takes first)."""
+        tmpl = model_template(model, self.chat_template)
+        msgs, kw = list(self.messages), dict(self.kwargs)
+        with_prompt = tmpl.render(msgs, add_generation_prompt=True, **kw)
+        without = tmpl.render(msgs, add_generation_prompt=False, **kw)
+        n = 0
+        while n < min(len(with_prompt), len(without)) and with_prompt[n] == without[n]:
+            n += 1
+        return with_prompt[n:]
+
     @staticmethod
     def _stops(model, tmpl: ChatTemplate) -> list[str]:
         stops = []

@@ -9,6 +9,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..engine.chat_template import ChatPrompt
 from ..errors import InvalidArgumentError
 from .generate import GenerationResult, ModelLike, generate
+from .structured.formats import response_content, response_format_schema
 
 
 @dataclass
@@ -30,7 +31,9 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     (.message, .text, .stats, ...), or with stream=True a generator of text pieces.
 
     Other keyword arguments are generate()'s (max_tokens, temperature, stop, n_ctx, cancel, ...);
-    tools and template_kwargs reach the template. A Model reused across turns evaluates only
+    tools and template_kwargs reach the template. With response_format / json_schema the
+    grammar is llama-server's for a chat (the JSON bare or in a ```json fence after the
+    template's generation prompt) and .message["content"] is the JSON alone. A Model reused across turns evaluates only
     the new part of each prompt (see generate's cache_prompt).
     """
     unknown = sorted(set(generate_kwargs) - _GENERATE_ARGS)
@@ -48,7 +51,10 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     if stream:
         return out
     fields = {f: getattr(out, f) for f in GenerationResult.__dataclass_fields__}
-    return ChatResult(**fields, message={"role": "assistant", "content": out.text})
+    structured = response_format_schema(generate_kwargs.get("response_format"),
+                                        generate_kwargs.get("json_schema")) is not None
+    content = response_content(out.text) if structured else out.text     # the JSON, without its fence
+    return ChatResult(**fields, message={"role": "assistant", "content": content})
 
 
 __all__ = ["chat", "ChatResult"]
