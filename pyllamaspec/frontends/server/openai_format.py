@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
+from ...errors import GrammarError, InvalidArgumentError
 from ...speculation.decoder import Stats
+from ..structured.formats import GrammarSpec, constraint_spec
+from ..structured.output import ChatOutput, JsonOutput, PlainOutput
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -21,7 +24,7 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 UNSUPPORTED = {
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "function_call": (None, "none"),
     "logit_bias": (None, {}), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
-    "response_format": (None, {"type": "text"}), "suffix": (None, ""), "echo": (None, False),
+    "suffix": (None, ""), "echo": (None, False),
     "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,), "parallel_tool_calls": (None, True, False),
 }
 # Options without effect on one answer from this server: accepted and ignored.
@@ -56,6 +59,7 @@ class GenRequest:
     include_usage: bool = False
     logprobs: int | None = None                # top alternatives per token, None = no logprobs
     model: str | None = None
+    constraint: GrammarSpec | None = None      # grammar / json_schema / response_format
 
 
 # ---- field checks -----------------------------------------------------------------------------
@@ -123,6 +127,22 @@ def _sampling(body: dict) -> dict:
     return {k: v for k, v in ((k, f()) for k, f in checks.items()) if v is not None}
 
 
+def _constraint(body: dict) -> GrammarSpec | None:
+    """grammar (GBNF), json_schema, response_format, as llama-server reads them: a broken grammar
+    or schema is a 400 naming the problem (the grammar's line and column, the schema's path)."""
+    for name in ("grammar", "json_schema", "response_format"):
+        v = body.get(name)
+        if name == "grammar" and v is not None and not isinstance(v, str):
+            raise APIError(f"'grammar' must be a string of GBNF, got {_type_name(v)}", param="grammar")
+        if name != "grammar" and v is not None and not isinstance(v, (dict, str)):
+            raise APIError(f"'{name}' must be an object, got {_type_name(v)}", param=name)
+    try:
+        return constraint_spec(body.get("grammar") or None, body.get("json_schema"), body.get("response_format"))
+    except (GrammarError, InvalidArgumentError) as e:
+        param = "grammar" if body.get("grammar") else "response_format" if "response_format" in body else "json_schema"
+        raise APIError(str(e), param=param) from None
+
+
 def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     if not isinstance(body, dict):
         raise APIError(f"the request body must be a JSON object, got {_type_name(body)}")
@@ -130,7 +150,7 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise APIError(f"'model' must be a string, got {_type_name(model)}", param="model")
-    req = GenRequest(kind, model=model, sampling=_sampling(body), stop=_stop(body))
+    req = GenRequest(kind, model=model, sampling=_sampling(body), stop=_stop(body), constraint=_constraint(body))
     for name in ("max_completion_tokens", "max_tokens", "n_predict"):
         v = _number(body, name, 0, 2**31 - 1, integer=True)
         if v is not None:
@@ -280,6 +300,13 @@ def completion_logprobs(lps: list[TokenLogprobs], text_of: TokenText, offset: in
             "text_offset": offsets}
 
 
+def chat_output(req: GenRequest) -> ChatOutput:
+    """How a chat's text becomes its message: the JSON alone under a response format."""
+    if req.constraint is not None and req.constraint.kind == "json_schema":
+        return JsonOutput()
+    return PlainOutput()
+
+
 @dataclass
 class Shaper:
     """Builds one request's response objects (whole or as chunks)."""
@@ -290,10 +317,13 @@ class Shaper:
     id: str = ""
     created: int = 0
     prompt_chars: int = 0
+    output: ChatOutput | None = None           # a chat's reader of its own text
 
     def __post_init__(self) -> None:
         self.id = self.id or new_id(self.req.kind)
         self.created = self.created or int(time.time())
+        if self.output is None and self.req.kind == "chat":
+            self.output = chat_output(self.req)
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -306,26 +336,40 @@ class Shaper:
             return chat_logprobs(lps, self.text_of)
         return completion_logprobs(lps, self.text_of, self.prompt_chars + offset)
 
+    def finish_reason(self, finish: str) -> str:
+        if self.output is not None and self.output.has_tool_calls and finish == "stop":
+            return "tool_calls"
+        return FINISH.get(finish, finish)
+
     def whole(self, text: str, finish: str, lps, stats: Stats | None, n_prompt: int, n_gen: int) -> dict:
-        choice: dict = {"index": 0, "logprobs": self._logprobs(lps), "finish_reason": FINISH.get(finish, finish)}
+        choice: dict = {"index": 0, "logprobs": self._logprobs(lps), "finish_reason": None}
         if self.req.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
+            self.output.push(text)
+            self.output.finish()
+            choice["message"] = self.output.message()
             obj = self._head("chat.completion")
         else:
             choice["text"] = text
             obj = self._head("text_completion")
+        choice["finish_reason"] = self.finish_reason(finish)
         obj.update(choices=[choice], usage=usage(stats, n_prompt, n_gen), timings=timings(stats, self.has_drafter))
         return obj
 
+    def deltas(self, text: str, final: bool = False) -> list[dict]:
+        """A chat's deltas for more of its text (the reader holds back what may be syntax)."""
+        out = self.output.push(text) if text else []
+        return out + (self.output.finish() if final else [])
+
     def chunk(self, text: str | None = None, lps=None, finish: str | None = None, *, role: bool = False,
-              offset: int = 0) -> dict:
+              offset: int = 0, delta: dict | None = None) -> dict:
         choice: dict = {"index": 0, "logprobs": self._logprobs(lps, offset) if lps else None,
-                        "finish_reason": FINISH.get(finish, finish) if finish else None}
+                        "finish_reason": self.finish_reason(finish) if finish else None}
         if self.req.kind == "chat":
-            delta: dict = {"role": "assistant", "content": ""} if role else {}
+            d: dict = {"role": "assistant", "content": ""} if role else {}
             if text:
-                delta["content"] = text
-            choice["delta"] = delta
+                d["content"] = text
+            d.update(delta or {})
+            choice["delta"] = d
             obj = self._head("chat.completion.chunk")
         else:
             choice["text"] = text or ""

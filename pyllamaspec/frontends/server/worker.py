@@ -21,9 +21,10 @@ from ...engine.cancel import Cancel
 from ...engine.chat_template import ChatPrompt
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...errors import InvalidArgumentError, PyllamaspecError
+from ...errors import GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import DraftParams
 from ..generate import Piece, iter_generate
+from ..structured.formats import GrammarSpec
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
@@ -49,6 +50,7 @@ class Job:
     sampling: SamplingParams
     draft: DraftParams
     loop: asyncio.AbstractEventLoop
+    constraint: GrammarSpec | None = None     # with a chat's schema: the response-format grammar
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
@@ -120,10 +122,14 @@ class Worker:
         does not fit."""
         t = self.target
         stops = list(req.stop)
+        constraint = req.constraint
         try:
             if req.kind == "chat":
-                ids, chat_stops = ChatPrompt.make(req.messages, self.defaults.chat_template).render(t)
+                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template)
+                ids, chat_stops = prompt.render(t)
                 stops += [s for s in chat_stops if s not in stops]
+                if constraint is not None:
+                    constraint = constraint.for_chat(prompt.generation_prompt(t))
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
             else:
@@ -132,6 +138,10 @@ class Worker:
                 if bad:
                     raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
                                    param="prompt")
+            if constraint is not None:
+                constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
+        except GrammarError as e:
+            raise APIError(str(e), param="grammar" if req.constraint.kind == "grammar" else "response_format") from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
         n_ctx = min(m.n_ctx for m in (t, self.drafter) if isinstance(m, Model))
@@ -150,7 +160,7 @@ class Worker:
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
-        return Job(req, ids, stops, max_tokens, sampling, draft, loop)
+        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint)
 
     def _params(self, req: GenRequest) -> tuple[SamplingParams, DraftParams]:
         d = self.defaults
@@ -202,7 +212,8 @@ class Worker:
         n_at_cancel = None
         pieces = iter_generate(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
                                max_tokens=job.max_tokens, stop=job.stops, result=result, cancel=job.cancel,
-                               logprobs=job.req.logprobs, per_token=job.req.logprobs is not None)
+                               logprobs=job.req.logprobs, per_token=job.req.logprobs is not None,
+                               constraint=job.constraint)
         n = 0
         try:
             for p in pieces:

@@ -8,7 +8,6 @@ JSON alone."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ from ...engine.grammar import Grammar, check_grammar
 from ...errors import GrammarError, InvalidArgumentError
 from .gbnf_text import format_literal
 from .json_schema import SchemaConverter, json_schema_to_grammar
+from .output import json_content
 from .schema_model import read_schema
 
 
@@ -127,14 +127,10 @@ def chat_response_grammar(schema: Any, generation_prompt: str) -> GrammarSpec:
     return GrammarSpec(conv.grammar(), prefill=generation_prompt, kind="response_format")
 
 
-_FENCED = re.compile(r"\A\s*```json\s*(.*?)\s*```\s*\Z", re.S)
-
-
 def response_content(text: str) -> str:
     """The answer's content under a response format: the JSON without the fence and the
     whitespace the grammar allows around it (what llama-server's parser returns)."""
-    m = _FENCED.match(text)
-    return m.group(1) if m else text.strip()
+    return json_content(text, True)
 
 
 __all__ = ["GrammarSpec", "constraint_spec", "chat_response_grammar", "response_format_schema", "response_content"]
