@@ -29,7 +29,7 @@ def _spec(case: dict, model: Model):
     spec = constraint_spec(*(body.get(k) for k in FIELDS))
     if case["kind"] == "chat":
         prompt = ChatPrompt.make(body["messages"])
-        return spec.for_chat(prompt.generation_prompt(model)), prompt.render(model)[0]
+        return spec.for_chat(prompt, model), prompt.render(model)[0]
     return spec, model.tokenize(body["prompt"], add_special=True, parse_special=True)
 
 

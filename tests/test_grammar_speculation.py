@@ -189,7 +189,7 @@ def test_greedy_identical_with_drafters_under_a_schema(name):
     with Model(path, n_ctx=1024) as target, Model(path, n_ctx=1024) as draft:
         prompt = ChatPrompt.make(msgs)
         ids, _ = prompt.render(target)
-        spec = constraint_spec(response_format=rf).for_chat(prompt.generation_prompt(target))
+        spec = constraint_spec(response_format=rf).for_chat(prompt, target)
         plain, margins = masked_greedy(target, ids, spec.make(target), n)
         safe = next((i for i, m in enumerate(margins) if m < 0.5), n) if name == "gemma3" else n
         for label, dm, forced in [("forced", None, True), ("draft", draft, True), ("ngram", "ngram", True),

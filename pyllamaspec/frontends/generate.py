@@ -28,6 +28,7 @@ class GenerationResult:
     stats: Stats
     seed: int
     logprobs: list[TokenLogprobs] | None = None   # one per generated token, when asked
+    message: dict | None = None  # a chat's answer as read under its format (tool calls, JSON)
 
 
 @dataclass
@@ -94,7 +95,8 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
         ids, chat_stops = prompt.render(model)
         stop = stop + [s for s in chat_stops if s not in stop]
         if constraint is not None:
-            constraint = constraint.for_chat(prompt.generation_prompt(model))
+            constraint = constraint.for_chat(prompt, model)
+            result["reader"] = constraint.reader()     # how chat() reads the answer
     elif isinstance(prompt, str):
         ids = model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
     else:
@@ -105,6 +107,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
                 m.clear()
     grammar = constraint.make(model) if constraint is not None else None
     dec = Decoder(model, draft_model, sampling, draft, logprobs=logprobs, grammar=grammar)
+    result.setdefault("reader", None)
     result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy,
                   text="", logprobs=None if logprobs is None else [], eog=None)
     t0 = None                    # when generation (after the prompt) started
@@ -217,7 +220,8 @@ def _check_prompt(prompt) -> None:
 def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_p, min_p, seed, n_draft,
              n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
              parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
-             logprobs, cache_prompt, grammar=None, json_schema=None, response_format=None, forced=True):
+             logprobs, cache_prompt, grammar=None, json_schema=None, response_format=None, forced=True,
+             _constraint=None):
     """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading."""
     if adaptive is None:
@@ -230,6 +234,10 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
     draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
                         draft_vocab=draft_vocab, forced=forced)
     constraint = constraint_spec(grammar, json_schema, response_format)
+    if _constraint is not None:               # a chat's tools (chat() makes it)
+        if constraint is not None:
+            raise InvalidArgumentError("Cannot use grammar, json_schema or response_format constraints with tools")
+        constraint = _constraint
     stops = _check_stop(stop)
     max_tokens = _args.integer("max_tokens", max_tokens)
     _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
@@ -271,7 +279,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
              penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
-             forced: bool = True):
+             forced: bool = True, _constraint: GrammarSpec | None = None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Models are paths (loaded for this call) or loaded Model objects (reused: what their caches
@@ -307,15 +315,20 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
                          parse_special=parse_special, cancel=cancel, repeat_penalty=repeat_penalty,
                          frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                          penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt,
-                         grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced)
+                         grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
+                         _constraint=_constraint)
     result: dict = {}
     if stream:
         return (p.text for p in run(False, result))
     for _ in run(False, result):
         pass
+    reader = result.get("reader")
+    if reader is not None:
+        reader.push(result["text"])
+        reader.finish()
     return GenerationResult(text=result["text"], tokens=result["tokens"], prompt_tokens=result["prompt_tokens"],
                             finish_reason=result["finish_reason"], stats=result["stats"], seed=seed,
-                            logprobs=result["logprobs"])
+                            logprobs=result["logprobs"], message=reader.message() if reader is not None else None)
 
 
 def stream_generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None,

@@ -98,7 +98,9 @@ class Routes:
         except APIError as e:
             return error_response(e)
         prompt_chars = len(req.prompt) if isinstance(req.prompt, str) else 0
-        shaper = Shaper(req, self.alias, self.worker.token_bytes, self.worker.has_drafter, prompt_chars=prompt_chars)
+        reader = job.constraint.reader() if req.kind == "chat" and job.constraint is not None else None
+        shaper = Shaper(req, self.alias, self.worker.token_bytes, self.worker.has_drafter, prompt_chars=prompt_chars,
+                        output=reader)
         self.worker.submit(job)
         if req.stream:
             return StreamingResponse(self._chunks(job, shaper), media_type="text/event-stream",

@@ -14,18 +14,18 @@ from typing import Any, Callable
 from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
 from ...errors import GrammarError, InvalidArgumentError
 from ...speculation.decoder import Stats
-from ..structured.formats import GrammarSpec, constraint_spec
-from ..structured.output import ChatOutput, JsonOutput, PlainOutput
+from ..structured.formats import GrammarSpec, constraint_spec, tools_spec
+from ..structured.output import ChatOutput, PlainOutput
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # Options that change what OpenAI returns in ways we do not implement: refused unless they hold
 # their neutral value (a silently ignored option would give a wrong answer).
 UNSUPPORTED = {
-    "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "function_call": (None, "none"),
+    "functions": (None, []), "function_call": (None, "none"),
     "logit_bias": (None, {}), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
     "suffix": (None, ""), "echo": (None, False),
-    "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,), "parallel_tool_calls": (None, True, False),
+    "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,),
 }
 # Options without effect on one answer from this server: accepted and ignored.
 IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "cache_prompt", "safety_identifier",
@@ -207,13 +207,58 @@ def _messages(body: dict) -> list[dict]:
         if role not in ROLES:
             raise APIError(f"messages[{i}].role {role!r} is not supported (use one of {', '.join(ROLES)})",
                            param=f"messages[{i}].role")
-        out.append({"role": ROLES[role], "content": _content(i, m)})
+        out.append(_message(i, m, ROLES[role]))
     return out
+
+
+def _message(i: int, m: dict, role: str) -> dict:
+    """One message: content (null beside tool calls, or from a tool), an assistant's
+    tool_calls, a tool result's tool_call_id and name, earlier reasoning_content."""
+    calls = m.get("tool_calls")
+    if calls is not None and (role != "assistant" or not isinstance(calls, list)):
+        raise APIError(f"messages[{i}].tool_calls must be an array on an assistant message",
+                       param=f"messages[{i}].tool_calls")
+    out: dict = {"role": role}
+    if m.get("content") is None and (calls or role in ("tool", "assistant")):
+        if not calls and "content" not in m:
+            raise APIError(f"messages[{i}] has neither content nor tool_calls", param=f"messages[{i}].content")
+        out["content"] = None if calls else ""
+    else:
+        out["content"] = _content(i, m)
+    for j, tc in enumerate(calls or []):
+        f = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or tc.get("type", "function") != "function":
+            raise APIError(f"messages[{i}].tool_calls[{j}] must be {{'type': 'function', 'function': {{'name', "
+                           f"'arguments'}}}}", param=f"messages[{i}].tool_calls")
+    if calls:
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name", "reasoning_content"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    return out
+
+
+def _tools(body: dict, req: GenRequest) -> None:
+    """tools, tool_choice, parallel_tool_calls: the tools reach the template and the answer is
+    read in its tool-call syntax (a grammar enforces "required" or a named function)."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if not tools:
+        if choice not in (None, "none", "auto"):
+            raise APIError("'tool_choice' needs 'tools'", param="tool_choice")
+        return
+    if req.constraint is not None:
+        raise APIError("Cannot use custom grammar constraints (grammar, json_schema, response_format) with tools",
+                       param="tools")
+    try:
+        req.constraint = tools_spec(tools, choice, body.get("parallel_tool_calls"))
+    except InvalidArgumentError as e:
+        raise APIError(str(e), param="tool_choice" if "tool_choice" in str(e) else "tools") from None
 
 
 def parse_chat(body: Any, n_ctx: int) -> GenRequest:
     req = _common(body, "chat", n_ctx)
     req.messages = _messages(body)
+    _tools(body, req)
     want = _bool(body, "logprobs")
     top = _number(body, "top_logprobs", 0, MAX_LOGPROBS, integer=True)
     if top is not None and not want:
@@ -300,13 +345,6 @@ def completion_logprobs(lps: list[TokenLogprobs], text_of: TokenText, offset: in
             "text_offset": offsets}
 
 
-def chat_output(req: GenRequest) -> ChatOutput:
-    """How a chat's text becomes its message: the JSON alone under a response format."""
-    if req.constraint is not None and req.constraint.kind == "json_schema":
-        return JsonOutput()
-    return PlainOutput()
-
-
 @dataclass
 class Shaper:
     """Builds one request's response objects (whole or as chunks)."""
@@ -323,7 +361,7 @@ class Shaper:
         self.id = self.id or new_id(self.req.kind)
         self.created = self.created or int(time.time())
         if self.output is None and self.req.kind == "chat":
-            self.output = chat_output(self.req)
+            self.output = PlainOutput()
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,

@@ -125,11 +125,12 @@ class Worker:
         constraint = req.constraint
         try:
             if req.kind == "chat":
-                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template)
+                tools = {"tools": list(constraint.tools.tools)} if constraint is not None and constraint.tools else {}
+                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template, **tools)
                 ids, chat_stops = prompt.render(t)
                 stops += [s for s in chat_stops if s not in stops]
                 if constraint is not None:
-                    constraint = constraint.for_chat(prompt.generation_prompt(t))
+                    constraint = constraint.for_chat(prompt, t)
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
             else:
@@ -141,7 +142,8 @@ class Worker:
             if constraint is not None:
                 constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
         except GrammarError as e:
-            raise APIError(str(e), param="grammar" if req.constraint.kind == "grammar" else "response_format") from None
+            raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(req.constraint.kind,
+                                                                                       "response_format")) from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
         n_ctx = min(m.n_ctx for m in (t, self.drafter) if isinstance(m, Model))

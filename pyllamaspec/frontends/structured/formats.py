@@ -8,38 +8,53 @@ JSON alone."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...engine.grammar import Grammar, check_grammar
 from ...errors import GrammarError, InvalidArgumentError
 from .gbnf_text import format_literal
 from .json_schema import SchemaConverter, json_schema_to_grammar
-from .output import json_content
+from .output import ChatOutput, JsonOutput, PlainOutput, json_content
+from .tools.request import ToolRequest
 from .schema_model import read_schema
 
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """GBNF text, its start rule, and the text the grammar takes before the first generated
-    token (llama.cpp prefills a chat's generation prompt into output-format grammars)."""
+    """What constrains a generation: GBNF text (empty: nothing, a chat's tools may still be read),
+    its start rule, the text the grammar takes before the first generated token (llama.cpp
+    prefills a chat's generation prompt into output-format grammars), and for a chat the JSON
+    schema or the tools it came from, with what the template says of them (for_chat)."""
     text: str
     root: str = "root"
     prefill: str = ""
-    kind: str = "grammar"                 # "grammar", "json_schema" or "response_format"
+    kind: str = "grammar"                 # "grammar", "json_schema", "response_format" or "tools"
     schema: Any = None                    # the JSON schema it came from, if any
+    tools: ToolRequest | None = None
+    source: str = ""                      # the chat template (tools: its family's syntax)
+    generation_prompt: str = ""
+    parallel: bool = False                # the template shows several calls in one message
 
-    def for_chat(self, generation_prompt: str) -> "GrammarSpec":
-        """The grammar of a chat: a schema's becomes llama-server's response-format grammar
-        around the template's generation prompt; GBNF stays as it is (not prefilled)."""
-        if self.kind != "json_schema":
+    def for_chat(self, prompt, model) -> "GrammarSpec":
+        """The grammar of a chat (a ChatPrompt for `model`): a schema's becomes llama-server's
+        response-format grammar around the template's generation prompt; tools get the grammar
+        their tool_choice enforces (none for "auto"); GBNF stays as it is (not prefilled)."""
+        if self.kind == "json_schema":
+            return chat_response_grammar(self.schema, prompt.generation_prompt(model))
+        if self.kind != "tools":
             return self
-        return chat_response_grammar(self.schema, generation_prompt)
+        tmpl, gen = prompt.template(model), prompt.generation_prompt(model)
+        par = tmpl.parallel_tool_calls
+        return replace(self, text=self.tools.grammar(tmpl.source, gen, par) or "", source=tmpl.source,
+                       generation_prompt=gen, parallel=par)
 
-    def make(self, model) -> Grammar:
+    def make(self, model) -> Grammar | None:
         """The grammar on model's vocabulary, having taken the prefill text (llama.cpp's rule:
         the text tokenized with special tokens, less a first token that starts with a space
-        the text does not start with)."""
+        the text does not start with); None where there is no grammar."""
+        if not self.text:
+            return None
         g = Grammar(self.text, model, self.root)
         if self.prefill:
             ids = model.tokenize(self.prefill, add_special=False, parse_special=True)
@@ -48,6 +63,17 @@ class GrammarSpec:
             if g.accept(ids) != len(ids):
                 raise GrammarError(f"the grammar refuses the generation prompt {self.prefill!r}")
         return g
+
+    def reader(self) -> ChatOutput:
+        """How the chat's answer is read: tool calls, the JSON of a response format, or text."""
+        if self.kind == "tools":
+            return self.tools.output(self.source, self.generation_prompt, self.parallel)
+        return JsonOutput() if self.kind == "response_format" else PlainOutput()
+
+
+def tools_spec(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None) -> GrammarSpec:
+    """A chat's tools, to be bound to the template (for_chat)."""
+    return GrammarSpec("", kind="tools", tools=ToolRequest.make(tools, tool_choice, parallel_tool_calls))
 
 
 def response_format_schema(response_format: Any, json_schema: Any = None) -> Any:
@@ -133,4 +159,4 @@ def response_content(text: str) -> str:
     return json_content(text, True)
 
 
-__all__ = ["GrammarSpec", "constraint_spec", "chat_response_grammar", "response_format_schema", "response_content"]
+__all__ = ["GrammarSpec", "tools_spec", "constraint_spec", "chat_response_grammar", "response_format_schema", "response_content"]
