@@ -67,7 +67,8 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
     result: dict = {}
     pieces = iter_generate(ChatPrompt.make(conv.messages, chat_template), target, draft, sampling=sampling,
-                           draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result)
+                           draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result,
+                           constraint=getattr(a, "constraint", None))
     text, interrupted = "", False
     try:
         for piece in pieces:

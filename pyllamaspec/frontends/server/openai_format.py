@@ -316,6 +316,9 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
     if has_drafter:
         t.update(draft_n=stats.drafted, draft_n_accepted=stats.accepted, draft_acceptance=stats.acceptance_rate,
                  draft_rounds=stats.rounds, tokens_per_round=stats.mean_accepted)
+    if stats.forced:                          # text a grammar forced, drafted for free
+        t.update(draft_n_forced=stats.forced, draft_n_forced_accepted=stats.forced_accepted,
+                 tokens_per_round=stats.mean_accepted)
     return t
 
 

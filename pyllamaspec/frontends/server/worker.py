@@ -38,6 +38,7 @@ class Defaults:
     seeded: bool = False                  # -s given: requests without a seed use it
     chat_template: str | None = None
     max_tokens: int | None = None         # -n: a request's max_tokens when it gives none (None: to the end)
+    constraint: GrammarSpec | None = None  # --grammar / --json-schema: for requests without their own
 
 
 @dataclass
@@ -122,7 +123,7 @@ class Worker:
         does not fit."""
         t = self.target
         stops = list(req.stop)
-        constraint = req.constraint
+        constraint = req.constraint or self.defaults.constraint
         try:
             if req.kind == "chat":
                 tools = {"tools": list(constraint.tools.tools)} if constraint is not None and constraint.tools else {}
@@ -142,7 +143,7 @@ class Worker:
             if constraint is not None:
                 constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
         except GrammarError as e:
-            raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(req.constraint.kind,
+            raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(constraint.kind,
                                                                                        "response_format")) from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
