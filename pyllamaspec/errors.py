@@ -23,6 +23,11 @@ class ChatTemplateError(InvalidArgumentError):
     (raise_exception in the template)."""
 
 
+class GrammarError(InvalidArgumentError):
+    """A grammar (GBNF) or JSON schema that cannot constrain generation: the message names the
+    problem and where (line:column of the grammar, the schema's path)."""
+
+
 class ModelIOError(PyllamaspecError, OSError):
     """A model file could not be opened or read."""
     status = 2

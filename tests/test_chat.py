@@ -10,7 +10,6 @@ evaluate in batches of 32 (n_batch), where every split gives the same bits, and 
 is that reuse keeps exactly the right tokens in both caches."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest

@@ -6,6 +6,7 @@
 // target (p), which is what keeps the output distribution exactly the target's; penalties at a
 // draft position count the drafts before it, as the text it continues holds them.
 #include "error.h"
+#include "grammar/grammar.h"
 #include "pyllamaspec.h"
 
 #include <algorithm>
@@ -79,6 +80,20 @@ struct Penalties {
     }
 };
 
+// Rolls a grammar back to where a verification found it, whichever way it returns.
+struct GrammarMark {
+    psl_grammar * g;
+    int32_t n;
+    explicit GrammarMark(psl_grammar * gr) : g(gr), n(gr ? gr->n_accepted() : 0) {}
+    ~GrammarMark() {
+        if (!g) return;
+        try {
+            g->rewind(g->n_accepted() - n);
+        } catch (...) {   // cannot happen (rewinding what it accepted); a destructor must not throw
+        }
+    }
+};
+
 // Restores the history's length when a verification returns, whichever way it does.
 struct HistoryMark {
     std::vector<int32_t> & h;
@@ -128,12 +143,65 @@ struct psl_sampler {
     std::vector<float> cand_p;    // their probabilities (sum 1)
     std::vector<float> row_p;     // a dense p row (verify)
     Penalties pen;
+    psl_grammar * grammar = nullptr;   // the constraint, if any (not owned)
+    std::vector<uint8_t> allowed;      // its mask
+    std::vector<float> masked;         // a row with the tokens it forbids at -inf
+    std::vector<int32_t> top;          // the likeliest ids of a row (greedy under a grammar)
 
     bool greedy() const { return params.temperature <= 0.0f; }
+
+    // The grammar's mask for its current state; fails where it allows no token of this vocabulary.
+    const uint8_t * grammar_mask() {
+        allowed.resize((size_t) n_vocab);
+        grammar->mask(allowed.data(), n_vocab);
+        if (std::find(allowed.begin(), allowed.end(), 1) == allowed.end()) {
+            psl::fail(PSL_ERR_INVALID_ARGUMENT, "the grammar allows no token of this vocabulary here");
+        }
+        return allowed.data();
+    }
+
+    // The argmax (lowest id on ties) among the tokens the grammar allows: the row's likeliest
+    // tokens are tested one by one first, which mostly spares computing a whole mask.
+    int32_t pick_greedy(const float * row) {
+        const int32_t V = n_vocab;
+        const int32_t best = argmax(row, V);
+        if (!grammar || grammar->allows(best)) return best;
+        const int32_t n = std::min<int32_t>(32, V);
+        top.resize((size_t) n);
+        top_n(row, V, n, top.data());
+        for (int32_t id : top) {
+            if (grammar->allows(id)) return id;
+        }
+        const uint8_t * ok = grammar_mask();
+        int32_t pick = -1;
+        for (int32_t i = 0; i < V; ++i) {
+            if (ok[i] && (pick < 0 || row[i] > row[pick])) pick = i;
+        }
+        return pick;
+    }
+
+    // The row with the tokens the grammar forbids at -inf (llama.cpp's grammar-first chain).
+    // Where every allowed token's logit is -inf (a draft's restricted head), they share the
+    // mass equally: a draft may propose from any distribution it really draws from.
+    const float * constrain(const float * row) {
+        if (!grammar) return row;
+        const uint8_t * ok = grammar_mask();
+        masked.resize((size_t) n_vocab);
+        bool finite = false;
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            masked[i] = ok[i] ? row[i] : -INFINITY;
+            finite = finite || (ok[i] && row[i] > -INFINITY);
+        }
+        if (!finite) {
+            for (int32_t i = 0; i < n_vocab; ++i) masked[i] = ok[i] ? 0.0f : -INFINITY;
+        }
+        return masked.data();
+    }
 
     // Candidates and their adjusted probabilities for one logits row.
     void adjust(const float * logits) {
         const int32_t V = n_vocab;
+        if (!greedy()) logits = constrain(logits);
         const auto by_logit = [logits](int32_t a, int32_t b) {
             return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
         };
@@ -143,7 +211,7 @@ struct psl_sampler {
         bool sorted = false;
 
         if (greedy()) {
-            cand[0] = argmax(logits, V);
+            cand[0] = pick_greedy(logits);
             cand.resize(1);
             cand_p.assign(1, 1.0f);
             return;
@@ -219,7 +287,7 @@ struct psl_sampler {
     bool accept(const float * row, int32_t x, const float * q, int32_t * next) {
         const int32_t V = n_vocab;
         if (greedy()) {
-            *next = argmax(row, V);
+            *next = pick_greedy(row);
             return *next == x;
         }
         const float qx = q ? q[x] : 1.0f;
@@ -376,12 +444,18 @@ psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, cons
             if (draft[i] < 0 || draft[i] >= V) fail(PSL_ERR_OUT_OF_RANGE, "draft token %d out of range", draft[i]);
         }
         const HistoryMark mark(s->pen.history);
+        const GrammarMark gmark(s->grammar);
         for (int32_t i = 0; i <= k; ++i) {
-            if (i > 0) s->pen.history.push_back(draft[i - 1]);   // the text row i continues
+            if (i > 0) {                                          // the text row i continues
+                s->pen.history.push_back(draft[i - 1]);
+                if (s->grammar && !s->grammar->accept(draft[i - 1])) {
+                    fail(PSL_ERR_INTERNAL, "draft token %d was accepted but the grammar refuses it", draft[i - 1]);
+                }
+            }
             const float * row = s->pen.apply(target_logits + (size_t) i * V, V);
             if (i == k) {            // every draft accepted: the bonus token from p_k
                 *n_accepted = k;
-                *next_token = s->greedy() ? argmax(row, V) : s->draw_adjusted(row);
+                *next_token = s->greedy() ? s->pick_greedy(row) : s->draw_adjusted(row);
                 return;
             }
             const float * q = draft_probs ? draft_probs + (size_t) i * V : nullptr;
@@ -389,6 +463,13 @@ psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, cons
             *n_accepted = i;
             return;
         }
+    });
+}
+
+psl_status psl_sampler_set_grammar(psl_sampler * s, psl_grammar * g) {
+    return guard([&] {
+        if (!s) fail(PSL_ERR_INVALID_ARGUMENT, "sampler is NULL");
+        s->grammar = g;
     });
 }
 

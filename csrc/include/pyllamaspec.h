@@ -339,6 +339,36 @@ PSL_API psl_status psl_vocab_compatible(const psl_model * target, const psl_mode
  * order of how common they were in training. `out` holds n ids; *n_out = how many written. */
 PSL_API psl_status psl_vocab_draft_ids(const psl_model * model, int32_t n, int32_t * out, int32_t * n_out);
 
+/* ---- grammars (csrc/grammar/): llama.cpp's GBNF as a constraint on sampling ----
+ * A grammar follows one generation: which tokens may come next (llama.cpp's rule, to the token:
+ * a token whose text, special tokens rendered, the grammar can match, or whose id a <[id]> /
+ * <text> element names; an end-of-generation token where the grammar may end), the tokens it
+ * has accepted (rewind rolls them back, with a rejected draft), and the text every continuation
+ * starts with. Not thread-safe: one grammar per generation. */
+typedef struct psl_grammar psl_grammar;
+
+/* Parses GBNF text[0..len) with start rule `root` (NULL: "root") for model's vocabulary. model
+ * NULL: only checks the grammar's syntax (a <text> token reference is not looked up; the
+ * handle answers nothing else).
+ * A bad grammar fails with PSL_ERR_INVALID_ARGUMENT naming the problem, its line and column. */
+PSL_API psl_status psl_grammar_new(const psl_model * model, const char * text, size_t len, const char * root,
+                                   psl_grammar ** out);
+PSL_API void       psl_grammar_free(psl_grammar * g);
+/* Accepts ids[0..n) in order while the grammar allows them; *n_accepted = how many it took (the
+ * state is after those). */
+PSL_API psl_status psl_grammar_accept(psl_grammar * g, const int32_t * ids, int32_t n, int32_t * n_accepted);
+/* Back to the state before the last n accepted tokens (n <= psl_grammar_n_accepted). */
+PSL_API psl_status psl_grammar_rewind(psl_grammar * g, int32_t n);
+PSL_API int32_t    psl_grammar_n_accepted(const psl_grammar * g);
+/* allowed[id] = 1 where token id may come next, else 0, for id < n (ids past the vocabulary: 0). */
+PSL_API psl_status psl_grammar_mask(psl_grammar * g, uint8_t * allowed, int32_t n);
+PSL_API psl_status psl_grammar_allows(psl_grammar * g, int32_t id, bool * allowed);
+/* Whether an end-of-generation token is allowed now (the grammar may end here). */
+PSL_API bool       psl_grammar_may_end(const psl_grammar * g);
+/* The bytes every continuation starts with, at most cap (whole characters): none where the
+ * grammar branches, may end, or expects a token element. */
+PSL_API psl_status psl_grammar_forced(psl_grammar * g, char * buf, size_t cap, size_t * n_out);
+
 /* ---- sampling and speculative acceptance (csrc/engine/sampling.cpp) ----
  * Everything per vocabulary entry happens here, on the caller's logits buffers. The adjusted
  * distribution follows llama.cpp's chain: top-k, then top-p and min-p on the untempered
@@ -394,6 +424,12 @@ PSL_API psl_status psl_sampler_sample(psl_sampler * s, const float * logits, flo
 PSL_API psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, const int32_t * draft,
                                       const float * draft_probs, int32_t k, int32_t * n_accepted,
                                       int32_t * next_token);
+/* Samples under a grammar from now on (g NULL: none): every adjusted distribution is that of
+ * the logits with the tokens g forbids removed first (llama.cpp's grammar-first chain), at g's
+ * state; psl_sampler_verify scores row i at g's state after draft[0..i) and leaves g as it found
+ * it. The sampler does not own g: it must stay alive while set. Greedy picks test the likeliest
+ * tokens one by one before computing a whole mask. */
+PSL_API psl_status psl_sampler_set_grammar(psl_sampler * s, psl_grammar * g);
 /* Log-probabilities of n_rows logits rows (row-major, n_vocab floats each) under their full
  * softmax at temperature 1, before penalties and truncation (llama-server's n_probs, OpenAI's
  * logprobs): token_logprobs[i] = log p_i(tokens[i]); when n_top > 0, top_ids / top_logprobs

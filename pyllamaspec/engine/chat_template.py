@@ -21,6 +21,8 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from ..errors import ChatTemplateError, InvalidArgumentError
+from .chat_tools import (has_tool_messages, object_arguments, supports_object_arguments, supports_parallel_tool_calls,
+                         template_message, template_tools)
 
 # Templates written for pyllamaspec (not copied from any model card), for models whose GGUF
 # has none or a broken one.
@@ -137,11 +139,15 @@ def check_messages(messages: Any) -> list[dict]:
         if not isinstance(m, Mapping):
             raise InvalidArgumentError(f"messages[{i}] must be a dict with 'role' and 'content', "
                                        f"got {type(m).__name__}")
-        for key in ("role", "content"):
-            if key not in m:
-                raise InvalidArgumentError(f"messages[{i}] has no {key!r}")
-            if not isinstance(m[key], str):
-                raise InvalidArgumentError(f"messages[{i}][{key!r}] must be a str, got {type(m[key]).__name__}")
+        if not isinstance(m.get("role"), str):
+            raise InvalidArgumentError(f"messages[{i}] has no 'role'" if "role" not in m else
+                                       f"messages[{i}]['role'] must be a str, got {type(m['role']).__name__}")
+        # content may be None only beside tool calls (an assistant that only calls tools)
+        if "content" not in m and not m.get("tool_calls"):
+            raise InvalidArgumentError(f"messages[{i}] has no 'content'")
+        c = m.get("content")
+        if not isinstance(c, str) and not (c is None and (m.get("tool_calls") or m["role"] == "tool")):
+            raise InvalidArgumentError(f"messages[{i}]['content'] must be a str, got {type(c).__name__}")
     return [dict(m) for m in messages]
 
 
@@ -158,6 +164,12 @@ class ChatTemplate:
     eos_token: str = ""
     name: str = "custom"
 
+    @property
+    def parallel_tool_calls(self) -> bool:
+        """Whether it shows several calls in one assistant message (llama-server's default for
+        a request's parallel_tool_calls)."""
+        return supports_parallel_tool_calls(self.source, _compile)
+
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                tools: list | None = None, **kwargs: Any) -> str:
         """The prompt text, as Hugging Face's apply_chat_template(tokenize=False) gives it."""
@@ -167,9 +179,15 @@ class ChatTemplate:
         if not isinstance(add_generation_prompt, bool):
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
         if tools is not None:
-            kwargs["tools"] = tools
-        variables = dict(bos_token=self.bos_token, eos_token=self.eos_token)
+            kwargs["tools"] = template_tools(tools)
+        now = datetime.now()              # llama.cpp's extra context
+        variables = dict(bos_token=self.bos_token, eos_token=self.eos_token, datetime=now.strftime("%b %d %Y"),
+                         date_string=now.strftime("%d %b %Y"), enable_thinking=True)
         variables.update(kwargs)          # a caller's bos_token etc. win, as in HF
+        if tools is not None or has_tool_messages(msgs):
+            msgs = [template_message(m) for m in msgs]
+            if supports_object_arguments(self.source, _compile):
+                msgs = object_arguments(msgs)
         msgs = _llamacpp_messages(self.source, msgs)
         try:
             text = _compile(self.source).render(messages=msgs, add_generation_prompt=add_generation_prompt,
@@ -315,6 +333,22 @@ class ChatPrompt:
         text = tmpl.render(list(self.messages), add_generation_prompt=self.add_generation_prompt,
                            **dict(self.kwargs))
         return prompt_ids(model, text, tmpl), self._stops(model, tmpl)
+
+    def template(self, model) -> ChatTemplate:
+        return model_template(model, self.chat_template)
+
+    def generation_prompt(self, model) -> str:
+        """What the template adds for the assistant's turn: the rendering with the generation
+        prompt past its common prefix with the one without (llama.cpp's generation_prompt, which
+        an output-format grammar takes first)."""
+        tmpl = model_template(model, self.chat_template)
+        msgs, kw = list(self.messages), dict(self.kwargs)
+        with_prompt = tmpl.render(msgs, add_generation_prompt=True, **kw)
+        without = tmpl.render(msgs, add_generation_prompt=False, **kw)
+        n = 0
+        while n < min(len(with_prompt), len(without)) and with_prompt[n] == without[n]:
+            n += 1
+        return with_prompt[n:]
 
     @staticmethod
     def _stops(model, tmpl: ChatTemplate) -> list[str]:

@@ -88,6 +88,13 @@ class Sampler:
             raise InvalidArgumentError(f"expected a C-contiguous float32 array of {rows} x {self.n_vocab}")
         return ffi.from_buffer("float[]", a)
 
+    def set_grammar(self, grammar) -> None:
+        """Samples under `grammar` (an engine.grammar.Grammar; None: no constraint) from now on:
+        the tokens it forbids at its current state are removed before the chain, and verify()
+        scores each draft position at the grammar's state after the drafts before it."""
+        self._grammar = grammar               # the core only points to it: keep it alive
+        _native.check(lib.psl_sampler_set_grammar(self._s, ffi.NULL if grammar is None else grammar.handle))
+
     # -- the history the penalties look back on ------------------------------------------
     def push(self, tokens) -> None:
         """Appends tokens (the prompt, then each accepted token) to the penalties' history."""

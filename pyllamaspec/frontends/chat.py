@@ -3,52 +3,86 @@ the same generation loop as generate() (speculative with a draft model)."""
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..engine.chat_template import ChatPrompt
 from ..errors import InvalidArgumentError
 from .generate import GenerationResult, ModelLike, generate
+from .structured.formats import tools_spec
+
+
+@dataclass
+class ToolCall:
+    """A call the model made: its id, the function's name and its arguments (JSON text, as the
+    model wrote it; .args() reads them)."""
+    id: str
+    name: str
+    arguments: str
+
+    def args(self) -> Any:
+        return json.loads(self.arguments)
 
 
 @dataclass
 class ChatResult(GenerationResult):
-    """A GenerationResult with the answer as a message: {"role": "assistant", "content": text}."""
+    """A GenerationResult with the answer as a message: {"role": "assistant", "content": text},
+    with "tool_calls" (OpenAI's shape) and "reasoning_content" where the model gave them;
+    .tool_calls as objects; finish_reason "tool_calls" when it called tools."""
     message: dict = field(default_factory=dict)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-_GENERATE_ARGS = frozenset(inspect.signature(generate).parameters) - {"prompt", "model", "draft_model", "stream"}
+_GENERATE_ARGS = frozenset(inspect.signature(generate).parameters) - {"prompt", "model", "draft_model", "stream",
+                                                                      "_constraint"}
 
 
 def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: ModelLike | str | None = None, *,
          stream: bool = False, chat_template: str | None = None, tools: list | None = None,
+         tool_choice: Any = None, parallel_tool_calls: bool | None = None,
          template_kwargs: Mapping[str, Any] | None = None, **generate_kwargs: Any) -> "ChatResult | Iterator[str]":
     """Answer a conversation: messages is a list of {"role": ..., "content": ...} dicts (roles
-    as the template knows them: system, user, assistant). The prompt is the model's chat
-    template (or chat_template: a built-in name, a file, Jinja source) with the generation
-    prompt added; generation stops at the template's end of turn. Returns a ChatResult
-    (.message, .text, .stats, ...), or with stream=True a generator of text pieces.
+    as the template knows them: system, user, assistant, tool; an assistant's "tool_calls"
+    in OpenAI's shape). The prompt is the model's chat template (or chat_template: a built-in
+    name, a file, Jinja source) with the generation prompt added; generation stops at the
+    template's end of turn. Returns a ChatResult (.message, .tool_calls, .text, .stats, ...),
+    or with stream=True a generator of text pieces.
 
+    tools (OpenAI's function tools) are rendered as llama.cpp renders them, and the answer is
+    read in the template's tool-call syntax (Qwen3 / Hermes, Qwen3.5 XML, gpt-oss harmony,
+    Llama 3.x, Mistral, Gemma 4) into .message["tool_calls"]; tool_choice "required" or a
+    named function ({"type": "function", "function": {"name": ...}}) is enforced by a grammar,
+    "none" reads no calls; parallel_tool_calls (default: whether the template shows several).
     Other keyword arguments are generate()'s (max_tokens, temperature, stop, n_ctx, cancel, ...);
-    tools and template_kwargs reach the template. A Model reused across turns evaluates only
-    the new part of each prompt (see generate's cache_prompt).
+    template_kwargs reach the template. With response_format / json_schema the grammar is
+    llama-server's for a chat (the JSON bare or in a ```json fence after the template's
+    generation prompt) and .message["content"] is the JSON alone. A Model reused across turns
+    evaluates only the new part of each prompt (see generate's cache_prompt).
     """
     unknown = sorted(set(generate_kwargs) - _GENERATE_ARGS)
     if unknown:
         raise InvalidArgumentError(f"chat() got unexpected argument(s) {', '.join(unknown)}")
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
         raise InvalidArgumentError(f"template_kwargs must be a dict, got {type(template_kwargs).__name__}")
-    if tools is not None and not isinstance(tools, (list, tuple)):
-        raise InvalidArgumentError(f"tools must be a list, got {type(tools).__name__}")
     extra = dict(template_kwargs or {})
+    constraint = None
     if tools is not None:
+        constraint = tools_spec(tools, tool_choice, parallel_tool_calls)
         extra["tools"] = list(tools)
+    elif tool_choice is not None:
+        raise InvalidArgumentError("tool_choice needs tools")
     prompt = ChatPrompt.make(messages, chat_template, **extra)
-    out = generate(prompt, model, draft_model, stream=stream, **generate_kwargs)
+    out = generate(prompt, model, draft_model, stream=stream, _constraint=constraint, **generate_kwargs)
     if stream:
         return out
     fields = {f: getattr(out, f) for f in GenerationResult.__dataclass_fields__}
-    return ChatResult(**fields, message={"role": "assistant", "content": out.text})
+    message = out.message or {"role": "assistant", "content": out.text}
+    calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    if calls and fields["finish_reason"] == "stop":
+        fields["finish_reason"] = "tool_calls"
+    fields["message"] = message
+    return ChatResult(**fields, tool_calls=calls)
 
 
-__all__ = ["chat", "ChatResult"]
+__all__ = ["chat", "ChatResult", "ToolCall"]

@@ -14,6 +14,7 @@ from ..engine.model import DRAFT_OPTIONS, Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
 from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError, PyllamaspecError, RpcError
 from ..speculation.decoder import Decoder, DraftParams, Stats
+from .structured.formats import GrammarSpec, constraint_spec
 
 ModelLike = Union[str, "os.PathLike[str]", Model]
 
@@ -27,6 +28,7 @@ class GenerationResult:
     stats: Stats
     seed: int
     logprobs: list[TokenLogprobs] | None = None   # one per generated token, when asked
+    message: dict | None = None  # a chat's answer as read under its format (tool calls, JSON)
 
 
 @dataclass
@@ -79,18 +81,24 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
                   stop: list[str], result: dict, add_special: bool = True,
                   parse_special: bool = True, cancel: Cancel | None = None,
                   logprobs: int | None = None, per_token: bool = False,
-                  cache_prompt: bool = True, progress=None) -> Iterator[Piece]:
+                  cache_prompt: bool = True, progress=None,
+                  constraint: GrammarSpec | None = None) -> Iterator[Piece]:
     """The generation loop. Yields Pieces (per_token: one per generated token, then the text
     held back to the end as a Piece of token -1); fills result with tokens, finish reason,
     stats, logprobs (a list, when asked) and "eog" (the Piece of the end-of-generation token
     that stopped it, if one did). prompt: text, token ids, or a ChatPrompt (rendered with the
     model's chat template). cache_prompt: keep what the models' caches hold of the prompt
-    (else they start empty). progress(done, total): the prompt's evaluation, batch by batch."""
+    (else they start empty). progress(done, total): the prompt's evaluation, batch by batch.
+    constraint: the grammar every token respects (a chat's JSON schema becomes llama-server's
+    response-format grammar around the template's generation prompt)."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     if isinstance(prompt, ChatPrompt):
         ids, chat_stops = prompt.render(model)
         stop = stop + [s for s in chat_stops if s not in stop]
+        if constraint is not None:
+            constraint = constraint.for_chat(prompt, model)
+            result["reader"] = constraint.reader()     # how chat() reads the answer
     elif isinstance(prompt, str):
         ids = model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
     else:
@@ -99,7 +107,9 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model 
         for m in (model, draft_model):
             if isinstance(m, Model):
                 m.clear()
-    dec = Decoder(model, draft_model, sampling, draft, logprobs=logprobs)
+    grammar = constraint.make(model) if constraint is not None else None
+    dec = Decoder(model, draft_model, sampling, draft, logprobs=logprobs, grammar=grammar)
+    result.setdefault("reader", None)
     result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy,
                   text="", logprobs=None if logprobs is None else [], eog=None)
     t0 = None                    # when generation (after the prompt) started
@@ -213,7 +223,8 @@ def _check_prompt(prompt) -> None:
 def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_p, min_p, seed, n_draft,
              n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
              parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
-             logprobs, cache_prompt):
+             logprobs, cache_prompt, grammar=None, json_schema=None, response_format=None, forced=True,
+             _constraint=None):
     """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading."""
     if adaptive is None:
@@ -224,7 +235,12 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
                               repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                               presence_penalty=presence_penalty, penalty_last_n=penalty_last_n)
     draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
-                        draft_vocab=draft_vocab)
+                        draft_vocab=draft_vocab, forced=forced)
+    constraint = constraint_spec(grammar, json_schema, response_format)
+    if _constraint is not None:               # a chat's tools (chat() makes it)
+        if constraint is not None:
+            raise InvalidArgumentError("Cannot use grammar, json_schema or response_format constraints with tools")
+        constraint = _constraint
     stops = _check_stop(stop)
     max_tokens = _args.integer("max_tokens", max_tokens)
     _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
@@ -251,7 +267,8 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
                                      add_special=add_special, parse_special=parse_special, cancel=cancel,
-                                     logprobs=logprobs, per_token=per_token, cache_prompt=cache_prompt)
+                                     logprobs=logprobs, per_token=per_token, cache_prompt=cache_prompt,
+                                     constraint=constraint)
     return run, seed
 
 
@@ -263,7 +280,9 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              add_special: bool = True, parse_special: bool = True, cancel: Cancel | None = None,
              repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-             penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True):
+             penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
+             grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
+             forced: bool = True, _constraint: GrammarSpec | None = None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Models are paths (loaded for this call) or loaded Model objects (reused: what their caches
@@ -287,6 +306,10 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     stream_generate for response objects). cancel (a pyllamaspec.Cancel)
     stops the generation from another thread: finish_reason "cancelled", the tokens so far
     kept. Parameters are checked before any work (InvalidArgumentError).
+    grammar (GBNF text, llama.cpp's syntax), json_schema (a dict or its JSON text) or
+    response_format (OpenAI's {"type": "json_object" | "json_schema", ...}) constrain every
+    token, as llama-server does (GrammarError for a bad grammar or schema); speculation stays
+    exact under them, and with forced=True the text the grammar forces is drafted for free.
     """
     run, seed = _prepare(prompt, model, draft_model, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                          top_p=top_p, min_p=min_p, seed=seed, n_draft=n_draft, n_min=n_min, p_min=p_min,
@@ -294,15 +317,21 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
                          n_threads=n_threads, n_gpu_layers=n_gpu_layers, add_special=add_special,
                          parse_special=parse_special, cancel=cancel, repeat_penalty=repeat_penalty,
                          frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                         penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt)
+                         penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt,
+                         grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
+                         _constraint=_constraint)
     result: dict = {}
     if stream:
         return (p.text for p in run(False, result))
     for _ in run(False, result):
         pass
+    reader = result.get("reader")
+    if reader is not None:
+        reader.push(result["text"])
+        reader.finish()
     return GenerationResult(text=result["text"], tokens=result["tokens"], prompt_tokens=result["prompt_tokens"],
                             finish_reason=result["finish_reason"], stats=result["stats"], seed=seed,
-                            logprobs=result["logprobs"])
+                            logprobs=result["logprobs"], message=reader.message() if reader is not None else None)
 
 
 def stream_generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None,

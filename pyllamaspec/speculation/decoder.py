@@ -28,10 +28,12 @@ from typing import Iterator
 import numpy as np
 
 from ..engine import _args
+from ..engine.grammar import Grammar
 from ..engine.model import Model
 from ..engine.sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 from ..errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .cost_model import DraftPolicy
+from .constraint import NO_CONSTRAINT, Constraint
 from .drafters import NO_DRAFT, Draft, Drafter, make_drafter
 from .pair_stats import registry
 from .params import DraftParams
@@ -54,6 +56,8 @@ class Stats:
     t_draft: float = 0.0
     t_target: float = 0.0
     accepted_per_round: list[int] = field(default_factory=list)
+    forced: int = 0              # drafts a grammar forced (free: no drafter proposed them)
+    forced_accepted: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -61,8 +65,8 @@ class Stats:
 
     @property
     def mean_accepted(self) -> float:
-        """Tokens gained per round: the accepted drafts plus the target's own token."""
-        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+        """Tokens gained per round: the accepted drafts (forced ones too) plus the target's own."""
+        return (self.accepted + self.forced_accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
     def n_prompt_evaluated(self) -> int:
@@ -80,11 +84,17 @@ class Stats:
     def generate_tps(self) -> float:
         return self.n_generated / self.t_generate if self.t_generate > 0 else 0.0
 
-    def record_round(self, drafted: int, accepted: int) -> None:
+    def record_round(self, drafted: int, accepted: int, forced: int = 0, forced_accepted: int = 0) -> None:
         self.rounds += 1
         self.drafted += drafted
         self.accepted += accepted
-        self.accepted_per_round.append(accepted)
+        self.forced += forced
+        self.forced_accepted += forced_accepted
+        self.accepted_per_round.append(accepted + forced_accepted)
+
+    @property
+    def forced_acceptance_rate(self) -> float:
+        return self.forced_accepted / self.forced if self.forced else 0.0
 
     @property
     def t_loop(self) -> float:
@@ -100,7 +110,8 @@ class Decoder:
     verification's logits rows (no extra evaluation)."""
 
     def __init__(self, target: Model, draft: "Model | str | Drafter | None", sampling: SamplingParams,
-                 draft_params: DraftParams | None = None, logprobs: int | None = None):
+                 draft_params: DraftParams | None = None, logprobs: int | None = None,
+                 grammar: Grammar | None = None):
         self.target = target
         self.sampling = sampling
         if logprobs is not None:
@@ -119,6 +130,9 @@ class Decoder:
         self.drafter = make_drafter(target, draft, sampling, self.dp, eog)
         # --ignore-eos: the target's rows never choose these (a drafted one is then rejected)
         self.banned = np.array(sorted(eog), np.int64) if sampling.ignore_eos else None
+        # the grammar, if any: a property of every round (constraint.py)
+        self.constraint = Constraint(grammar, target, forced=self.dp.forced) if grammar is not None else NO_CONSTRAINT
+        self.constraint.attach(self.t_sampler)
         # what earlier generations learned of this target and drafter (pair_stats.py)
         self.policy = DraftPolicy(self.dp.n_draft,
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
@@ -176,12 +190,15 @@ class Decoder:
 
     def step(self, want: int | None = None) -> list[tuple[int, bool]]:
         """One round: draft, verify in one batch, accept or resample, roll back. Returns the new
-        tokens, each with whether the drafter proposed it. `want`: how many more tokens the
-        caller will take (max_tokens left); a round drafts no more than that needs, so nothing
-        is verified only to be dropped."""
-        k_cap = self._draft_cap(want)
+        tokens, each with whether it was drafted (by the drafter or forced by a grammar).
+        `want`: how many more tokens the caller will take (max_tokens left); a round drafts no
+        more than that needs, so nothing is verified only to be dropped."""
+        cap = self._draft_cap(want)
+        k = min(cap, self.drafter.max_draft) if self.drafter is not None else 0
         t_round = time.perf_counter()
-        draft = self.drafter.propose(self.seq, k_cap, self.policy) if self.drafter and k_cap else NO_DRAFT
+        draft = self.drafter.propose(self.seq, k, self.policy, self.constraint) if k else NO_DRAFT
+        # drafts the grammar forbids are cut; the text it forces is appended (free drafts)
+        draft = self.constraint.complete(draft, cap)
         t0 = time.perf_counter()
         self.stats.t_draft += t0 - t_round
         # the target scores [last, x_1..x_k] in one batch: p_1..p_{k+1}
@@ -189,6 +206,7 @@ class Decoder:
         p = self._score(draft)
         # x_i is accepted with probability min(1, p_i(x_i)/q_i(x_i)) (greedy: iff it is the
         # argmax); the first rejection draws from norm(max(0, p_i - q_i)), else a bonus from p_{k+1}
+        # (under a grammar p and q lose the forbidden tokens first: the sampler holds it)
         n_acc, nxt = self.t_sampler.verify(p, draft.tokens, draft.q)
         self.target.truncate(n_past + 1 + n_acc)           # roll back the rejected drafts
         dt = time.perf_counter() - t0
@@ -196,22 +214,31 @@ class Decoder:
         self.policy.observe_target(draft.n + 1, dt)
         new = [int(t) for t in draft.tokens[:n_acc]] + [int(nxt)]
         self._extend(new, p)
-        if self.drafter is not None:
-            self.drafter.accepted(self.seq, new, draft)      # the drafter rolls back its own state
-            self.policy.observe_verified(draft.n, n_acc, draft.p_max, time.perf_counter() - t_round)
-            self.stats.record_round(draft.n, n_acc)
+        self.constraint.advance(new)                         # the grammar takes the round's text
+        self._observe(draft, new, n_acc, t_round)
         return [(t, i < n_acc) for i, t in enumerate(new)]
+
+    def _observe(self, draft: Draft, new: list[int], n_acc: int, t_round: float) -> None:
+        """The drafter rolls back its own state and the cost model learns from the drafter's
+        part of the draft (forced drafts are the grammar's, not the drafter's)."""
+        own = draft.n - draft.n_forced
+        own_acc = min(n_acc, own)
+        if self.drafter is not None:
+            self.drafter.accepted(self.seq, new, draft)
+            p_max = draft.p_max[:own] if draft.p_max is not None else None
+            self.policy.observe_verified(own, own_acc, p_max, time.perf_counter() - t_round)
+        if self.drafter is not None or self.constraint.active:
+            self.stats.record_round(own, own_acc, draft.n_forced, n_acc - own_acc)
 
     def _draft_cap(self, want: int | None) -> int:
         """The longest draft this round may verify: n_draft, the context's room, what the caller
-        still wants, and how far the target (a hybrid's recurrent snapshot ring) and the drafter
-        roll back in O(1)."""
+        still wants, and how far the target (a hybrid's recurrent snapshot ring) rolls back in
+        O(1) (the drafter's own bound applies to its part)."""
         room = self.room()
         if room < 1:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
-        k_cap = min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room,
-                    self.target.max_rollback)
-        return min(k_cap, self.drafter.max_draft) if self.drafter is not None else 0
+        return min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room,
+                   self.target.max_rollback)
 
     def _score(self, draft: Draft) -> np.ndarray:
         """The target's logits for the round's batch: the last token, then the draft (a chain)."""

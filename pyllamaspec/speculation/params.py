@@ -16,13 +16,15 @@ class DraftParams:
     stops; p_min (a draft stops where its top probability is below it) then defaults to none,
     else to llama.cpp's 0.75; `ngram` is the n-gram drafter's longest match;
     `draft_vocab`: a draft model with more than twice as many tokens computes logits for this
-    many common ones only (Model.common_token_ids; 0 = all of them)."""
+    many common ones only (Model.common_token_ids; 0 = all of them); `forced`: under a grammar,
+    the text it forces is drafted for free (speculation/constraint.py)."""
     n_draft: int = 16
     n_min: int = 0
     p_min: float | None = None
     adaptive: bool = True
     ngram: int = 3
     draft_vocab: int = 32768
+    forced: bool = True
 
     def __post_init__(self) -> None:
         _args.integer("n_draft", self.n_draft, 1, _args.MAX_DRAFT)
@@ -33,6 +35,8 @@ class DraftParams:
             raise InvalidArgumentError(f"adaptive must be True or False, got {self.adaptive!r}")
         _args.integer("ngram", self.ngram, 1, 64)
         _args.integer("draft_vocab", self.draft_vocab)
+        if not isinstance(self.forced, (bool, np.bool_)):
+            raise InvalidArgumentError(f"forced must be True or False, got {self.forced!r}")
 
     @property
     def stop_p(self) -> float:

@@ -87,6 +87,13 @@ def add_sampling_args(ap: argparse.ArgumentParser) -> None:
                        help="as llama.cpp's (off by default)")
     g.add_argument("--repeat-last-n", dest="repeat_last_n", type=int, default=None,
                    help="last n tokens the penalties consider (default 64, 0 = off, -1 = the whole context)")
+    g = ap.add_argument_group("constraints (llama.cpp's flags; a server's default for requests without their own)")
+    g.add_argument("--grammar", help="GBNF grammar every token respects (llama.cpp's syntax)")
+    g.add_argument("--grammar-file", help="a file with the GBNF grammar")
+    g.add_argument("-j", "--json-schema", help="JSON schema the output follows (converted as llama.cpp converts it)")
+    g.add_argument("-jf", "--json-schema-file", help="a file with the JSON schema")
+    g.add_argument("--no-forced-drafts", dest="forced", action="store_false",
+                   help="do not draft the text a grammar forces (it is drafted for free by default)")
 
 
 def add_speculation_args(ap: argparse.ArgumentParser) -> None:

@@ -69,7 +69,7 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     result: dict = {}
     pieces = iter_generate(ChatPrompt.make(conv.messages, chat_template), target, draft, sampling=sampling,
                            draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result,
-                           progress=StepProgress("prompt"))
+                           progress=StepProgress("prompt"), constraint=getattr(a, "constraint", None))
     text, interrupted = "", False
     try:
         for piece in pieces:

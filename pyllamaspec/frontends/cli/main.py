@@ -26,6 +26,7 @@ from ...errors import PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
+from ..structured.formats import GrammarSpec, constraint_spec
 from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
 from .chat import run_conversation
 from .checks import Setup, check_drafters, ineffective_flags
@@ -143,7 +144,8 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
     # a fixed seed with sampling asks for reproducible output: fixed draft lengths then
     adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
     draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
-                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab)
+                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab, forced=a.forced)
+    a.constraint = constraint_from_args(a)
     if a.n_predict < -1:
         raise PyllamaspecError("-n must be >= -1")
     if getattr(a, "compare_runs", 1) < 1:
@@ -159,6 +161,23 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
         print("warning: --no-jinja has no effect: chat templates are always rendered with Jinja here",
               file=sys.stderr)
     return sampling, draft_params, adaptive
+
+
+def _read(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise PyllamaspecError(f"{flag}: cannot read {path}: {e}") from None
+
+
+def constraint_from_args(a: argparse.Namespace) -> GrammarSpec | None:
+    """--grammar / --grammar-file / --json-schema / --json-schema-file, checked now."""
+    grammar = _read(a.grammar_file, "--grammar-file") if a.grammar_file else a.grammar
+    schema = _read(a.json_schema_file, "--json-schema-file") if a.json_schema_file else a.json_schema
+    if (a.grammar and a.grammar_file) or (a.json_schema and a.json_schema_file):
+        raise PyllamaspecError("give a grammar (or schema) once: as text or as a file")
+    return constraint_spec(grammar, schema)
 
 
 def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
@@ -216,7 +235,8 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
     pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
                            max_tokens=max_tokens, stop=a.stop, result=result,
                            parse_special=not a.no_special,
-                           progress=None if a.log_disable else StepProgress("prompt", new_line=True))
+                           progress=None if a.log_disable else StepProgress("prompt", new_line=True),
+                           constraint=getattr(a, "constraint", None))
     try:
         for piece in pieces:
             text = piece.text

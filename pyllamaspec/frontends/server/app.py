@@ -103,7 +103,9 @@ class Routes:
                 return self.native.stream(job)
             return await self._whole(request, job, lambda r, lps: self.native.whole(job, r))
         prompt_chars = len(req.prompt) if isinstance(req.prompt, str) else 0
-        shaper = Shaper(req, self.alias, self.worker.token_bytes, self.worker.has_drafter, prompt_chars=prompt_chars)
+        reader = job.constraint.reader() if req.kind == "chat" and job.constraint is not None else None
+        shaper = Shaper(req, self.alias, self.worker.token_bytes, self.worker.has_drafter, prompt_chars=prompt_chars,
+                        output=reader)
         if req.stream:
             return StreamingResponse(self._chunks(job, shaper), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -138,14 +140,17 @@ class Routes:
                 if kind == "piece":
                     if value.logprobs is not None:
                         pending.append(value.logprobs)
-                    if value.text:
-                        yield _sse(shaper.chunk(value.text, pending, offset=offset))
+                    for delta in (shaper.deltas(value.text) if chat else [{"text": value.text}] if value.text else []):
+                        yield _sse(shaper.chunk(delta.pop("text", None), pending, offset=offset, delta=delta))
                         offset += sum(len(shaper.text_of(t.token).decode("utf-8", "replace")) for t in pending)
                         pending = []
                 elif kind == "error":
                     yield _sse(_as_api_error(value).body())
                 else:
                     r = value
+                    for delta in (shaper.deltas("", final=True) if chat else []):
+                        yield _sse(shaper.chunk(None, pending, delta=delta))
+                        pending = []
                     if pending:
                         yield _sse(shaper.chunk("", pending, offset=offset))
                     yield _sse(shaper.final_chunk(r["finish_reason"], r["stats"]))

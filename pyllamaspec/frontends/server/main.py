@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 target.check_draft(drafter)
             defaults = Defaults(sampling, draft_params, seeded=a.seed >= 0,
                                 chat_template=a.chat_template_file or a.chat_template,
-                                max_tokens=a.n_predict if a.n_predict >= 0 else None)
+                                max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint)
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),

@@ -12,28 +12,27 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
-from ...errors import ContextFullError, PyllamaspecError
+from ...errors import ContextFullError, GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import Stats
+from ..structured.formats import GrammarSpec, constraint_spec, tools_spec
+from ..structured.output import ChatOutput, PlainOutput
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # Options that change what OpenAI returns in ways we do not implement: refused unless they hold
 # their neutral value (a silently ignored option would give a wrong answer).
 UNSUPPORTED = {
-    "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "function_call": (None, "none"),
+    "functions": (None, []), "function_call": (None, "none"),
     "logit_bias": (None, {}, []), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
-    "response_format": (None, {"type": "text"}), "suffix": (None, ""), "echo": (None, False),
-    "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,), "parallel_tool_calls": (None, True, False),
+    "suffix": (None, ""), "echo": (None, False), "best_of": (None, 1), "n": (None, 1), "web_search_options": (None,),
     # llama-server's sampling extras this server does not have (in any route, as llama-server takes them)
     "typical_p": (None, 1, 1.0), "mirostat": (None, 0), "dynatemp_range": (None, 0, 0.0),
     "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0), "top_n_sigma": (None, -1, -1.0),
     "n_indent": (None, 0), "post_sampling_probs": (None, False), "lora": (None, []),
     "samplers": (None, ["penalties", "top_k", "top_p", "min_p", "temperature"]),
+    # lazy grammars (applied from a trigger on): a grammar from the first token would differ
+    "grammar_lazy": (None, False), "grammar_triggers": (None, []),
 }
-# Constraints on the output: ignoring one would return text that breaks it, so until grammars
-# exist each is refused by name.
-CONSTRAINTS = {"grammar": (None, ""), "json_schema": (None, {}), "grammar_lazy": (None, False),
-               "grammar_triggers": (None, [])}
 # Options without effect on one answer from this server: accepted and ignored.
 IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "safety_identifier",
            "prompt_cache_key", "verbosity", "n_keep", "t_max_prompt_ms", "return_progress", "timings_per_token"}
@@ -81,6 +80,7 @@ class GenRequest:
     id_slot: int = -1                          # the slot asked for (-1: any)
     native: bool = False                       # llama-server's /completion shapes, not OpenAI's
     return_tokens: bool = False                # /completion: the generated ids too
+    constraint: GrammarSpec | None = None      # grammar / json_schema / response_format
 
 
 # ---- field checks -----------------------------------------------------------------------------
@@ -116,16 +116,6 @@ def _bool(body: dict, name: str, default: bool = False) -> bool:
 
 
 def _refuse_unsupported(body: dict) -> None:
-    for name, neutral in CONSTRAINTS.items():
-        if name in body and body[name] not in neutral:
-            raise APIError(f"'{name}' is not supported by this server: constrained output (grammars, JSON "
-                           f"schemas) does not exist here yet, and ignoring it would return unconstrained text",
-                           param=name, code="unsupported_parameter")
-    rf = body.get("response_format")
-    if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema"):
-        raise APIError(f"'response_format' {rf.get('type')!r} is not supported by this server: constrained output "
-                       f"(grammars, JSON schemas) does not exist here yet", param="response_format",
-                       code="unsupported_parameter")
     for name, neutral in UNSUPPORTED.items():
         if name in body and body[name] not in neutral:
             what = "n > 1 (several choices)" if name == "n" else f"'{name}'"
@@ -167,6 +157,22 @@ def _slot(body: dict) -> int:
     return -1 if v is None else v
 
 
+def _constraint(body: dict) -> GrammarSpec | None:
+    """grammar (GBNF), json_schema, response_format, as llama-server reads them: a broken grammar
+    or schema is a 400 naming the problem (the grammar's line and column, the schema's path)."""
+    for name in ("grammar", "json_schema", "response_format"):
+        v = body.get(name)
+        if name == "grammar" and v is not None and not isinstance(v, str):
+            raise APIError(f"'grammar' must be a string of GBNF, got {_type_name(v)}", param="grammar")
+        if name != "grammar" and v is not None and not isinstance(v, (dict, str)):
+            raise APIError(f"'{name}' must be an object, got {_type_name(v)}", param=name)
+    try:
+        return constraint_spec(body.get("grammar") or None, body.get("json_schema"), body.get("response_format"))
+    except (GrammarError, InvalidArgumentError) as e:
+        param = "grammar" if body.get("grammar") else "response_format" if "response_format" in body else "json_schema"
+        raise APIError(str(e), param=param) from None
+
+
 def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     if not isinstance(body, dict):
         raise APIError(f"the request body must be a JSON object, got {_type_name(body)}")
@@ -175,7 +181,7 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     if model is not None and not isinstance(model, str):
         raise APIError(f"'model' must be a string, got {_type_name(model)}", param="model")
     req = GenRequest(kind, model=model, sampling=_sampling(body), stop=_stop(body), id_slot=_slot(body),
-                     cache_prompt=_bool(body, "cache_prompt", True))
+                     cache_prompt=_bool(body, "cache_prompt", True), constraint=_constraint(body))
     for name in ("max_completion_tokens", "max_tokens", "n_predict"):
         v = _number(body, name, -1, 2**31 - 1, integer=True)
         if v == -1:                            # llama-server's "to the end"
@@ -234,13 +240,58 @@ def _messages(body: dict) -> list[dict]:
         if role not in ROLES:
             raise APIError(f"messages[{i}].role {role!r} is not supported (use one of {', '.join(ROLES)})",
                            param=f"messages[{i}].role")
-        out.append({"role": ROLES[role], "content": _content(i, m)})
+        out.append(_message(i, m, ROLES[role]))
     return out
+
+
+def _message(i: int, m: dict, role: str) -> dict:
+    """One message: content (null beside tool calls, or from a tool), an assistant's
+    tool_calls, a tool result's tool_call_id and name, earlier reasoning_content."""
+    calls = m.get("tool_calls")
+    if calls is not None and (role != "assistant" or not isinstance(calls, list)):
+        raise APIError(f"messages[{i}].tool_calls must be an array on an assistant message",
+                       param=f"messages[{i}].tool_calls")
+    out: dict = {"role": role}
+    if m.get("content") is None and (calls or role in ("tool", "assistant")):
+        if not calls and "content" not in m:
+            raise APIError(f"messages[{i}] has neither content nor tool_calls", param=f"messages[{i}].content")
+        out["content"] = None if calls else ""
+    else:
+        out["content"] = _content(i, m)
+    for j, tc in enumerate(calls or []):
+        f = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or tc.get("type", "function") != "function":
+            raise APIError(f"messages[{i}].tool_calls[{j}] must be {{'type': 'function', 'function': {{'name', "
+                           f"'arguments'}}}}", param=f"messages[{i}].tool_calls")
+    if calls:
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name", "reasoning_content"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    return out
+
+
+def _tools(body: dict, req: GenRequest) -> None:
+    """tools, tool_choice, parallel_tool_calls: the tools reach the template and the answer is
+    read in its tool-call syntax (a grammar enforces "required" or a named function)."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if not tools:
+        if choice not in (None, "none", "auto"):
+            raise APIError("'tool_choice' needs 'tools'", param="tool_choice")
+        return
+    if req.constraint is not None:
+        raise APIError("Cannot use custom grammar constraints (grammar, json_schema, response_format) with tools",
+                       param="tools")
+    try:
+        req.constraint = tools_spec(tools, choice, body.get("parallel_tool_calls"))
+    except InvalidArgumentError as e:
+        raise APIError(str(e), param="tool_choice" if "tool_choice" in str(e) else "tools") from None
 
 
 def parse_chat(body: Any, n_ctx: int) -> GenRequest:
     req = _common(body, "chat", n_ctx)
     req.messages = _messages(body)
+    _tools(body, req)
     want = _bool(body, "logprobs")
     top = _number(body, "top_logprobs", 0, MAX_LOGPROBS, integer=True)
     if top is not None and not want:
@@ -309,6 +360,9 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
     if has_drafter:
         t.update(draft_n=stats.drafted, draft_n_accepted=stats.accepted, draft_acceptance=stats.acceptance_rate,
                  draft_rounds=stats.rounds, tokens_per_round=stats.mean_accepted)
+    if stats.forced:                          # text a grammar forced, drafted for free
+        t.update(draft_n_forced=stats.forced, draft_n_forced_accepted=stats.forced_accepted,
+                 tokens_per_round=stats.mean_accepted)
     return t
 
 
@@ -348,10 +402,13 @@ class Shaper:
     id: str = ""
     created: int = 0
     prompt_chars: int = 0
+    output: ChatOutput | None = None           # a chat's reader of its own text
 
     def __post_init__(self) -> None:
         self.id = self.id or new_id(self.req.kind)
         self.created = self.created or int(time.time())
+        if self.output is None and self.req.kind == "chat":
+            self.output = PlainOutput()
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -364,26 +421,40 @@ class Shaper:
             return chat_logprobs(lps, self.text_of)
         return completion_logprobs(lps, self.text_of, self.prompt_chars + offset)
 
+    def finish_reason(self, finish: str) -> str:
+        if self.output is not None and self.output.has_tool_calls and finish == "stop":
+            return "tool_calls"
+        return FINISH.get(finish, finish)
+
     def whole(self, text: str, finish: str, lps, stats: Stats | None, n_prompt: int, n_gen: int) -> dict:
-        choice: dict = {"index": 0, "logprobs": self._logprobs(lps), "finish_reason": FINISH.get(finish, finish)}
+        choice: dict = {"index": 0, "logprobs": self._logprobs(lps), "finish_reason": None}
         if self.req.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
+            self.output.push(text)
+            self.output.finish()
+            choice["message"] = self.output.message()
             obj = self._head("chat.completion")
         else:
             choice["text"] = text
             obj = self._head("text_completion")
+        choice["finish_reason"] = self.finish_reason(finish)
         obj.update(choices=[choice], usage=usage(stats, n_prompt, n_gen), timings=timings(stats, self.has_drafter))
         return obj
 
+    def deltas(self, text: str, final: bool = False) -> list[dict]:
+        """A chat's deltas for more of its text (the reader holds back what may be syntax)."""
+        out = self.output.push(text) if text else []
+        return out + (self.output.finish() if final else [])
+
     def chunk(self, text: str | None = None, lps=None, finish: str | None = None, *, role: bool = False,
-              offset: int = 0) -> dict:
+              offset: int = 0, delta: dict | None = None) -> dict:
         choice: dict = {"index": 0, "logprobs": self._logprobs(lps, offset) if lps else None,
-                        "finish_reason": FINISH.get(finish, finish) if finish else None}
+                        "finish_reason": self.finish_reason(finish) if finish else None}
         if self.req.kind == "chat":
-            delta: dict = {"role": "assistant", "content": ""} if role else {}
+            d: dict = {"role": "assistant", "content": ""} if role else {}
             if text:
-                delta["content"] = text
-            choice["delta"] = delta
+                d["content"] = text
+            d.update(delta or {})
+            choice["delta"] = d
             obj = self._head("chat.completion.chunk")
         else:
             choice["text"] = text or ""

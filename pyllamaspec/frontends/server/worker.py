@@ -21,9 +21,10 @@ from ...engine.cancel import Cancel
 from ...engine.chat_template import ChatPrompt
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...errors import InvalidArgumentError, PyllamaspecError
+from ...errors import GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import DraftParams
 from ..generate import Piece, iter_generate
+from ..structured.formats import GrammarSpec
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
@@ -37,6 +38,7 @@ class Defaults:
     seeded: bool = False                  # -s given: requests without a seed use it
     chat_template: str | None = None
     max_tokens: int | None = None         # -n: a request's max_tokens when it gives none (None: to the end)
+    constraint: GrammarSpec | None = None  # --grammar / --json-schema: for requests without their own
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Job:
     sampling: SamplingParams
     draft: DraftParams
     loop: asyncio.AbstractEventLoop
+    constraint: GrammarSpec | None = None     # with a chat's schema: the response-format grammar
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
@@ -142,10 +145,15 @@ class Worker:
         does not fit."""
         t = self.target
         stops = list(req.stop)
+        constraint = req.constraint or self.defaults.constraint
         try:
             if req.kind == "chat":
-                ids, chat_stops = ChatPrompt.make(req.messages, self.defaults.chat_template).render(t)
+                tools = {"tools": list(constraint.tools.tools)} if constraint is not None and constraint.tools else {}
+                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template, **tools)
+                ids, chat_stops = prompt.render(t)
                 stops += [s for s in chat_stops if s not in stops]
+                if constraint is not None:
+                    constraint = constraint.for_chat(prompt, t)
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
             elif any(isinstance(x, str) for x in req.prompt):   # llama-server's mixed prompt
@@ -162,6 +170,11 @@ class Worker:
                 if bad:
                     raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
                                    param="prompt")
+            if constraint is not None:
+                constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
+        except GrammarError as e:
+            raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(constraint.kind,
+                                                                                       "response_format")) from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
         n_ctx = min(m.n_ctx for m in (t, self.drafter) if isinstance(m, Model))
@@ -180,7 +193,7 @@ class Worker:
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
-        return Job(req, ids, stops, max_tokens, sampling, draft, loop)
+        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint)
 
     def _params(self, req: GenRequest) -> tuple[SamplingParams, DraftParams]:
         d = self.defaults
@@ -243,7 +256,8 @@ class Worker:
         pieces = iter_generate(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
                                max_tokens=job.max_tokens, stop=job.stops, result=result, cancel=job.cancel,
                                logprobs=job.req.logprobs, cache_prompt=job.req.cache_prompt,
-                               per_token=job.req.logprobs is not None or job.req.return_tokens)
+                               per_token=job.req.logprobs is not None or job.req.return_tokens,
+                               constraint=job.constraint)
         task = self._start_task(job)
         n = 0
         try:

@@ -38,11 +38,14 @@ class Draft:
     parents: int32 [n] for a tree (see the module's docstring); None: a chain.
     p_max: float32 [n], the drafter's confidence in each token (its top probability), from
        which the cost model learns acceptance by confidence; None: it has none.
+    n_forced: how many of the tokens, at the end, a grammar forced (free drafts appended by
+       the round's constraint, speculation/constraint.py), not proposed by the drafter.
     """
     tokens: np.ndarray
     q: np.ndarray | None = None
     parents: np.ndarray | None = None
     p_max: np.ndarray | None = None
+    n_forced: int = 0
 
     @property
     def n(self) -> int:
@@ -71,10 +74,14 @@ class Drafter(ABC):
         return 1 << 30
 
     @abstractmethod
-    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy",
+                constraint=None) -> Draft:
         """A draft of at most k_cap tokens to follow seq (the target's cache holds seq[:-1]).
         The cost model (policy) measures the drafter's cost and, where the decoder's params say
-        adaptive, sizes the draft; the draft may be empty (plain decoding this round)."""
+        adaptive, sizes the draft; the draft may be empty (plain decoding this round). Under a
+        grammar (constraint: a speculation.constraint.Constraint, active) a drafter that samples its tokens must draw them from its
+        distribution with the forbidden tokens removed (SampledDrafter does); the round cuts any
+        draft before a token the grammar forbids (right for point-mass drafts only)."""
 
     def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
         """The round made `new` text (seq ends with it): the accepted prefix of draft and the

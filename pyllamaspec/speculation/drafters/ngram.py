@@ -1,5 +1,6 @@
 """Prompt lookup: proposes what followed the most recent earlier occurrence of the last n tokens
-(n from `ngram` down to 1). Deterministic, so q is a point mass."""
+(n from `ngram` down to 1). Deterministic, so q is a point mass; under a grammar the round cuts
+the copy before the first token the grammar forbids (speculation/constraint.py)."""
 from __future__ import annotations
 
 import time
@@ -44,7 +45,7 @@ class NgramDrafter(Drafter):
         self.match = 0
         return 0
 
-    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
         """Looks the continuation up first (it costs next to nothing), then lets the cost model
         cut it, with the acceptance it has seen for matches of that length, apart for rounds
         after one that took every drafted token: inside a copied passage, a copy goes on."""

@@ -38,6 +38,7 @@ class SampledDrafter(Drafter):
         self.p_max = np.zeros(params.n_draft, np.float32)
         self.out = np.empty(params.n_draft, np.int32)
         self.evals = 0                           # logits computed by the last draft()
+        self.grammar = None                      # the round's grammar, if any (propose)
 
     @abstractmethod
     def next_logits(self, token: int, k: int) -> np.ndarray:
@@ -60,7 +61,8 @@ class SampledDrafter(Drafter):
             self.sampler.reset(prompt)
         return 0
 
-    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
+        self._constrain(constraint.grammar if constraint is not None else None)
         dp = self.params
         k_max = policy.choose(k_cap, self.pending(seq)) if dp.adaptive else k_cap
         if k_max <= 0:
@@ -79,6 +81,14 @@ class SampledDrafter(Drafter):
         policy.observe_catch_up(t1 - t0, n_up)
         policy.observe_draft(time.perf_counter() - t1, self.evals)
         return Draft(self.out[:k], None if self.q is None else self.q[:k], p_max=self.p_max[:k])
+
+    def _constrain(self, grammar) -> None:
+        """Under a grammar, q is the draft's distribution with the forbidden tokens removed (its
+        sampler holds the grammar, which takes each drafted token: the next row is masked at the
+        state after it; the round rolls the grammar back)."""
+        if grammar is not self.grammar:
+            self.grammar = grammar
+            self.sampler.set_grammar(grammar)
 
     def draft(self, first: int, k_max: int, p_min: float, policy: "DraftPolicy | None") -> int:
         """Drafts up to k_max tokens after `first` into self.out; returns how many."""
@@ -100,6 +110,8 @@ class SampledDrafter(Drafter):
                         break
             self.out[k], self.p_max[k] = drafted, p_max
             k += 1
+            if self.grammar is not None:
+                self.grammar.accept(self.out[k - 1:k])
             if self.penalized:
                 self.sampler.push(self.out[k - 1:k])
             if drafted in self.eog or not more:  # nothing worth drafting after the end

@@ -1,0 +1,103 @@
+// The C API of grammars ("grammars" in pyllamaspec.h).
+#include "error.h"
+#include "grammar/gbnf.h"
+#include "grammar/grammar.h"
+#include "grammar/token_table.h"
+#include "model.h"
+#include "pyllamaspec.h"
+#include "vocab/vocab.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace psl;
+
+namespace {
+
+Grammar & grammar_of(psl_grammar * g) {
+    if (!g) fail(PSL_ERR_INVALID_ARGUMENT, "grammar is NULL");
+    return *g;
+}
+
+}  // namespace
+
+extern "C" {
+
+psl_status psl_grammar_new(const psl_model * model, const char * text, size_t len, const char * root,
+                           psl_grammar ** out) {
+    return guard([&] {
+        if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
+        *out = nullptr;
+        if (!text && len) fail(PSL_ERR_INVALID_ARGUMENT, "text is NULL");
+        std::shared_ptr<const Vocab> vocab;
+        if (model) {
+            if (!model->vocab) fail(PSL_ERR_NO_VOCAB, "a grammar needs the model's tokenizer, which this model lacks");
+            vocab = model->vocab;
+        }
+        // without a vocabulary, a <text> token reference passes the syntax check as any token
+        TokenLookup token_of = [&vocab](std::string_view s, int32_t & id) {
+            if (!vocab) {
+                id = 0;
+                return true;
+            }
+            std::vector<token_id> ids;
+            vocab->tokenize(s, false, true, ids);
+            if (ids.size() != 1) return false;
+            id = ids[0];
+            return true;
+        };
+        Gbnf g;
+        const uint32_t start = parse_gbnf(std::string_view(text ? text : "", len), root ? root : "root", token_of,
+                                          vocab ? vocab->n_tokens() : -1, g);
+        *out = new psl_grammar(g, start, vocab ? TokenTable::of(vocab) : nullptr);
+    });
+}
+
+void psl_grammar_free(psl_grammar * g) { delete g; }
+
+psl_status psl_grammar_accept(psl_grammar * g, const int32_t * ids, int32_t n, int32_t * n_accepted) {
+    return guard([&] {
+        Grammar & gr = grammar_of(g);
+        if (n < 0 || (n > 0 && !ids)) fail(PSL_ERR_INVALID_ARGUMENT, "bad ids (n = %d)", n);
+        int32_t i = 0;
+        while (i < n && gr.accept(ids[i])) ++i;
+        if (n_accepted) *n_accepted = i;
+    });
+}
+
+psl_status psl_grammar_rewind(psl_grammar * g, int32_t n) {
+    return guard([&] { grammar_of(g).rewind(n); });
+}
+
+int32_t psl_grammar_n_accepted(const psl_grammar * g) { return g ? g->n_accepted() : 0; }
+
+psl_status psl_grammar_mask(psl_grammar * g, uint8_t * allowed, int32_t n) {
+    return guard([&] {
+        Grammar & gr = grammar_of(g);
+        if (n < 0 || (n > 0 && !allowed)) fail(PSL_ERR_INVALID_ARGUMENT, "bad mask buffer (n = %d)", n);
+        gr.mask(allowed, n);
+    });
+}
+
+psl_status psl_grammar_allows(psl_grammar * g, int32_t id, bool * allowed) {
+    return guard([&] {
+        Grammar & gr = grammar_of(g);
+        if (!allowed) fail(PSL_ERR_INVALID_ARGUMENT, "allowed is NULL");
+        *allowed = gr.allows(id);
+    });
+}
+
+bool psl_grammar_may_end(const psl_grammar * g) { return g && g->may_end(); }
+
+psl_status psl_grammar_forced(psl_grammar * g, char * buf, size_t cap, size_t * n_out) {
+    return guard([&] {
+        Grammar & gr = grammar_of(g);
+        if (cap && !buf) fail(PSL_ERR_INVALID_ARGUMENT, "buf is NULL");
+        const std::string s = gr.forced(cap);
+        if (!s.empty()) std::copy(s.begin(), s.end(), buf);
+        if (n_out) *n_out = s.size();
+    });
+}
+
+}  // extern "C"
