@@ -260,6 +260,25 @@ void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp
     }
 }
 
+// The vocabulary size: the embeddings' rows; a draft head may borrow its target's embeddings,
+// and then says it in {arch}.vocab_size (else its tokenizer's length).
+int32_t vocab_size(const GgufFile & f, const psl_model & m) {
+    const TensorSource * embd_src = m.files->find("token_embd.weight");
+    int64_t n = -1;
+    if (embd_src) {
+        n = embd_src->meta->ne[1];
+    } else if (m.arch->is_head()) {
+        n = f.get_int(m.arch_name + ".vocab_size", -1);
+        const int64_t i = gguf_find_key(f.gguf(), "tokenizer.ggml.tokens");
+        if (n < 0 && i >= 0 && gguf_get_kv_type(f.gguf(), i) == GGUF_TYPE_ARRAY) n = (int64_t) gguf_get_arr_n(f.gguf(), i);
+        if (n < 0) fail(PSL_ERR_FORMAT, "'%s': a draft head without token_embd must give %s.vocab_size", f.path().c_str(), m.arch_name.c_str());
+    } else {
+        fail(PSL_ERR_FORMAT, "'%s': tensor 'token_embd.weight' is missing", f.path().c_str());
+    }
+    if (n <= 0 || n > INT32_MAX) fail(PSL_ERR_FORMAT, "'%s': bad vocabulary size", f.path().c_str());
+    return (int32_t) n;
+}
+
 void pick_devices(psl_model & m, int32_t n_gpu_layers) {
     m.dev_cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!m.dev_cpu) fail(PSL_ERR_BACKEND, "no CPU backend");
@@ -304,11 +323,7 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
     load_common_hparams(f, m->arch_name, m->hp);
     m->arch->load_hparams(f, m->arch_name, m->hp);
 
-    const TensorSource * embd_src = m->files->find("token_embd.weight");
-    const ggml_tensor * embd = embd_src ? embd_src->meta : nullptr;
-    if (!embd) fail(PSL_ERR_FORMAT, "'%s': tensor 'token_embd.weight' is missing", path.c_str());
-    if (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX) fail(PSL_ERR_FORMAT, "'%s': bad vocabulary size", path.c_str());
-    m->hp.n_vocab = (int32_t) embd->ne[1];
+    m->hp.n_vocab = vocab_size(f, *m);
 
     pick_devices(*m, params.n_gpu_layers);
     if (params.rpc_servers && *params.rpc_servers) split_layers(*m, params);

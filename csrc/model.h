@@ -73,6 +73,21 @@ struct HParams {
     std::vector<bool> recurrent_layers;
     int32_t rope_sections[4] = {0, 0, 0, 0};
     int32_t n_nextn = 0;         // MTP layers after the trunk (run only by an MTP draft, mtp.h)
+    // A draft head (EAGLE-3, DFlash: engine/head.h) drafts for a target from the inputs of the
+    // target's layers `target_layers` (a layer id names that layer's input), concatenated.
+    struct Head {
+        std::vector<int32_t> target_layers;
+        int32_t n_embd_target = 0;         // the target's hidden size it was trained on
+        bool norm_before_residual = false; // eagle3: the residual is the normed features
+        bool norm_before_fc = false;       // eagle3: the features are normed before fc
+        std::vector<int32_t> d2t;          // draft-vocabulary row -> target token id (empty: the same)
+        int32_t block_size = 0;            // dflash: mask/noise positions per block, the anchor included
+        int32_t mask_token = -1;           // dflash
+        bool causal = false;               // dflash: causal attention within the block
+        float embd_scale = 0.0f;           // dflash: token embeddings scaled (0: not)
+        float value_scale = 0.0f;          // dflash: attention output scaled (0: not)
+        bool gelu = false;                 // dflash: GeGLU FFN instead of SwiGLU
+    } head;
     bool is_recurrent(int il) const { return il < (int) recurrent_layers.size() && recurrent_layers[il]; }
     bool hybrid() const {
         for (bool r : recurrent_layers) if (r) return true;
@@ -133,6 +148,11 @@ struct Layer {
     ggml_tensor * nextn_embed = nullptr;
     ggml_tensor * nextn_head_norm = nullptr;
     ggml_tensor * nextn_head = nullptr;
+    // draft heads (models/eagle3.cpp, models/dflash.cpp): the norm of the fused target features
+    // (eagle3's hidden_norm), a per-layer output scale, rope frequency factors (llama3 scaling)
+    ggml_tensor * attn_norm_2 = nullptr;
+    ggml_tensor * out_scale = nullptr;
+    ggml_tensor * rope_freqs = nullptr;
 };
 
 }  // namespace psl
@@ -155,6 +175,11 @@ struct psl_model {
     bool tied_output = false;
     std::vector<psl::Layer> layers;
     int32_t mtp_layer = -1;                   // index in layers of a loaded MTP block, else -1
+    // a draft head's fusion of the target features: fc (+ its scalar scale), and the norm of its
+    // input (eagle3's norm_before_fc) or output (dflash)
+    ggml_tensor * fc = nullptr;
+    ggml_tensor * fc_scale = nullptr;
+    ggml_tensor * enc_norm = nullptr;
 
     // Devices: the CPU always; a GPU when one was compiled in and layers are offloaded.
     ggml_backend_dev_t dev_cpu = nullptr;
@@ -256,6 +281,10 @@ struct ArchOps {
     // One MTP draft step over one token (engine/mtp.h): sets g.inp_mtp_h and g.mtp_hidden and
     // returns the logits [n_vocab, 1]; null for an architecture without MTP layers.
     ggml_tensor * (*build_mtp)(Graph & g) = nullptr;
+    // A draft head (engine/head.h) has no eval of its own: `build` is its decoder and this its
+    // encoder of the target's features (g.inp_embd); null for a model.
+    ggml_tensor * (*build_encode)(Graph & g) = nullptr;
+    bool is_head() const { return build_encode != nullptr; }
 };
 
 const ArchOps * find_arch(const std::string & name);

@@ -240,6 +240,9 @@ psl_status psl_context_new(psl_model * model, const psl_context_params * params,
         *out = nullptr;
         PSL_REQUIRE(model, PSL_ERR_INVALID_ARGUMENT, "model is NULL");
         PSL_REQUIRE(model->arch, PSL_ERR_UNSUPPORTED, "a vocabulary-only model (psl_vocab_load) cannot evaluate");
+        PSL_REQUIRE(!model->arch->is_head(), PSL_ERR_UNSUPPORTED,
+                    "'%s' is a draft head (%s): it drafts for a target model (as its draft), it cannot evaluate on its own",
+                    model->file->path().c_str(), model->arch_name.c_str());
         const psl_context_params p = params ? *params : psl_context_default_params();
         retain(model);
         try {

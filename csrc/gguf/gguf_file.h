@@ -72,6 +72,8 @@ public:
     double get_float(const std::string & key, double dflt) const;
     std::string get_str(const std::string & key) const;
     std::string get_str(const std::string & key, const std::string & dflt) const;
+    // An array of integers (or bools) as int64; empty when the key is absent.
+    std::vector<int64_t> get_ints(const std::string & key) const;
 
 private:
     // Every resource is owned by a member, so a constructor that fails half way (a truncated

@@ -237,6 +237,38 @@ PSL_API psl_status psl_context_enable_mtp(psl_context * ctx);
 PSL_API psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
                                          int64_t out_cap);
 
+/* ---- draft heads (csrc/engine/head.cpp): EAGLE-3 ("eagle3") and DFlash ("dflash") files
+ * load with psl_model_load but have no context of their own (psl_context_new refuses them): a
+ * head is attached to its target's context and drafts from the inputs of the target layers it
+ * names, which the target keeps whenever it evaluates (no extra target evaluation). ---- */
+enum psl_head_kind { PSL_HEAD_NONE = 0, PSL_HEAD_EAGLE3 = 1, PSL_HEAD_DFLASH = 2 };
+typedef struct psl_head_info {
+    int32_t kind;               /* psl_head_kind                                           */
+    int32_t n_target_layers;    /* target layers it reads (their ids: target_layers)       */
+    int32_t target_layers[64];
+    int32_t n_embd_target;      /* the target hidden size it was trained on                */
+    int32_t n_draft_vocab;      /* rows of its output (d2t maps them to target ids)        */
+    int32_t block_size;         /* dflash: positions per block, the anchor included        */
+    int32_t mask_token;         /* dflash: the mask token id, -1 for eagle3                */
+} psl_head_info;
+PSL_API psl_status psl_model_head_info(const psl_model * model, psl_head_info * out);
+/* general.architecture of a GGUF file (its first part), read without loading weights. */
+PSL_API psl_status psl_file_arch(const char * path, char * arch, size_t cap);
+/* Attaches a head to ctx (NULL detaches): checked against the target (hidden size, layer ids,
+ * vocabulary; PSL_ERR_UNSUPPORTED names the misfit); the head keeps a reference to its model.
+ * The cache is cleared: the next evals give the head its features. */
+PSL_API psl_status psl_context_attach_head(psl_context * ctx, psl_model * head);
+/* EAGLE-3: one chained draft step, n_vocab logits into logits (out_cap floats). Step 0 runs
+ * `token` (the next token, not yet in the cache) with the features of position n_past - 1;
+ * step s > 0 the step s - 1 draft token with the head's own step s - 1 state, and must follow
+ * step s - 1 with the cache unchanged. */
+PSL_API psl_status psl_context_head_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
+                                          int64_t out_cap);
+/* DFlash: one block [token, mask x n] after the cache, in one pass: n rows of n_vocab logits
+ * (the draft tokens 1..n), 1 <= n < block_size. */
+PSL_API psl_status psl_context_head_block(psl_context * ctx, int32_t token, int32_t n, float * logits,
+                                          int64_t out_cap);
+
 /* ---- vocabulary and tokenizer (csrc/vocab/), from the GGUF tokenizer.ggml.* keys ---- */
 /* Token for token as llama.cpp tokenizes: SentencePiece-style ("llama") and BPE ("gpt2") models.
  * Every function here fails with PSL_ERR_NO_VOCAB when the model file has no tokenizer, and with

@@ -309,6 +309,7 @@ ggml_tensor * build(Graph & g) {
     ggml_tensor * embd = x;
     for (int il = 0; il < hp.n_layer; ++il) {
         const Layer & l = g.m.layers[il];
+        g.layer_input(il, x);
         ggml_tensor * h = g.rms_norm(x, l.attn_norm);
         ggml_tensor * a = hp.is_recurrent(il) ? linear_attention(g, il, h) : gated_attention(g, il, h);
         if (il == hp.n_layer - 1 && !g.mtp) {   // only the rows that produce logits go on (MTP needs all)

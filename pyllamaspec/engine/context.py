@@ -69,6 +69,16 @@ class Context(ABC):
     def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None: ...
 
     @abstractmethod
+    def attach_head(self, head) -> None:
+        """Attaches a draft head's psl_model (ffi.NULL detaches)."""
+
+    @abstractmethod
+    def head_draft(self, token: int, step: int, out: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def head_block(self, token: int, n: int, out: np.ndarray) -> None: ...
+
+    @abstractmethod
     def devices(self, n_layer: int) -> list[str]:
         """The device of each layer, then the output head's."""
 
@@ -141,6 +151,17 @@ class LocalContext(Context):
     def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None:
         _native.check(lib.psl_context_mtp_draft(self._ctx, token, step,
                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def attach_head(self, head) -> None:
+        _native.check(lib.psl_context_attach_head(self._ctx, head))
+
+    def head_draft(self, token: int, step: int, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_head_draft(self._ctx, token, step,
+                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def head_block(self, token: int, n: int, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_head_block(self._ctx, token, n,
+                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def devices(self, n_layer: int) -> list[str]:
         return [ffi.string(lib.psl_model_layer_device(self._model, il)).decode()

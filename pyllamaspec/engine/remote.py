@@ -289,6 +289,15 @@ class RemoteContext(Context):
     def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None:
         self.enable_mtp()
 
+    def attach_head(self, head) -> None:
+        raise UnsupportedModelError("draft heads (EAGLE-3, DFlash) are not available for a model on RPC servers")
+
+    def head_draft(self, token: int, step: int, out: np.ndarray) -> None:
+        self.attach_head(None)
+
+    def head_block(self, token: int, n: int, out: np.ndarray) -> None:
+        self.attach_head(None)
+
     def devices(self, n_layer: int) -> list[str]:
         return list(self._devices)
 

@@ -28,4 +28,16 @@ void load_moe_hparams(const GgufFile & f, const std::string & arch, HParams & hp
 // The router and the stacked expert matrices of layer il (+ their biases).
 void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias);
 
+// Draft heads (head_common.cpp): {arch}.target_layers; the d2t table (draft row -> target id,
+// checked) and the rows of the head's output (its length, else n_vocab); the embeddings and
+// output head, the head's own else its target's; the head's feature input [width, n_tokens] and
+// its token embeddings.
+void load_head_layers(const GgufFile & f, const std::string & arch, HParams & hp);
+void load_d2t(psl_model & m);
+int64_t head_vocab(const psl_model & m);
+ggml_tensor * head_tok_embd(const Graph & g);
+ggml_tensor * head_output(const Graph & g);
+ggml_tensor * head_input(Graph & g, int64_t width);
+ggml_tensor * head_tokens(Graph & g);
+
 }  // namespace psl

@@ -33,6 +33,16 @@ ggml_tensor * Graph::embed() {
     return ggml_get_rows(ctx, m.tok_embd, inp_tokens);
 }
 
+void Graph::layer_input(int il, ggml_tensor * x) {
+    if (!capture) return;
+    captured.resize(capture->size(), nullptr);
+    for (size_t k = 0; k < capture->size(); ++k) {
+        if ((*capture)[k] != il) continue;
+        ggml_set_output(x);   // kept after the compute, for the head to read
+        captured[k] = x;
+    }
+}
+
 ggml_tensor * Graph::rms_norm(ggml_tensor * x, ggml_tensor * w) const {
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, m.hp.norm_eps), w);
 }
@@ -44,19 +54,23 @@ ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq
                          hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
 }
 
+void Graph::store_kv(int il, ggml_tensor * k_cur, ggml_tensor * v_cur) {
+    const HParams & hp = m.hp;
+    // Write this batch's keys and values to the cells named by an input, so that the graph does
+    // not depend on n_past and can be reused for the next token.
+    k_cur = ggml_reshape_2d(ctx, k_cur, hp.n_embd_k_gqa(), n_tokens);
+    v_cur = ggml_reshape_2d(ctx, v_cur, hp.n_embd_v_gqa(), n_tokens);
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, kv.k(il), k_cur, inp_kv_idx));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, kv.v(il), v_cur, inp_kv_idx));
+}
+
 ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {
     const HParams & hp = m.hp;
     ggml_tensor * k_l = kv.k(il);
     ggml_tensor * v_l = kv.v(il);
     const size_t k_row = ggml_row_size(k_l->type, hp.n_embd_k_gqa());
     const size_t v_row = ggml_row_size(v_l->type, hp.n_embd_v_gqa());
-
-    // Write this batch's keys and values to the cells named by an input, so that the graph does
-    // not depend on n_past and can be reused for the next token.
-    k_cur = ggml_reshape_2d(ctx, k_cur, hp.n_embd_k_gqa(), n_tokens);
-    v_cur = ggml_reshape_2d(ctx, v_cur, hp.n_embd_v_gqa(), n_tokens);
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_l, k_cur, inp_kv_idx));
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_l, v_cur, inp_kv_idx));
+    store_kv(il, k_cur, v_cur);
 
     // Attend over the first n_kv cells; the mask hides the future and the unused cells.
     ggml_tensor * k = ggml_view_3d(ctx, k_l, hp.n_embd_head_k, n_kv, hp.n_head_kv, k_row,
@@ -169,7 +183,7 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
 }
 
 void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) {
-    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    if (g.inp_tokens) ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
     pos_.resize(g.n_tokens);
     idx_.resize(g.n_tokens);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
@@ -177,7 +191,7 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
         idx_[i] = n_past + i;
     }
     if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
-    ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
+    if (g.inp_kv_idx->buffer) ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
 
     if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
         pos_.assign(4 * (size_t) g.n_tokens, 0);
@@ -189,7 +203,8 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
     if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
-    // with a sliding window only the last n_swa of them.
+    // with a sliding window only the last n_swa of them. Not causal (a dflash block): every
+    // token sees the whole batch too.
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
     const size_t n = (size_t) g.n_kv * g.n_tokens;
@@ -197,11 +212,12 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
     if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
         const int32_t pos = n_past + i;
+        const int32_t last = g.causal ? pos : n_past + g.n_tokens - 1;
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
-        std::fill(row, row + pos + 1, zero);
+        std::fill(row, row + last + 1, zero);
         if (g.inp_mask_swa) {
             ggml_fp16_t * srow = mask_swa_.data() + (size_t) i * g.n_kv;
-            std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
+            std::fill(srow + std::max(0, pos - n_swa + 1), srow + last + 1, zero);
         }
     }
     // a mask no layer uses is not in the graph, so it has no memory

@@ -39,16 +39,32 @@ struct Graph {
     bool mtp = false;
     ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1]: the hidden state before the first token
     ggml_tensor * mtp_hidden = nullptr;     // F32 [n_embd, n_tokens]: hidden rows to keep
+    // A draft head's features: the inputs of the target's layers *capture (engine/head.h) are
+    // kept (captured[k] for capture[k]) while the target computes a batch.
+    const std::vector<int32_t> * capture = nullptr;
+    std::vector<ggml_tensor *> captured;
+    // A draft head's own graphs (models/eagle3.cpp, dflash.cpp): the target it drafts for (its
+    // embeddings and output head serve a head that has none), its inputs besides tokens (the
+    // target's features, or eagle3's g rows), the rows it keeps (eagle3: the pre-norm output),
+    // and whether attention is causal (dflash's block: every token sees the whole block).
+    const psl_model * other = nullptr;
+    ggml_tensor * inp_embd = nullptr;       // F32 [width, n_tokens]
+    ggml_tensor * hidden = nullptr;         // F32 [n_embd, n_outputs]
+    bool causal = true;
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
           int32_t n_kv, bool all_outputs);
 
     ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
+    // Called with the residual stream entering layer il: a head's captured feature when asked.
+    void layer_input(int il, ggml_tensor * x);
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
     ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const;   // x: [head, n_head, n_tokens]
     // Stores k_cur/v_cur ([head, n_head_kv, n_tokens]) into layer il's cache and attends with q
     // ([head, n_head, n_tokens]); returns [n_embd_head_v * n_head, n_tokens].
     ggml_tensor * attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale);
+    // Only the writing half of attention(): k_cur/v_cur into layer il's cache cells.
+    void store_kv(int il, ggml_tensor * k_cur, ggml_tensor * v_cur);
     // The attention block of the llama family and its relatives: projections (+ biases when
     // the layer has them), per-head q/k RMS norms (when present), rope, q scaling, attention
     // over the cache, output projection. On the last layer only the output rows are kept.
