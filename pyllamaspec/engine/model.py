@@ -151,6 +151,7 @@ class Model(VocabMixin, _native.Closeable):
         # The ids in the KV cache, in order (the core keeps only K/V): a new prompt then
         # evaluates only what follows its longest common prefix with them (cached_tokens).
         self._cache_ids: list[int] = []
+        self.head: "DraftHead | None" = None        # the draft head attached (attach_head)
 
     def _open_local(self, path: str, servers: list[str], split: list[float] | None, *, n_gpu_layers: int,
                     n_threads: int, use_mmap: bool, use_repack: bool, tokenizer: bool, prefetch: bool) -> None:
@@ -477,15 +478,20 @@ class Model(VocabMixin, _native.Closeable):
     def attach_head(self, head: "DraftHead | None") -> None:
         """From now on every eval keeps the inputs of the layers `head` reads and gives them to
         it (None detaches); checked against this model (UnsupportedModelError names a misfit).
-        The cache is cleared: the next evals give the head its features."""
+        The cache is cleared: the next evals give the head its features. The head stays attached
+        (its features kept across generations, so prompts still reuse the cache) until another
+        head or None replaces it; attaching the head attached already changes nothing."""
         if head is not None and not isinstance(head, DraftHead):
             raise InvalidArgumentError(f"a draft head is a DraftHead, got {type(head).__name__}")
         with self._excl:
+            if head is self.head:
+                return
             if head is None:
                 self._context.attach_head(ffi.NULL)
             else:
                 with head._users:
                     self._context.attach_head(head._model)
+            self.head = head
             self._cache_ids.clear()
 
     def head_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:

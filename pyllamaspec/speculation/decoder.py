@@ -102,16 +102,20 @@ class Decoder:
         self.dp = draft_params or DraftParams()
         V = target.n_vocab
         self.t_sampler = Sampler(V, sampling)
-        self.t_logits = np.empty((self.dp.n_draft + 1, V), np.float32)
-        self.batch = np.empty(self.dp.n_draft + 1, np.int32)
         try:
             eog = target.eog_tokens
         except NoVocabularyError:
             eog = frozenset()
         self.drafter = make_drafter(target, draft, sampling, self.dp, eog)
+        # the longest draft: --draft-max, or the drafter's own size (llama.cpp's n-gram kinds)
+        own = self.drafter.n_max if self.drafter is not None else None
+        self.k_max = min(own, _args.MAX_DRAFT) if own is not None else self.dp.n_draft
+        self.t_logits = np.empty((self.k_max + 1, V), np.float32)
+        self.batch = np.empty(self.k_max + 1, np.int32)
         # what earlier generations learned of this target and drafter (pair_stats.py)
-        self.policy = DraftPolicy(self.dp.n_draft,
+        self.policy = DraftPolicy(self.k_max,
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
+        self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
         self.stats = Stats()
         self.seq: list[int] = []
 
@@ -187,7 +191,7 @@ class Decoder:
         room = self.room()
         if room < 1:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
-        k_cap = min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room,
+        k_cap = min(self.k_max, room - 1, max(0, want - 1) if want is not None else room,
                     self.target.max_rollback)
         return min(k_cap, self.drafter.max_draft) if self.drafter is not None else 0
 

@@ -1,0 +1,57 @@
+"""Chained speculative types (llama.cpp's --spec-type a,b): the drafters are asked in llama.cpp's
+order of preference each round (spec_types.ORDER: the n-gram kinds first), and the first
+non-empty draft wins the round; every drafter hears what the round produced, so that those that
+keep a state (a draft model's cache, a penalty history) stay in step, and only the winner learns
+what of its draft was accepted. Each asks the cost model under its own key."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import NO_DRAFT, Draft, Drafter
+
+if TYPE_CHECKING:
+    from ...engine.model import Model
+    from ..cost_model import DraftPolicy
+
+
+class ChainDrafter(Drafter):
+    """Several drafters in order; see the module's docstring."""
+
+    def __init__(self, drafters: list[Drafter]):
+        self.drafters = drafters
+        self.key = ",".join(d.key for d in drafters)
+        self.winner: Drafter | None = None
+
+    @property
+    def draft_model(self) -> "Model | None":
+        return next((d.draft_model for d in self.drafters if d.draft_model is not None), None)
+
+    @property
+    def n_max(self) -> int | None:
+        caps = [d.n_max for d in self.drafters]
+        return None if None in caps else max(caps)
+
+    @property
+    def max_draft(self) -> int:
+        return max(d.max_draft for d in self.drafters)
+
+    def prefill(self, prompt: list[int]) -> int:
+        return max(d.prefill(prompt) for d in self.drafters)
+
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+        self.winner = None
+        for d in self.drafters:
+            policy.select(d.key)
+            draft = d.propose(seq, min(k_cap, d.max_draft), policy)
+            if draft.n:
+                self.winner = d
+                return draft
+        return NO_DRAFT
+
+    def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
+        for d in self.drafters:
+            d.accepted(seq, new, draft if d is self.winner else NO_DRAFT)
+
+    def close(self) -> None:
+        for d in self.drafters:
+            d.close()
