@@ -126,3 +126,22 @@ def write_dflash_gguf(path, *, n_vocab: int = 64, n_embd: int = 32, target_layer
     info = parts.write_file(gguf, path, a, kv, t)
     return {"path": path, "tensors": info, "n_vocab": n_vocab, "n_embd": n_embd, "target_layers": tuple(target_layers),
             "block_size": block_size}
+
+
+def overwrite_tensor(path, name: str, values) -> None:
+    """Writes values into a tensor of an existing file, in place (its type and shape kept)."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path), "r+")
+    t = next(t for t in r.tensors if t.name == name)
+    t.data[...] = np.asarray(values, t.data.dtype).reshape(t.data.shape)
+    del r, t                              # the memory map writes back when released
+
+
+def two_token_output(path, n_embd: int) -> None:
+    """Only the first hidden dimension reaches the logits (output_norm = e0): the model picks the
+    token with the largest or the smallest first column of its output head, by that dimension's
+    sign. A target and a head that share the output head then agree about half the time."""
+    e0 = np.zeros(n_embd, np.float32)
+    e0[0] = 1.0
+    overwrite_tensor(path, "output_norm.weight", e0)
