@@ -237,7 +237,7 @@ def test_wrong_calls_are_errors(pairs, tmp_path):
             m.head_draft(3, 0)
         with pytest.raises(InvalidArgumentError, match="1 to 7"):
             m.head_block(3, 8)
-        with pytest.raises(InvalidArgumentError, match="draft-eagle3 drafts with a eagle3 head"):
+        with pytest.raises(InvalidArgumentError, match="draft-eagle3 drafts with an EAGLE-3 head"):
             generate(PROMPT, m, fh, spec_type="draft-eagle3", temperature=0, max_tokens=2)
 
 
@@ -249,3 +249,20 @@ def test_draft_model_path_is_detected(pairs):
         plain = generate(PROMPT, str(t), temperature=0, max_tokens=12, n_ctx=128)
         spec = generate(PROMPT, str(t), str(h), temperature=0, max_tokens=12, n_ctx=128)
         assert spec.tokens == plain.tokens and spec.stats.drafted > 0
+
+
+def test_server_chains_ngram_and_head(pairs):
+    """python -m pyllamaspec.server with llama.cpp's flags: a chain of an n-gram kind and a DFlash
+    head given by path answers as plain decoding does, with drafts counted."""
+    pytest.importorskip("starlette")
+    from test_server import Server
+    t, h = pairs["dflash_a"]
+    s = Server(["-m", str(t), "-md", str(h), "-c", "256", "-t", "1", "--spec-type", "ngram-mod,draft-dflash",
+                "--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "1"])
+    try:
+        code, r = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 16, "temperature": 0})
+    finally:
+        s.stop()
+    ref = generate(PROMPT, str(t), temperature=0, max_tokens=16, n_ctx=256)
+    assert code == 200 and r["choices"][0]["text"] == ref.text
+    assert r["timings"]["draft_n"] > 0

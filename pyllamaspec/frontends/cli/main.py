@@ -18,12 +18,13 @@ import sys
 from contextlib import ExitStack
 
 from ...engine.chat_template import template_source
+from ...engine.head import HEAD_TYPES, DraftHead, file_arch
 from ...engine.model import DRAFT_OPTIONS, Model
 from ...engine.sampling import SamplingParams
 from ...errors import PyllamaspecError
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
-from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
+from .args import build_parser, ngram_params, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
 from .chat import run_conversation
 
 DEMO_QUESTION = "Write a short story about a robot who learns to paint."
@@ -105,7 +106,8 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
     # a fixed seed with sampling asks for reproducible output: fixed draft lengths then
     adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
     draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
-                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab)
+                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab,
+                               spec_type=a.spec_types, ngrams=ngram_params(a))
     if a.n_predict < -1:
         raise PyllamaspecError("-n must be >= -1")
     if a.chat_template_file and a.chat_template:
@@ -119,13 +121,15 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
 
 
 def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
-                 stack: ExitStack) -> tuple[Model, Model | None]:
+                 stack: ExitStack) -> "tuple[Model, Model | DraftHead | None]":
     kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size)
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
     draft = None
-    if draft_path:
+    if draft_path and file_arch(draft_path) in HEAD_TYPES:     # an EAGLE-3 / DFlash head
+        draft = stack.enter_context(DraftHead(draft_path, n_gpu_layers=a.n_gpu_layers_draft))
+    elif draft_path:
         draft = stack.enter_context(Model(
             draft_path, n_gpu_layers=a.n_gpu_layers_draft,
             n_threads=a.threads if a.threads_draft is None else a.threads_draft,
@@ -203,10 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         target_path, draft_path, default_prompt = resolve_models(a)
         with ExitStack() as stack:
             target, draft = open_models(a, target_path, draft_path, stack)
-            if a.lookup:
-                draft = "ngram"
-            if getattr(a, "mtp", False):
-                draft = "mtp"
+            if draft is None and a.spec_types:          # drafting without a draft file
+                draft = ",".join(a.spec_types)
             if _conversing(a, target, demo):
                 if a.file:
                     a.prompt = _prompt(a, "")

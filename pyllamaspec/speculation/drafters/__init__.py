@@ -26,6 +26,7 @@ from .ngram_simple import NgramSimpleDrafter
 __all__ = ["Draft", "Drafter", "NO_DRAFT", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
            "DflashDrafter", "ChainDrafter", "make_drafter", "spec_types_of"]
 
+_HEAD_NAMES = {"eagle3": "an EAGLE-3", "dflash": "a DFlash"}
 # what draft_model= names stand for, as --spec-type names
 _SHORT = {"ngram": ("ngram-lookup",), "mtp": ("draft-mtp",)}
 
@@ -83,8 +84,8 @@ def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: Draf
         return ModelDrafter(draft, sampling, params, eog, target)
     head_kind = "eagle3" if kind == "draft-eagle3" else "dflash"
     if not isinstance(draft, DraftHead) or draft.kind != head_kind:
-        got = draft.kind + " head" if isinstance(draft, DraftHead) else repr(draft)
-        raise InvalidArgumentError(f"{kind} drafts with a {head_kind} head (a GGUF of architecture {head_kind}) "
-                                   f"as the draft model; got {got}")
+        got = f"a {draft.kind} head" if isinstance(draft, DraftHead) else repr(draft)
+        raise InvalidArgumentError(f"{kind} drafts with {_HEAD_NAMES[head_kind]} head (a GGUF of architecture "
+                                   f"{head_kind}) as the draft model; got {got}")
     cls = Eagle3Drafter if head_kind == "eagle3" else DflashDrafter
     return cls(target, draft, sampling, params, eog)
