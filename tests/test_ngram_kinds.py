@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ngram_streams import synthetic_stream, write_lookup_cache
+from test_speculative import pair  # noqa: F401  (the tiny synthetic pair, a fixture)
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
 from pyllamaspec.speculation.cost_model import DraftPolicy
 from pyllamaspec.speculation.drafters import ChainDrafter, make_drafter
@@ -151,3 +152,30 @@ def test_greedy_generation_is_plain(kind, smollm2_plain):
     assert spec.tokens == plain.tokens
     assert spec.stats.drafted > 0 and spec.stats.accepted > 0
     print(f"{kind}: drafted {spec.stats.drafted}, accepted {spec.stats.accepted}, rounds {spec.stats.rounds}")
+
+
+TINY = NgramParams(simple=NgramMapParams(2, 3), map_k=NgramMapParams(2, 3), map_k4v=NgramMapParams(2, 3),
+                   mod=NgramModParams(2, 4, 1))
+
+
+@pytest.mark.parametrize("kind", ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+                                  "ngram-mod,ngram-simple"])
+def test_sampling_preserves_the_distribution(pair, kind):
+    """A deterministic draft (q a point mass) verified under sampling: the first two tokens keep
+    the target's distribution; the negative control (every draft token taken) does not."""
+    from pyllamaspec.engine.sampling import SamplingParams
+    from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
+    target, _ = pair
+    sp = SamplingParams(temperature=0.5, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    # the target's greedy text after [1, 7, 3] (23 8 48 29 36 56 22 11 43 ...), then its start again:
+    # the kinds draft the continuation it had, which the target takes often enough (p = 0.56)
+    prompt = [1, 7, 3, 23, 8, 48, 29, 36, 56, 22, 11, 43, 1, 7, 3, 23, 8, 48]
+    p1, p2 = exact_marginals(target, sp, prompt)
+    c1, c2, rate = sample_first_two(target, None, sp, n=1500, prompt=prompt, spec_type=kind, ngrams=TINY)
+    pv1, pv2 = chi2_pvalue(c1, p1)[0], chi2_pvalue(c2, p2)[0]
+    print(f"{kind} under sampling: acceptance {rate:.2f}; p-values {pv1:.3f}, {pv2:.3f}")
+    assert rate > 0.05
+    assert pv1 > 1e-3 and pv2 > 1e-3
+    c1, c2, _ = sample_first_two(target, None, sp, n=1500, prompt=prompt, spec_type=kind, ngrams=TINY,
+                                 accept_all=True)
+    assert min(chi2_pvalue(c1, p1)[0], chi2_pvalue(c2, p2)[0]) < 1e-6

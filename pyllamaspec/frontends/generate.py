@@ -66,6 +66,15 @@ def _open_draft(d, stack: ExitStack, n_gpu_layers: int = 0, **kwargs) -> "Model 
     return stack.enter_context(Model(d, n_gpu_layers=n_gpu_layers, **DRAFT_OPTIONS, **kwargs))
 
 
+def _mtp_if_same(draft, target: Model, spec_type) -> "Model | DraftHead | str | None":
+    """The target's own file as its draft means its MTP layers, when it has them (as llama.cpp
+    detects draft-mtp from nextn tensors in the draft's file)."""
+    if spec_type is None and isinstance(draft, (str, os.PathLike)) and os.path.exists(draft) \
+            and os.path.samefile(draft, target.path) and target.n_mtp_layers > 0:
+        return "mtp"
+    return draft
+
+
 def _is_type_list(s: str) -> bool:
     try:
         parse_spec_types(s)
@@ -273,7 +282,7 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
         with ExitStack() as stack:
             kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
             target = _open(model, stack, **kw)
-            dm = _open_draft(draft_model, stack, **kw)
+            dm = _open_draft(_mtp_if_same(draft_model, target, spec_type), stack, **kw)
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
                                      add_special=add_special, parse_special=parse_special, cancel=cancel,

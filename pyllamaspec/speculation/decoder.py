@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from ..engine import _args
+from ..engine.head import DraftHead
 from ..engine.model import Model
 from ..engine.sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 from ..errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
@@ -85,13 +86,14 @@ class Stats:
 
 
 class Decoder:
-    """Token-level generation from a target model, with an optional drafter: a draft Model,
-    "ngram" (prompt lookup), "mtp" (the target's own MTP layers) or a Drafter (drafters/).
+    """Token-level generation from a target model, with an optional drafter: a draft Model, a
+    DraftHead (EAGLE-3, DFlash), "ngram" (prompt lookup), "mtp" (the target's own MTP layers),
+    llama.cpp's --spec-type names (also draft_params.spec_type) or a Drafter (drafters/).
     tokens() yields (token, from_draft) as tokens are accepted. With `logprobs` (0..20), each
     round's TokenLogprobs (the token's and the top n) are in round_logprobs, read from the
     verification's logits rows (no extra evaluation)."""
 
-    def __init__(self, target: Model, draft: "Model | str | Drafter | None", sampling: SamplingParams,
+    def __init__(self, target: Model, draft: "Model | DraftHead | str | Drafter | None", sampling: SamplingParams,
                  draft_params: DraftParams | None = None, logprobs: int | None = None):
         self.target = target
         self.sampling = sampling

@@ -85,7 +85,8 @@ def compare_plain(prompt: str, target: Model, sampling: SamplingParams, draft_pa
     """Decodes the prompt plainly with the same target, sampling and token budget as the
     speculative run just made, and prints both speeds: the number speculation exists for."""
     result: dict = {}
-    for _ in iter_generate(prompt, target, None, sampling=sampling, draft=draft_params,
+    plain_params = DraftParams(**{**draft_params.__dict__, "spec_type": ()})     # no drafter
+    for _ in iter_generate(prompt, target, None, sampling=sampling, draft=plain_params,
                            max_tokens=max(1, spec.n_generated), stop=a.stop, result=result,
                            parse_special=not a.no_special):
         pass
@@ -127,6 +128,9 @@ def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
     draft = None
+    if draft_path and a.spec_types is None and os.path.samefile(draft_path, target_path) and target.n_mtp_layers:
+        a.spec_types, a.mtp = ("draft-mtp",), True               # the target's own file: its MTP layers
+        draft_path = None
     if draft_path and file_arch(draft_path) in HEAD_TYPES:     # an EAGLE-3 / DFlash head
         draft = stack.enter_context(DraftHead(draft_path, n_gpu_layers=a.n_gpu_layers_draft))
     elif draft_path:
@@ -207,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         target_path, draft_path, default_prompt = resolve_models(a)
         with ExitStack() as stack:
             target, draft = open_models(a, target_path, draft_path, stack)
+            if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
+                draft_params.spec_type = a.spec_types
             if draft is None and a.spec_types:          # drafting without a draft file
                 draft = ",".join(a.spec_types)
             if _conversing(a, target, demo):

@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         key = _api_key(a)
         target_path, draft_path, _ = resolve_models(a)
         with ExitStack() as stack:
-            target, drafter = open_models(a, target_path, draft_path, stack)    # the types: draft_params
+            target, drafter = open_models(a, target_path, draft_path, stack)
+            if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
+                draft_params.spec_type = a.spec_types
             if a.mtp and target.n_mtp_layers < 1:
                 raise PyllamaspecError(f"--spec-type draft-mtp: {target_path} has no MTP (NextN) layers")
             if isinstance(drafter, type(target)):

@@ -61,7 +61,7 @@ def make_drafter(target: Model, draft: "Model | DraftHead | str | Drafter | None
     drafters = [_one(t, target, draft, sampling, params, eog) for t in types]
     if not drafters:
         return None
-    return drafters[0] if len(drafters) == 1 else ChainDrafter(drafters)
+    return drafters[0] if len(drafters) == 1 else ChainDrafter(drafters, params.n_draft)
 
 
 def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: DraftParams,

@@ -17,19 +17,20 @@ if TYPE_CHECKING:
 class ChainDrafter(Drafter):
     """Several drafters in order; see the module's docstring."""
 
-    def __init__(self, drafters: list[Drafter]):
+    def __init__(self, drafters: list[Drafter], n_draft: int):
         self.drafters = drafters
         self.key = ",".join(d.key for d in drafters)
         self.winner: Drafter | None = None
+        # each member's longest draft: its own size, else --draft-max (llama.cpp's impl n_max)
+        self.caps = [d.n_max if d.n_max is not None else n_draft for d in drafters]
 
     @property
     def draft_model(self) -> "Model | None":
         return next((d.draft_model for d in self.drafters if d.draft_model is not None), None)
 
     @property
-    def n_max(self) -> int | None:
-        caps = [d.n_max for d in self.drafters]
-        return None if None in caps else max(caps)
+    def n_max(self) -> int:
+        return max(self.caps)
 
     @property
     def max_draft(self) -> int:
@@ -40,9 +41,9 @@ class ChainDrafter(Drafter):
 
     def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
         self.winner = None
-        for d in self.drafters:
+        for d, cap in zip(self.drafters, self.caps):
             policy.select(d.key)
-            draft = d.propose(seq, min(k_cap, d.max_draft), policy)
+            draft = d.propose(seq, min(k_cap, cap, d.max_draft), policy)
             if draft.n:
                 self.winner = d
                 return draft
