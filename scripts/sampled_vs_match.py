@@ -38,8 +38,7 @@ def main() -> None:
     sp = SamplingParams(temperature=a.temp, seed=1)      # llama.cpp's top-k 40, top-p 0.95, min-p 0.05
     with pyllamaspec.Model(a.model, n_ctx=2048, n_threads=a.threads) as t, \
             pyllamaspec.Model(a.model_draft, n_ctx=2048, n_threads=a.threads) as d:
-        msgs = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
-        ids = t.apply_chat_template(msgs, tokenize=True)
+        ids = t.tokenize("The lighthouse keeper had not seen a storm like this one in thirty years.")
         text = ids + pyllamaspec.generate(ids, t, temperature=a.temp, seed=1, max_tokens=a.n).tokens
         seq = np.asarray(text[:-1], np.int32)
         t.clear()

@@ -266,3 +266,21 @@ def test_server_chains_ngram_and_head(pairs):
     ref = generate(PROMPT, str(t), temperature=0, max_tokens=16, n_ctx=256)
     assert code == 200 and r["choices"][0]["text"] == ref.text
     assert r["timings"]["draft_n"] > 0
+
+
+def test_cli_detects_the_head(pairs):
+    """-md with a head's GGUF drafts with it (no --spec-type): the same text as plain decoding,
+    and the summary counts drafts."""
+    from pyllamaspec.frontends.cli.main import main as cli_main
+    import contextlib
+    import io
+    t, h = pairs["eagle3_a"]
+    outs = []
+    for extra in ([], ["-md", str(h)], ["-md", str(h), "--spec-type", "ngram-cache,draft-eagle3"]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            assert cli_main(["-m", str(t), "-p", "the cat", "-n", "12", "--temp", "0", "-t", "1", "-no-cnv",
+                             "--no-compare", *extra]) == 0
+        outs.append((out.getvalue(), err.getvalue()))
+    assert outs[1][0] == outs[0][0] == outs[2][0]
+    assert "drafted" in outs[1][1] or "accept" in outs[1][1]
