@@ -12,32 +12,41 @@ namespace psl {
 KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v) {
     const HParams & hp = m.hp;
     n_cells_ = GGML_PAD(n_cells, pad());
-    if ((hp.n_embd_k_gqa() % ggml_blck_size(type_k)) != 0 || (hp.n_embd_v_gqa() % ggml_blck_size(type_v)) != 0) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache types %s/%s do not fit a row of %d/%d elements",
-             ggml_type_name(type_k), ggml_type_name(type_v), hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
+    // an MTP block's attention (mtp.h) caches at index n_layer, like one more layer
+    const int n_cached = m.mtp_layer >= 0 ? m.mtp_layer + 1 : hp.n_layer;
+    for (int il = 0; il < n_cached; ++il) {
+        if ((hp.kv_k_width(il) % ggml_blck_size(type_k)) != 0 || (hp.kv_v_width(il) % ggml_blck_size(type_v)) != 0) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "KV cache types %s/%s do not fit a row of %d/%d elements",
+                 ggml_type_name(type_k), ggml_type_name(type_v), hp.kv_k_width(il), hp.kv_v_width(il));
+        }
     }
     // Each layer's cache sits on the device that runs the layer.
     auto ctx_for = [&](ggml_backend_dev_t dev) -> ggml_context * {
         for (auto & [d, c] : ctxs_) {
             if (d == dev) return c.get();
         }
-        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 4), nullptr, true};
+        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) n_cached + 4), nullptr, true};
         ggml_context_ptr ctx(ggml_init(p));
         if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
         ctxs_.emplace_back(dev, std::move(ctx));
         return ctxs_.back().second.get();
     };
-    // an MTP block's attention (mtp.h) caches at index n_layer, like one more layer
-    const int n_cached = m.mtp_layer >= 0 ? m.mtp_layer + 1 : hp.n_layer;
     for (int il = 0; il < n_cached; ++il) {
         if (hp.is_recurrent(il)) {   // a hybrid's linear-attention layer keeps a recurrent state instead
             k_.push_back(nullptr);
             v_.push_back(nullptr);
             continue;
         }
+        const int src = il < hp.n_layer ? hp.kv_source(il) : il;
+        if (src != il) {             // a shared layer (gemma4) reads an earlier layer's cache
+            k_.push_back(k_[src]);
+            v_.push_back(v_[src]);
+            continue;
+        }
         ggml_context * ctx = ctx_for(m.layer_device(il));
-        k_.push_back(ggml_new_tensor_2d(ctx, type_k, hp.n_embd_k_gqa(), n_cells_));
-        v_.push_back(ggml_new_tensor_2d(ctx, type_v, hp.n_embd_v_gqa(), n_cells_));
+        k_.push_back(ggml_new_tensor_2d(ctx, type_k, hp.kv_k_width(il), n_cells_));
+        // MLA caches no V: it is the latent at the start of each K row
+        v_.push_back(hp.kv_v_width(il) > 0 ? ggml_new_tensor_2d(ctx, type_v, hp.kv_v_width(il), n_cells_) : nullptr);
     }
     for (auto & [dev, ctx] : ctxs_) {
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);

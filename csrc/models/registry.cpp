@@ -14,10 +14,12 @@ extern const ArchOps arch_qwen2moe;
 extern const ArchOps arch_qwen3moe;
 extern const ArchOps arch_gptoss;
 extern const ArchOps arch_qwen35;
+extern const ArchOps arch_gemma4;
 
 namespace {
 const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
-                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35};
+                                   &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35,
+                                   &arch_gemma4};
 }
 
 const ArchOps * find_arch(const std::string & name) {

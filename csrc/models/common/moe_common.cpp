@@ -13,13 +13,28 @@ void load_moe_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
                                       hp.n_expert_used > 0 ? hp.n_ff / hp.n_expert_used : 0);
     hp.n_ff_shexp = (int32_t) f.get_int(p + "expert_shared_feed_forward_length", hp.n_ff);
     hp.expert_weights_scale = (float) f.get_float(p + "expert_weights_scale", 0.0);
+    hp.n_expert_shared = (int32_t) f.get_int(p + "expert_shared_count", 0);
+    hp.n_layer_dense_lead = (int32_t) f.get_int(p + "leading_dense_block_count", 0);
+    // group-limited routing applies to every architecture that gives groups (as in llama.cpp)
+    hp.n_expert_groups = (int32_t) f.get_int(p + "expert_group_count", 0);
+    hp.n_group_used = (int32_t) f.get_int(p + "expert_group_used_count", 0);
     // ggml's mul_mat_id and the top-k selection take at most this many (llama.cpp's limit)
     constexpr int32_t k_max_experts = 512;
     if (hp.n_expert <= 0 || hp.n_expert > k_max_experts || hp.n_expert_used <= 0 ||
-        hp.n_expert_used > hp.n_expert || hp.n_ff_exp <= 0 || hp.n_ff_exp > (1 << 20) || hp.n_ff_shexp <= 0 ||
-        !std::isfinite(hp.expert_weights_scale)) {
+        hp.n_expert_used > hp.n_expert || hp.n_ff_exp <= 0 || hp.n_ff_exp > (1 << 20) || hp.n_ff_shexp < 0 ||
+        !std::isfinite(hp.expert_weights_scale) || hp.n_expert_shared < 0 || hp.n_expert_shared > 64 ||
+        hp.n_layer_dense_lead < 0 || hp.n_layer_dense_lead > hp.n_layer) {
         fail(PSL_ERR_FORMAT, "'%s': mixture-of-experts hyper-parameters out of range (%d experts, %d used, width %d)",
              f.path().c_str(), hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+    }
+    if (hp.n_expert_groups > 1) {
+        const int32_t per = hp.n_expert / hp.n_expert_groups;
+        // each kept group offers `per` experts, and its score needs two of them
+        if (hp.n_expert_groups >= hp.n_expert || hp.n_expert % hp.n_expert_groups != 0 || per < 2 ||
+            hp.n_group_used <= 0 || hp.n_group_used >= hp.n_expert_groups || hp.n_group_used * per < hp.n_expert_used) {
+            fail(PSL_ERR_FORMAT, "'%s': expert groups out of range (%d experts in %d groups, %d groups used, %d experts used)",
+                 f.path().c_str(), hp.n_expert, hp.n_expert_groups, hp.n_group_used, hp.n_expert_used);
+        }
     }
 }
 
