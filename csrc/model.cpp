@@ -119,6 +119,8 @@ ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t>
              path, name.c_str(), ggml_type_name(meta->type));
     }
     ggml_context * ctx = ctx_for(home(name, place, il, matrix));
+    // asked for again in the same memory (a tensor several layers read): the same tensor
+    if (ggml_tensor * known = ggml_get_tensor(ctx, name.c_str())) return known;
     ggml_tensor * t = ggml_dup_tensor(ctx, meta);
     ggml_set_name(t, name.c_str());
     created_.emplace_back(t, src);

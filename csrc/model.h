@@ -47,6 +47,7 @@ struct HParams {
     int32_t n_ff_shexp = 0;
     bool    expert_weights_norm = false;
     float   expert_weights_scale = 0.0f;
+    int32_t expert_gating = 0;   // llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid (0: the architecture's)
     // DeepSeek-style routing: shared experts (their width n_ff_exp * n_expert_shared), leading
     // dense layers, and group-limited selection (the top n_group_used of n_expert_groups groups,
     // scored by their two best experts)
@@ -137,6 +138,9 @@ struct Layer {
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;
+    ggml_tensor * ffn_gate_b = nullptr;   // FFN biases (mistral3, optional)
+    ggml_tensor * ffn_up_b = nullptr;
+    ggml_tensor * ffn_down_b = nullptr;
     // attention extras (gpt-oss): output bias, per-head sink logits
     ggml_tensor * bo = nullptr;
     ggml_tensor * attn_sinks = nullptr;

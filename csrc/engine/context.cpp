@@ -419,10 +419,7 @@ void psl_context::enable_mtp() {
                                      mem->rs() ? mem->rs()->n_snap() + 1 : 64);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay
-    if (mem->n_past() > 0) {
-        if (!mem->rs()) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
-        mem->replay_all();
-    }
+    if (mem->n_past() > 0) mem->replay_all();
 }
 
 void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {

@@ -90,19 +90,32 @@ ggml_tensor * Graph::self_attention(int il, ggml_tensor * h, const AttnOpts & o)
     v = ggml_reshape_3d(ctx, v, hp.n_embd_head_v, hp.n_head_kv, n_tokens);
     if (l.q_norm) q = rms_norm(q, l.q_norm);   // over each head's vector (ne0)
     if (l.k_norm) k = rms_norm(k, l.k_norm);
-    q = rope(q, o.rope_mode, o.freq_base, o.freq_scale);
-    k = rope(k, o.rope_mode, o.freq_base, o.freq_scale);
+    q = rope(q, o.rope_mode, o.freq_base, o.freq_scale, 0, o.rope_factors);
+    k = rope(k, o.rope_mode, o.freq_base, o.freq_scale, 0, o.rope_factors);
     if (o.q_scale != 1.0f) q = ggml_scale(ctx, q, o.q_scale);
+    if (m.hp.attn_temp_scale != 0.0f) q = attn_temperature(q);
     ggml_tensor * attn = attention(il, q, k, v, o.kq_scale);
     if (il == hp.n_layer - 1) attn = keep_outputs(attn);   // only the rows that produce logits go on
     ggml_tensor * out = ggml_mul_mat(ctx, l.wo, attn);
     return l.bo ? ggml_add(ctx, out, l.bo) : out;
 }
 
+ggml_tensor * Graph::attn_temperature(ggml_tensor * q) {
+    if (!inp_attn_scale) {
+        inp_attn_scale = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, n_tokens);
+        ggml_set_name(inp_attn_scale, "inp_attn_scale");
+        ggml_set_input(inp_attn_scale);
+    }
+    return ggml_mul(ctx, q, inp_attn_scale);
+}
+
 ggml_tensor * Graph::ffn_swiglu(ggml_tensor * x, const Layer & l) const {
-    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
     ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
-    return ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, g, u));
+    if (l.ffn_up_b) u = ggml_add(ctx, u, l.ffn_up_b);
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
+    if (l.ffn_gate_b) g = ggml_add(ctx, g, l.ffn_gate_b);
+    ggml_tensor * d = ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, g, u));
+    return l.ffn_down_b ? ggml_add(ctx, d, l.ffn_down_b) : d;
 }
 
 ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
@@ -204,13 +217,18 @@ ggml_tensor * Graph::ffn_shared_expert(ggml_tensor * x, const Layer & l) const {
 }
 
 ggml_tensor * Graph::keep_outputs(ggml_tensor * x) const {
+    if (mtp) return x;   // an MTP block reads the hidden state of every row
+    return output_rows(x);
+}
+
+ggml_tensor * Graph::output_rows(ggml_tensor * x) const {
     if (all_outputs || no_outputs || x->ne[1] == 1) return x;
     return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (x->ne[1] - 1) * x->nb[1]);
 }
 
 ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
     if (no_outputs) return x;
-    x = keep_outputs(x);
+    x = output_rows(x);
     x = rms_norm(x, norm_w);
     ggml_tensor * logits = ggml_mul_mat(ctx, head ? head : m.output, x);
     ggml_set_name(logits, "logits");
@@ -235,6 +253,15 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
             for (int j = 0; j < 3; ++j) pos_[(size_t) j * g.n_tokens + i] = n_past + i;
         }
         ggml_backend_tensor_set(g.inp_pos4, pos_.data(), 0, sizeof(int32_t) * pos_.size());
+    }
+    if (g.inp_attn_scale && g.inp_attn_scale->buffer) {   // as llama.cpp computes it (in double)
+        const HParams & hp = g.m.hp;
+        scale_.resize(g.n_tokens);
+        for (int32_t i = 0; i < g.n_tokens; ++i) {
+            const float p = (float) (n_past + i);
+            scale_[i] = (float) (std::log(std::floor(p / (float) hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0);
+        }
+        ggml_backend_tensor_set(g.inp_attn_scale, scale_.data(), 0, sizeof(float) * scale_.size());
     }
     if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
 

@@ -37,6 +37,7 @@ struct Graph {
     ggml_tensor * inp_rs_dst = nullptr;     // I64 [k]: rows for the states after the last k tokens, newest first
     ggml_tensor * inp_rs_dst_old = nullptr; // I64 [k]: the same rows, oldest first
     ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions (p, p, p, 0), section-major
+    ggml_tensor * inp_attn_scale = nullptr; // F32 [1, 1, n_tokens]: q's temperature per position (attn_temp_scale)
     // MTP (mtp.h): the target's eval also fills the MTP block's cache and returns its hidden rows
     bool mtp = false;
     ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1]: the hidden state before the first token
@@ -67,8 +68,12 @@ struct Graph {
         float freq_scale;
         float q_scale;    // applied to q after rope (gemma); 1 = none
         float kq_scale;   // applied inside the attention
+        ggml_tensor * rope_factors = nullptr;   // rope_freqs (mistral3), else none
     };
     ggml_tensor * self_attention(int il, ggml_tensor * h, const AttnOpts & o);
+    // q ([head, n_head, n_tokens]) times its position's Llama-4 attention temperature
+    // 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1) (mistral3, deepseek2)
+    ggml_tensor * attn_temperature(ggml_tensor * q);
     ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
     ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
     // Mixture-of-experts FFN: the router picks hp.n_expert_used experts per token (ggml's
@@ -92,8 +97,9 @@ struct Graph {
     // The shared expert (SwiGLU), times its sigmoid gate when the layer has one (qwen2moe).
     ggml_tensor * ffn_shared_expert(ggml_tensor * x, const Layer & l) const;
     // The columns of x whose logits are wanted (all, or the last); called on the last layer so
-    // that its remaining work skips the other rows.
+    // that its remaining work skips the other rows (all rows stay when an MTP block reads them).
     ggml_tensor * keep_outputs(ggml_tensor * x) const;
+    ggml_tensor * output_rows(ggml_tensor * x) const;   // the same, whatever MTP needs
     // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs].
     ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
     int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }
@@ -111,6 +117,7 @@ private:
     std::vector<int32_t> pos_;
     std::vector<int64_t> idx_;
     std::vector<ggml_fp16_t> mask_, mask_swa_;
+    std::vector<float> scale_;
 };
 
 }  // namespace psl

@@ -44,8 +44,12 @@ void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias) {
     // The stacked experts are matrices too: on the CPU they are repacked where mul_mat_id can
     // read them so (as llama.cpp does).
     l.ffn_gate_inp = tl.layer_matrix(il, "ffn_gate_inp.weight", {n_embd, n_exp});
-    l.ffn_gate_exps = tl.layer_matrix(il, "ffn_gate_exps.weight", {n_embd, n_ff, n_exp});
-    l.ffn_up_exps = tl.layer_matrix(il, "ffn_up_exps.weight", {n_embd, n_ff, n_exp});
+    // gate and up stacked in one matrix (gate rows first) where a converter fused them
+    l.ffn_gate_up_exps = tl.layer_matrix(il, "ffn_gate_up_exps.weight", {n_embd, 2 * n_ff, n_exp}, false);
+    if (!l.ffn_gate_up_exps) {
+        l.ffn_gate_exps = tl.layer_matrix(il, "ffn_gate_exps.weight", {n_embd, n_ff, n_exp});
+        l.ffn_up_exps = tl.layer_matrix(il, "ffn_up_exps.weight", {n_embd, n_ff, n_exp});
+    }
     l.ffn_down_exps = tl.layer_matrix(il, "ffn_down_exps.weight", {n_ff, n_embd, n_exp});
     if (bias) {
         l.ffn_gate_inp_b = tl.layer(il, "ffn_gate_inp.bias", {n_exp});
@@ -53,6 +57,19 @@ void create_moe(TensorLoader & tl, psl_model & m, int il, bool bias) {
         l.ffn_up_exps_b = tl.layer(il, "ffn_up_exps.bias", {n_ff, n_exp});
         l.ffn_down_exps_b = tl.layer(il, "ffn_down_exps.bias", {n_embd, n_exp});
     }
+}
+
+}  // namespace psl
+
+namespace psl {
+
+void create_shared_expert(TensorLoader & tl, psl_model & m, int il, int64_t n_ff, bool gated) {
+    const int64_t n_embd = m.hp.n_embd;
+    Layer & l = m.layers[il];
+    if (gated) l.ffn_gate_inp_shexp = tl.layer(il, "ffn_gate_inp_shexp.weight", {n_embd});
+    l.ffn_gate_shexp = tl.layer_matrix(il, "ffn_gate_shexp.weight", {n_embd, n_ff});
+    l.ffn_up_shexp = tl.layer_matrix(il, "ffn_up_shexp.weight", {n_embd, n_ff});
+    l.ffn_down_shexp = tl.layer_matrix(il, "ffn_down_shexp.weight", {n_ff, n_embd});
 }
 
 }  // namespace psl
