@@ -115,3 +115,58 @@ def speculative_greedy(target_path, draft_path, prompt, ks=(1, 3, 8), max_tokens
             assert spec.tokens == plain.tokens, f"n_draft={k}"
             rates.append(spec.stats.acceptance_rate)
     return rates
+
+
+def compare_mtp_with_llamacpp(path, spec: dict) -> dict:
+    """Chained MTP draft steps against llama.cpp's draft-mtp (the fixture's `mtp` entry: the
+    target holds all but the last prompt token, then 4 steps each fed the previous step's greedy
+    token and hidden row), within 3x llama.cpp's own spread of those logits."""
+    mtp = spec["mtp"]
+    tol = max(REL_FLOOR, SPREAD_FACTOR * mtp["spread_avx2"])
+    rel, agree, n = 0.0, 0, 0
+    with Model(path, n_ctx=128, n_threads=1) as m:   # F16 KV cache, as llama.cpp's default
+        m.enable_mtp()
+        for prompt, toks, rows in zip(mtp["prompts"], mtp["step_tokens"], mtp["logits"]):
+            m.clear()
+            m.eval(prompt[:-1], logits="none")
+            for step, (tok, want) in enumerate(zip(toks, rows)):
+                want = np.asarray(want)
+                got = m.mtp_draft(tok, step)
+                rel = max(rel, float(np.abs(got - want).max() / np.abs(want).max()))
+                agree += int(got.argmax() == want.argmax())
+                n += 1
+    assert rel <= tol, f"max relative difference {rel:.2e} > tolerance {tol:.2e}"
+    assert agree == n
+    return {"rel": rel, "tol": tol, "agree": agree, "n": n}
+
+
+def mtp_greedy_equals_plain(path, prompt, ks=(1, 3, 6), max_tokens: int = 32) -> list[float]:
+    """Greedy speculation with the target's own MTP block (draft_model="mtp") equals plain
+    greedy output; returns the acceptance rates."""
+    rates = []
+    with f32_model(path) as m:
+        plain = generate(prompt, m, temperature=0, max_tokens=max_tokens, cache_prompt=False)
+        for k in ks:
+            spec = generate(prompt, m, "mtp", temperature=0, max_tokens=max_tokens, n_draft=k, adaptive=False,
+                            p_min=0.0, cache_prompt=False)
+            assert spec.tokens == plain.tokens, f"n_draft={k}"
+            assert spec.stats.drafted > 0
+            rates.append(spec.stats.acceptance_rate)
+    return rates
+
+
+def kv_bytes_per_token(path, **kw) -> float:
+    """Our KV cache's bytes per cell (F16, llama.cpp's default type)."""
+    with Model(path, n_ctx=256, **kw) as m:
+        return m.memory["kv_bytes"] / m.memory["n_cells"]
+
+
+# A broken convention must move the logits at least this many times the largest tolerance of
+# the architecture's fixture (the Q8_0 files' tolerances are the largest: llama.cpp's own
+# spread on them reaches 1.2e-2).
+FAR_FACTOR = 5.0
+
+
+def assert_far(far: float, ref: dict) -> None:
+    worst = max(tolerance(s) for s in ref.values())
+    assert far > FAR_FACTOR * worst, f"{far:.2e} is not far outside the tolerance {worst:.2e}"

@@ -412,6 +412,8 @@ void psl_context::clear() {
 
 void psl_context::enable_mtp() {
     if (mtp) return;
+    if (model->mtp_layer < 0 || !model->arch->build_mtp) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
+    mem->kv().add_mtp_layer(*model);
     std::vector<ggml_backend_t> backends;   // the MTP graph runs on the GPU (if any) and the CPU
     if (backend_gpu) backends.push_back(backend_gpu.get());
     backends.push_back(backend_cpu.get());
