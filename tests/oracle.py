@@ -370,26 +370,13 @@ class Oracle:
                 self.final_logit_softcap = float(hp("final_logit_softcapping", 0.0) or 0.0)
             if self.n_layer == 62:  # Gemma 3 27B: llama.cpp scales by n_embd / n_head
                 self.attn_scale = 1.0 / float(np.sqrt(self.n_embd // self.n_head))
-        # mixture of experts (0 experts: dense FFN); gating "softmax" = softmax over all experts
-        # then top-k, "softmax_topk" = top-k of the raw logits then softmax over them (gpt-oss)
-        self.n_expert = int(hp("expert_count", 0) or 0)
-        self.n_expert_used = int(hp("expert_used_count", 0) or 0)
-        self.moe_gating = "softmax_topk" if self.layout == "gpt-oss" else "softmax"
-        self.moe_norm = self.layout == "qwen3moe"  # llama.cpp renormalizes qwen3moe's weights
-        self.moe_scale = float(hp("expert_weights_scale", 0.0) or 0.0)
-        self.moe_act = swiglu_oai if self.layout == "gpt-oss" else (lambda g, u: silu(g) * u)
+        self._moe_conventions(hp)
         if self.layout == "gpt-oss":  # every other layer windowed (even ones), one rope for all
             self.n_swa = int(hp("attention.sliding_window"))
             self.swa_pattern = int(hp("attention.sliding_window_pattern", 2))
             self.rope_base_swa = float(hp("rope.freq_base_swa", self.rope_base))
         self.swa_layers = [self.n_swa > 0 and self.swa_pattern > 0 and il % self.swa_pattern < self.swa_pattern - 1
                            for il in range(self.n_layer)]
-        # glm4moe: dense leading layers, sigmoid scores with a selection bias, shared experts
-        self.n_dense = int(hp("leading_dense_block_count", 0) or 0) if self.layout == "glm4moe" else 0
-        if self.layout == "glm4moe":
-            self.moe_gating = "sigmoid" if int(hp("expert_gating_func", 2) or 2) == 2 else "softmax"
-            self.moe_norm = bool(hp("expert_weights_norm", False))
-        self.probs_bias = True
 
         self.tensors = {t.name: t for t in r.tensors}
         self._cache: dict[str, np.ndarray] = {}
@@ -400,6 +387,22 @@ class Oracle:
         self.tied = "output.weight" not in self.tensors
         if self.n_head % self.n_head_kv:
             raise ValueError("n_head not a multiple of n_head_kv")
+
+    def _moe_conventions(self, hp) -> None:
+        """Mixture of experts (0 experts: dense FFN); gating "softmax" = softmax over all experts
+        then top-k, "softmax_topk" = top-k of the raw logits then softmax over them (gpt-oss),
+        "sigmoid" (glm4moe: with the selection bias, after its dense leading layers)."""
+        self.n_expert = int(hp("expert_count", 0) or 0)
+        self.n_expert_used = int(hp("expert_used_count", 0) or 0)
+        self.moe_gating = "softmax_topk" if self.layout == "gpt-oss" else "softmax"
+        self.moe_norm = self.layout == "qwen3moe"  # llama.cpp renormalizes qwen3moe's weights
+        self.moe_scale = float(hp("expert_weights_scale", 0.0) or 0.0)
+        self.moe_act = swiglu_oai if self.layout == "gpt-oss" else (lambda g, u: silu(g) * u)
+        self.n_dense = int(hp("leading_dense_block_count", 0) or 0) if self.layout == "glm4moe" else 0
+        if self.layout == "glm4moe":
+            self.moe_gating = "sigmoid" if int(hp("expert_gating_func", 2) or 2) == 2 else "softmax"
+            self.moe_norm = bool(hp("expert_weights_norm", False))
+        self.probs_bias = True
 
     def _mistral3_rope(self, hp) -> None:
         """mistral3's YaRN betas and log multiplier (llama.cpp's context: the attention factor
