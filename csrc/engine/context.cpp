@@ -100,10 +100,13 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
         fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
              "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
     }
-    if (hp.n_embd_head_k % ggml_blck_size((ggml_type) p.type_k) != 0 ||
-        hp.n_embd_head_v % ggml_blck_size((ggml_type) p.type_v) != 0) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block",
-             ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v));
+    for (int il = 0; il < hp.n_layer; ++il) {   // every layer's heads: window layers may have their own size
+        if (hp.head_k(il) % ggml_blck_size((ggml_type) p.type_k) != 0 ||
+            hp.head_v(il) % ggml_blck_size((ggml_type) p.type_v) != 0) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block "
+                 "(layer %d: %d/%d)", ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v), il,
+                 hp.head_k(il), hp.head_v(il));
+        }
     }
     params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
     params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
