@@ -47,16 +47,56 @@ struct HParams {
     int32_t n_ff_shexp = 0;
     bool    expert_weights_norm = false;
     float   expert_weights_scale = 0.0f;
+    int32_t expert_gating = 0;   // llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid (0: the architecture's)
+    // DeepSeek-style routing: shared experts (their width n_ff_exp * n_expert_shared), leading
+    // dense layers, and group-limited selection (the top n_group_used of n_expert_groups groups,
+    // scored by their two best experts)
+    int32_t n_expert_shared = 0;
+    int32_t n_layer_dense_lead = 0;
+    int32_t n_expert_groups = 0;
+    int32_t n_group_used = 0;
     // YaRN rope scaling (ext_factor 0: plain rope), with llama.cpp's defaults.
     float   rope_ext_factor = 0.0f;
     float   rope_attn_factor = 1.0f;
     float   yarn_beta_fast = 32.0f;
     float   yarn_beta_slow = 1.0f;
     int32_t n_ctx_orig_yarn = 0;   // 0: n_ctx_train
+    float   rope_yarn_log_mul = 0.0f;
+    // Llama-4 style attention temperature (mistral3, deepseek2): q scaled by
+    // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) when attn_temp_scale != 0
+    float   attn_temp_scale = 0.0f;
+    int32_t attn_temp_floor = 0;
+    // Gemma 4's per-layer token inputs: width per layer (0: none)
+    int32_t n_embd_per_layer = 0;
 
     int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
     int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }
     bool is_swa(int il) const { return n_swa > 0 && il < (int) swa_layers.size() && swa_layers[il]; }
+
+    // Per-layer shapes, where a file gives arrays (head counts, FFN widths) or sliding-window
+    // layers have heads of their own size and rope width (gemma4); empty / 0: the values above.
+    std::vector<int32_t> n_head_arr, n_head_kv_arr, n_ff_arr;
+    int32_t n_embd_head_k_swa = 0, n_embd_head_v_swa = 0, n_rot_swa = 0;
+    int32_t head_count(int il) const { return il < (int) n_head_arr.size() ? n_head_arr[il] : n_head; }
+    int32_t head_count_kv(int il) const { return il < (int) n_head_kv_arr.size() ? n_head_kv_arr[il] : n_head_kv; }
+    int32_t ff_length(int il) const { return il < (int) n_ff_arr.size() ? n_ff_arr[il] : n_ff; }
+    int32_t head_k(int il) const { return is_swa(il) && n_embd_head_k_swa > 0 ? n_embd_head_k_swa : n_embd_head_k; }
+    int32_t head_v(int il) const { return is_swa(il) && n_embd_head_v_swa > 0 ? n_embd_head_v_swa : n_embd_head_v; }
+    int32_t rot(int il) const { return is_swa(il) && n_rot_swa > 0 ? n_rot_swa : n_rot; }
+    // Layers il >= n_layer_kv (when >= 0) cache nothing: they attend over the cache of the last
+    // earlier layer of their kind (gemma4's shared KV layers, llama.cpp's layer reuse).
+    int32_t n_layer_kv = -1;
+    int kv_source(int il) const {
+        return n_layer_kv < 0 || il < n_layer_kv ? il : n_layer_kv - (is_swa(il) ? 2 : 1);
+    }
+    // Multi-head latent attention (deepseek2 with key_length_mla): a layer caches one row per
+    // token, the normed latent (n_lora_kv) then the roped key part (n_rot), and no V (it is the
+    // latent, read from the same row); the per-head sizes after decompression.
+    int32_t n_lora_q = 0, n_lora_kv = 0, n_embd_head_k_mla = 0, n_embd_head_v_mla = 0;
+    bool is_mla() const { return n_lora_kv > 0 && n_embd_head_k_mla > 0; }
+    // The widths of layer il's cache rows (V 0: none).
+    int32_t kv_k_width(int il) const { return is_mla() ? n_lora_kv + n_rot : head_k(il) * head_count_kv(il); }
+    int32_t kv_v_width(int il) const { return is_mla() ? 0 : head_v(il) * head_count_kv(il); }
 
     // Hybrid models (qwen35): which layers are linear attention (Gated DeltaNet) with a
     // recurrent state instead of a KV cache, and that state's dimensions.
@@ -113,6 +153,9 @@ struct Layer {
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;
+    ggml_tensor * ffn_gate_b = nullptr;   // FFN biases (mistral3, optional)
+    ggml_tensor * ffn_up_b = nullptr;
+    ggml_tensor * ffn_down_b = nullptr;
     // attention extras (gpt-oss): output bias, per-head sink logits
     ggml_tensor * bo = nullptr;
     ggml_tensor * attn_sinks = nullptr;
@@ -148,11 +191,34 @@ struct Layer {
     ggml_tensor * nextn_embed = nullptr;
     ggml_tensor * nextn_head_norm = nullptr;
     ggml_tensor * nextn_head = nullptr;
-    // draft heads (models/eagle3.cpp, models/dflash.cpp): the norm of the fused target features
-    // (eagle3's hidden_norm), a per-layer output scale, rope frequency factors (llama3 scaling)
-    ggml_tensor * attn_norm_2 = nullptr;
+    // Routing extras: selection bias (DeepSeek V3, GLM-4.5), fused gate+up experts, per-expert
+    // output scales and the router's input scale (gemma4)
+    ggml_tensor * ffn_exp_probs_b = nullptr;
+    ggml_tensor * ffn_gate_up_exps = nullptr;
+    ggml_tensor * ffn_down_exps_s = nullptr;
+    ggml_tensor * ffn_gate_inp_s = nullptr;
+    // gemma4: norms around the dense and expert FFN branches, the layer's output scale, the
+    // frequency factors of its rope, its per-layer input gate / projection / norm
+    ggml_tensor * ffn_pre_norm_2 = nullptr;
+    ggml_tensor * ffn_post_norm_1 = nullptr;
+    ggml_tensor * ffn_post_norm_2 = nullptr;
     ggml_tensor * out_scale = nullptr;
     ggml_tensor * rope_freqs = nullptr;
+    ggml_tensor * per_layer_inp_gate = nullptr;
+    ggml_tensor * per_layer_proj = nullptr;
+    ggml_tensor * per_layer_post_norm = nullptr;
+    // MLA (deepseek2): low-rank q (wq_a, its norm, wq_b) or a plain wq; the joint latent + rope-key
+    // projection and the latent's norm; the per-head key absorption and value decompression
+    ggml_tensor * wq_a = nullptr;
+    ggml_tensor * wq_b = nullptr;
+    ggml_tensor * attn_q_a_norm = nullptr;
+    ggml_tensor * wkv_a_mqa = nullptr;
+    ggml_tensor * attn_kv_a_norm = nullptr;
+    ggml_tensor * wk_b = nullptr;
+    ggml_tensor * wv_b = nullptr;
+    // draft heads (models/eagle3.cpp): the norm of the fused target features (eagle3's
+    // hidden_norm); out_scale and rope_freqs above serve dflash and eagle3 too
+    ggml_tensor * attn_norm_2 = nullptr;
 };
 
 }  // namespace psl
@@ -180,6 +246,11 @@ struct psl_model {
     ggml_tensor * fc = nullptr;
     ggml_tensor * fc_scale = nullptr;
     ggml_tensor * enc_norm = nullptr;
+    // gemma4's per-layer inputs: a token table of n_layer * n_embd_per_layer columns, the
+    // projection of the embeddings to the same width and its norm
+    ggml_tensor * per_layer_tok_embd = nullptr;
+    ggml_tensor * per_layer_model_proj = nullptr;
+    ggml_tensor * per_layer_proj_norm = nullptr;
 
     // Devices: the CPU always; a GPU when one was compiled in and layers are offloaded.
     ggml_backend_dev_t dev_cpu = nullptr;

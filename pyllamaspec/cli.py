@@ -1,6 +1,6 @@
 """Entry point: ``python -m pyllamaspec.cli`` and the ``pyllamaspec`` command (llama-cli's flags).
 The command line lives in pyllamaspec.frontends.cli."""
-from .frontends.cli import main
+from .frontends.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

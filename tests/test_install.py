@@ -166,7 +166,7 @@ def test_python_m_build_sdist_then_wheel(fresh):
     wheel = next(dist.glob("pyllamaspec-*.whl"))
     with tarfile.open(sdist) as t:
         names = [n.split("/", 1)[1] for n in t.getnames() if "/" in n]
-    assert "vendor/ggml/fetch.py" in names and "vendor/ggml/pin.json" in names and "pyllamaspec/_pypi.py" in names
+    assert "vendor/ggml/fetch.py" in names and "vendor/ggml/pin.json" in names and "pyllamaspec/files/pypi.py" in names
     assert not any(n.startswith(("vendor/ggml/src/", "build/")) for n in names)
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()

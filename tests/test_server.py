@@ -318,7 +318,7 @@ def test_lookup_server_and_api_key(smollm2_path, local):
 
 def test_import_without_server_dependencies():
     code = ("import sys; sys.modules['starlette'] = None; import pyllamaspec; "
-            "assert 'uvicorn' not in sys.modules; from pyllamaspec.frontends.server.__main__ import main; sys.exit(main([]))")
+            "assert 'uvicorn' not in sys.modules; from pyllamaspec.server import main; sys.exit(main([]))")
     env = dict(os.environ, PYTHONPATH=str(pathlib.Path(pyllamaspec.__file__).parent.parent))
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and 'pip install "pyllamaspec[server]"' in p.stderr and "starlette" in p.stderr

@@ -312,6 +312,16 @@ int32_t psl_context_max_rollback(const psl_context * ctx) {
     return ctx->mem->max_rollback();
 }
 
+psl_status psl_context_memory(const psl_context * ctx, uint64_t * kv_bytes, int32_t * n_cells,
+                              uint64_t * recurrent_bytes) {
+    return guard([&] {
+        PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        if (kv_bytes) *kv_bytes = ctx->mem->kv().bytes();
+        if (n_cells) *n_cells = ctx->mem->kv().size();
+        if (recurrent_bytes) *recurrent_bytes = ctx->mem->rs() ? ctx->mem->rs()->bytes() : 0;
+    });
+}
+
 psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {
     return guard([&] {
         PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");

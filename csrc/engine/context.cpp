@@ -101,10 +101,13 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
         fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
              "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
     }
-    if (hp.n_embd_head_k % ggml_blck_size((ggml_type) p.type_k) != 0 ||
-        hp.n_embd_head_v % ggml_blck_size((ggml_type) p.type_v) != 0) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block",
-             ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v));
+    for (int il = 0; il < hp.n_layer; ++il) {   // every layer's heads: window layers may have their own size
+        if (hp.head_k(il) % ggml_blck_size((ggml_type) p.type_k) != 0 ||
+            hp.head_v(il) % ggml_blck_size((ggml_type) p.type_v) != 0) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block "
+                 "(layer %d: %d/%d)", ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v), il,
+                 hp.head_k(il), hp.head_v(il));
+        }
     }
     params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
     params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
@@ -468,6 +471,8 @@ void psl_context::head_block(int32_t token, int32_t n, float * out, int64_t out_
 
 void psl_context::enable_mtp() {
     if (mtp) return;
+    if (model->mtp_layer < 0 || !model->arch->build_mtp) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
+    mem->kv().add_mtp_layer(*model);
     std::vector<ggml_backend_t> backends;   // the MTP graph runs on the GPU (if any) and the CPU
     if (backend_gpu) backends.push_back(backend_gpu.get());
     backends.push_back(backend_cpu.get());
@@ -475,10 +480,7 @@ void psl_context::enable_mtp() {
                                      mem->rs() ? mem->rs()->n_snap() + 1 : 64);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay
-    if (mem->n_past() > 0) {
-        if (!mem->rs()) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
-        mem->replay_all();
-    }
+    if (mem->n_past() > 0) mem->replay_all();
 }
 
 void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {

@@ -72,7 +72,8 @@ public:
     double get_float(const std::string & key, double dflt) const;
     std::string get_str(const std::string & key) const;
     std::string get_str(const std::string & key, const std::string & dflt) const;
-    // An array of integers (or bools) as int64; empty when the key is absent.
+    // An integer key or an array of integers / bools (a per-layer value): its values, one for a
+    // scalar, none when absent.
     std::vector<int64_t> get_ints(const std::string & key) const;
 
 private:

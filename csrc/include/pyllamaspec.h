@@ -188,6 +188,11 @@ PSL_API psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep);
 /* The most tokens truncate drops in O(1): n_ctx with a KV cache only, else the recurrent state's
  * snapshot ring length - 1 (16 by default; PYLLAMASPEC_RS_SNAPSHOTS sets the length). */
 PSL_API int32_t    psl_context_max_rollback(const psl_context * ctx);
+/* The memory a context's cache of past tokens holds, in bytes, for its n_cells cells (n_ctx
+ * rounded up): the KV cache (an MLA model's compressed latent rows, shared layers counted once)
+ * and a hybrid model's recurrent state ring. NULL outputs are skipped. */
+PSL_API psl_status psl_context_memory(const psl_context * ctx, uint64_t * kv_bytes, int32_t * n_cells,
+                                      uint64_t * recurrent_bytes);
 PSL_API void       psl_context_clear(psl_context * ctx);
 /* Restricts the output head to the token ids ids[0..n): only those rows of the output matrix
  * are computed, and the logits of every other id read -INFINITY. For a draft model with a large

@@ -4,7 +4,7 @@ llama.cpp's reference outputs.
 Engines: another build of this core (`--vs-lib LIB`: the same benchmark run by a subprocess
 with PYLLAMASPEC_LIBRARY=LIB, e.g. a build on the previous ggml pin), llama.cpp's own
 `llama-bench` binary (`--llama-bench PATH`), and llama.cpp through llama-cpp-python's low-level
-API (`--llama-cpp PYTHON`, an interpreter of another environment; see _llamacpp_probe.py).
+API (`--llama-cpp PYTHON`, an interpreter of another environment; see llamacpp_probe.py).
 Rounds alternate between the engines, the order rotating, so a machine that slows down within
 a round favours none; every figure is a median over all rounds' runs.
 
@@ -42,7 +42,7 @@ def _run_json(cmd: list[str], env: dict | None = None, what: str = "") -> object
 
 
 def llama_cpp_probe(python: str, *args) -> dict:
-    """Runs _llamacpp_probe.py with `python` (an interpreter with llama-cpp-python); its JSON."""
+    """Runs llamacpp_probe.py with `python` (an interpreter with llama-cpp-python); its JSON."""
     probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llamacpp_probe.py")
     proc = subprocess.run([python, probe, *map(str, args)], capture_output=True, text=True)
     if proc.returncode != 0:

@@ -5,8 +5,8 @@ environment); imports nothing from pyllamaspec. It times llama.cpp's low-level d
 way llama-bench does: ppN = N tokens in one llama_decode on an empty cache (logits for the last),
 tgN = N single-token decodes. Prints one JSON object: {"pp": [t/s per run], "tg": [...]}.
 
-    python _llamacpp_probe.py MODEL THREADS N_PROMPT N_GEN REPS
-    python _llamacpp_probe.py --spec TARGET DRAFT THREADS N_GEN N_DRAFT P_MIN PROMPT_IDS
+    python llamacpp_probe.py MODEL THREADS N_PROMPT N_GEN REPS
+    python llamacpp_probe.py --spec TARGET DRAFT THREADS N_GEN N_DRAFT P_MIN PROMPT_IDS
 
 --spec replays the loop of llama.cpp's examples/speculative-simple (common_speculative_gen_draft
 and common_sampler_sample_and_accept_n, greedy) on the low-level API: the draft proposes its

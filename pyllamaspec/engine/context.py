@@ -21,6 +21,7 @@ class Context(ABC):
     n_batch: int
     n_threads: int
     max_rollback: int          # how far truncate() rolls back in O(1) (a hybrid's snapshot ring)
+    memory: dict               # kv_bytes, n_cells, recurrent_bytes: what the cache of past tokens holds
     alive: bool = True         # False once its state is lost (a dead RPC worker)
     info: dict | None = None   # the loaded model's ModelInfo fields, where the model is elsewhere
 
@@ -99,6 +100,9 @@ class LocalContext(Context):
         self._ctx = out[0]
         self._read_params()
         self.max_rollback = lib.psl_context_max_rollback(self._ctx)
+        kv, cells, rs = ffi.new("uint64_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
+        _native.check(lib.psl_context_memory(self._ctx, kv, cells, rs))
+        self.memory = {"kv_bytes": int(kv[0]), "n_cells": int(cells[0]), "recurrent_bytes": int(rs[0])}
 
     def _read_params(self) -> None:
         got = ffi.new("psl_context_params *")

