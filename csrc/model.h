@@ -246,6 +246,7 @@ struct psl_model {
     ggml_tensor * fc = nullptr;
     ggml_tensor * fc_scale = nullptr;
     ggml_tensor * enc_norm = nullptr;
+    ggml_tensor * fc_post = nullptr;          // gemma4-assistant: its state projected back to the target's width
     // gemma4's per-layer inputs: a token table of n_layer * n_embd_per_layer columns, the
     // projection of the embeddings to the same width and its norm
     ggml_tensor * per_layer_tok_embd = nullptr;
@@ -355,7 +356,10 @@ struct ArchOps {
     // A draft head (engine/head.h) has no eval of its own: `build` is its decoder and this its
     // encoder of the target's features (g.inp_embd); null for a model.
     ggml_tensor * (*build_encode)(Graph & g) = nullptr;
-    bool is_head() const { return build_encode != nullptr; }
+    // A head that attends over its target's KV cache instead of a cache of its own (Gemma 4's
+    // assistant): no encoder, the target's final hidden rows as its input.
+    bool reads_target_kv = false;
+    bool is_head() const { return build_encode != nullptr || reads_target_kv; }
 };
 
 const ArchOps * find_arch(const std::string & name);

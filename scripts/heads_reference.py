@@ -1,5 +1,6 @@
-"""Writes llama.cpp's EAGLE-3 and DFlash draft logits for seeded tiny random target + head pairs
-(tests/models.py, tests/models_heads.py) to tests/data/reference/heads_llamacpp.json; tests/test_heads.py
+"""Writes llama.cpp's EAGLE-3, DFlash and Gemma 4 assistant draft logits for seeded tiny random
+target + head pairs (tests/models.py, tests/models_gemma4.py, tests/models_heads.py) to
+tests/data/reference/heads_llamacpp.json; tests/test_heads.py
 regenerates the same files bit for bit (sha256 recorded) and compares its draft steps / blocks.
 Each prompt also records the draft tokens llama.cpp's own driver proposes (common_speculative_draft,
 greedy): the logits are computed by scripts/llamacpp_heads.cpp following that driver's conventions,
@@ -32,7 +33,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from models import write_gguf  # noqa: E402
-from models_heads import write_dflash_gguf, write_eagle3_gguf  # noqa: E402
+from models_gemma4 import write_gemma4_gguf  # noqa: E402
+from models_heads import write_dflash_gguf, write_eagle3_gguf, write_gemma4_assistant_gguf  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "reference" / "heads_llamacpp.json"
 
@@ -56,15 +58,25 @@ MODELS = {
                                gelu=True, causal=True, n_draft_vocab=48, block_size=6, seed=12), steps=5),
     "dflash_c": dict(target=dict(arch="qwen3", n_embd=32, n_layer=4, seed=13),
                      head=dict(kind="dflash", own_output=False, target_layers=(2,), block_size=5, seed=14), steps=4),
+    # Gemma 4 assistants over tiny gemma4 targets (tests/models_gemma4.py): a: window and full
+    # layers; b: three layers over a target whose last two layers share earlier caches
+    "assistant_a": dict(target=dict(arch="gemma4", seed=15), head=dict(kind="gemma4-assistant", seed=16), steps=4),
+    "assistant_b": dict(target=dict(arch="gemma4", shared_kv_layers=2, k_eq_v=True, seed=17),
+                        head=dict(kind="gemma4-assistant", swa_pattern=(True, False, True), n_ff=40, seed=18), steps=4),
 }
+WRITERS = {"eagle3": write_eagle3_gguf, "dflash": write_dflash_gguf, "gemma4-assistant": write_gemma4_assistant_gguf}
 
 
 def write_pair(spec: dict, folder: pathlib.Path, name: str) -> tuple[pathlib.Path, pathlib.Path]:
     t, h = folder / f"{name}_target.gguf", folder / f"{name}_head.gguf"
-    write_gguf(t, n_vocab=64, **spec["target"])
+    target = dict(spec["target"])
+    if target.get("arch") == "gemma4":
+        del target["arch"]
+        write_gemma4_gguf(t, **target)
+    else:
+        write_gguf(t, n_vocab=64, **target)
     kw = dict(spec["head"])
-    kind = kw.pop("kind")
-    (write_eagle3_gguf if kind == "eagle3" else write_dflash_gguf)(h, **kw)
+    WRITERS[kw.pop("kind")](h, **kw)
     return t, h
 
 

@@ -1,5 +1,6 @@
-// Prints llama.cpp's EAGLE-3 / DFlash draft logits for token-id prompts, computed the way its
-// draft-eagle3 / draft-dflash drivers compute them (common/speculative.cpp), and the draft tokens
+// Prints llama.cpp's EAGLE-3 / DFlash / Gemma 4 assistant draft logits for token-id prompts,
+// computed the way its draft-eagle3 / draft-dflash / draft-mtp drivers compute them
+// (common/speculative.cpp), and the draft tokens
 // its own driver proposes (common_speculative_draft) for the same prompt, so that the logits are
 // known to follow its conventions. Not part of the build or of CI.
 //
@@ -10,7 +11,8 @@
 // The target holds all but the last token of a prompt; the last one is the token the draft
 // follows. Output per prompt p: "L p s logit ..." per draft step s (EAGLE-3: the chained
 // steps, each fed the previous step's greedy token; DFlash: the STEPS mask positions of one
-// block), then "T p tok ..." (common_speculative_draft's tokens, greedy, STEPS at most).
+// block; the assistant: its chained steps, all at the position after the cache), then
+// "T p tok ..." (common_speculative_draft's tokens, greedy, STEPS at most).
 #include "common.h"
 #include "llama.h"
 #include "llama-ext.h"
@@ -32,7 +34,7 @@ struct Probe {
     llama_context * tgt = nullptr, * dft = nullptr;
     std::vector<int32_t> ids;     // the head's target layers
     int n_embd = 0, n_vocab = 0, steps = 0;
-    bool dflash = false;
+    bool dflash = false, assistant = false;
 
     void contexts() {
         llama_context_params cp = llama_context_default_params();
@@ -42,6 +44,7 @@ struct Probe {
         llama_context_params cd = cp;
         cd.n_rs_seq = 0;
         cd.ctx_other = tgt;
+        if (assistant) cd.ctx_type = LLAMA_CONTEXT_TYPE_MTP;   // as common_speculative_init_result makes it
         dft = llama_init_from_model(dft_m, cd);
         if (!tgt || !dft) std::exit(1);
     }
@@ -114,10 +117,38 @@ struct Probe {
         for (int s = 0; s < steps; ++s) print(pi, s, llama_get_logits_ith(dft, s + 1));
     }
 
+    // Gemma 4's assistant (draft-mtp with the target's memory shared): every step at the
+    // position after the cache, fed the target's final normed row, then its own projected state
+    void gemma4_assistant(const std::vector<llama_token> & p, int pi) {
+        const int n = (int) p.size() - 1;
+        common_batch b(tgt);
+        for (int i = 0; i < n; ++i) b.add(p[i], i, 0, i == n - 1);
+        if (llama_process(tgt, LLAMA_PROCESS_TYPE_DECODE, b.get()) != 0) std::exit(1);
+        const float * hr = llama_get_embeddings_nextn_ith(tgt, n - 1);
+        if (!hr) std::exit(1);
+        std::vector<float> h(hr, hr + n_embd);
+        common_batch d(dft);
+        llama_token tok = p[n];
+        for (int s = 0; s < steps; ++s) {
+            d.clear();
+            const int32_t idx = d.add(tok, n, 0, true);
+            d.set_embd(idx, {h.data(), 1, (size_t) n_embd});
+            if (llama_process(dft, LLAMA_PROCESS_TYPE_DECODE, d.get()) != 0) std::exit(1);
+            const float * lg = llama_get_logits_ith(dft, 0);
+            const float * hn = llama_get_embeddings_nextn_ith(dft, 0);
+            if (!lg || !hn) std::exit(1);
+            print(pi, s, lg);
+            tok = (llama_token) (std::max_element(lg, lg + n_vocab) - lg);
+            h.assign(hn, hn + n_embd);
+        }
+    }
+
     // llama.cpp's own driver on the same prompt
     void driver(const std::vector<llama_token> & p, int pi) {
         common_params_speculative sp;
-        sp.types = {dflash ? COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH : COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3};
+        sp.types = {assistant ? COMMON_SPECULATIVE_TYPE_DRAFT_MTP
+                    : dflash  ? COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH
+                              : COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3};
         sp.draft.n_max = steps;
         sp.draft.n_min = 0;
         sp.draft.p_min = 0.0f;
@@ -165,7 +196,11 @@ int main(int argc, char ** argv) {
     char arch[64] = {};
     llama_model_meta_val_str(pr.dft_m, "general.architecture", arch, sizeof(arch));
     pr.dflash = std::strcmp(arch, "dflash") == 0;
-    pr.ids.assign(llama_model_target_layer_ids(pr.dft_m), llama_model_target_layer_ids(pr.dft_m) + llama_model_target_layer_ids_n(pr.dft_m));
+    pr.assistant = std::strcmp(arch, "gemma4-assistant") == 0;
+    if (!pr.assistant) {
+        pr.ids.assign(llama_model_target_layer_ids(pr.dft_m),
+                      llama_model_target_layer_ids(pr.dft_m) + llama_model_target_layer_ids_n(pr.dft_m));
+    }
     pr.n_embd = llama_model_n_embd(pr.tgt_m);
     pr.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(pr.tgt_m));
     std::vector<std::vector<llama_token>> prompts;
@@ -178,7 +213,10 @@ int main(int argc, char ** argv) {
         pr.contexts();
         for (int32_t id : pr.ids) llama_set_embeddings_layer_inp(pr.tgt, (uint32_t) id, true);
         llama_set_embeddings_nextn(pr.dft, true, /*masked*/ true);
-        if (pr.dflash) {
+        if (pr.assistant) {
+            llama_set_embeddings_nextn(pr.tgt, true, /*masked*/ false);
+            pr.gemma4_assistant(prompts[pi], (int) pi);
+        } else if (pr.dflash) {
             char c[16] = {};
             const bool causal = llama_model_meta_val_str(pr.dft_m, "dflash.attention.causal", c, sizeof(c)) >= 0 &&
                                 std::strcmp(c, "true") == 0;

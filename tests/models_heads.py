@@ -145,3 +145,52 @@ def two_token_output(path, n_embd: int) -> None:
     e0 = np.zeros(n_embd, np.float32)
     e0[0] = 1.0
     overwrite_tensor(path, "output_norm.weight", e0)
+
+
+def write_gemma4_assistant_gguf(path, *, n_vocab: int = 64, n_embd: int = 32, n_embd_target: int = 64,
+                                swa_pattern=(True, False), n_head: int = 4, n_head_kv_swa: int = 2,
+                                n_head_kv_full: int = 1, head_dim_swa: int = 16, head_dim_full: int = 32,
+                                n_rot_swa: int = 16, n_rot_pairs_full: int = 4, n_ff: int = 48,
+                                sliding_window: int = 4, rope_base: float = 1_000_000.0,
+                                rope_base_swa: float = 10_000.0, eps: float = 1e-6, seed: int = 0,
+                                name: str = "tiny-random-gemma4-assistant") -> dict:
+    """A Gemma 4 assistant (llama.cpp's gemma4-assistant layout: Gemma4Model's keys plus
+    embedding_length_out, the target's width, and nextn_predict_layers = its layer count) for a
+    models_gemma4 target of n_embd_target with the same window/full head sizes and kv heads
+    (its window layers read the target's last window layer's cache, its full ones the last full
+    layer's). Its own token table serves as its tied output head."""
+    import gguf
+
+    path = pathlib.Path(path)
+    a = "gemma4-assistant"
+    draw = parts.Draws(seed)
+    n_layer = len(swa_pattern)
+    pairs = head_dim_full // 2
+    t = [("token_embd.weight", draw.normal(n_vocab, n_embd), "F32"),
+         ("output_norm.weight", draw.norm(n_embd), "F32"),
+         ("nextn.pre_projection.weight", draw.lin(n_embd, 2 * n_embd_target), "F32"),
+         ("nextn.post_projection.weight", draw.lin(n_embd_target, n_embd), "F32"),
+         ("rope_freqs.weight", np.array([1.0] * n_rot_pairs_full + [1e30] * (pairs - n_rot_pairs_full)), "F32")]
+    for il, swa in enumerate(swa_pattern):
+        p, hd = f"blk.{il}.", head_dim_swa if swa else head_dim_full
+        t += parts.norms(draw, p, n_embd, "attn_norm")
+        t += [(p + "attn_q.weight", draw.lin(n_head * hd, n_embd), "F32"),
+              (p + "attn_output.weight", draw.lin(n_embd, n_head * hd), "F32")]
+        t += parts.norms(draw, p, hd, "attn_q_norm")
+        t += parts.norms(draw, p, n_embd, "post_attention_norm", "ffn_norm")
+        t += parts.ffn(draw, p, "F32", n_embd, n_ff)
+        t += parts.norms(draw, p, n_embd, "post_ffw_norm")
+        t.append((p + "layer_output_scale.weight", 0.5 + 0.5 * draw.rng.random(1), "F32"))
+    kv = parts.general_kv(gguf, name, parts.FILE_TYPE["F32"])
+    kv.update(parts.hparams_kv(a, n_ctx_train=256, n_embd=n_embd, n_layer=n_layer, n_ff=n_ff, n_head=n_head,
+                               n_head_kv=[n_head_kv_swa if s else n_head_kv_full for s in swa_pattern], eps=eps,
+                               rope_base=rope_base, head_dim=head_dim_full))
+    kv.update({f"{a}.attention.key_length_swa": head_dim_swa, f"{a}.attention.value_length_swa": head_dim_swa,
+               f"{a}.rope.dimension_count": head_dim_full, f"{a}.rope.dimension_count_swa": n_rot_swa,
+               f"{a}.rope.freq_base_swa": float(rope_base_swa), f"{a}.attention.sliding_window": sliding_window,
+               f"{a}.attention.sliding_window_pattern": [bool(s) for s in swa_pattern],
+               f"{a}.embedding_length_out": n_embd_target, f"{a}.nextn_predict_layers": n_layer})
+    tokens, merges = gpt2_byte_tokens(n_vocab)
+    kv.update(parts.vocab_kv(a, n_vocab, tokens, merges))
+    info = parts.write_file(gguf, path, a, kv, t)
+    return {"path": path, "tensors": info, "n_vocab": n_vocab, "n_embd": n_embd}

@@ -178,15 +178,17 @@ def test_model_without_mtp_is_refused(files):
             Decoder(p, "mtpp", SamplingParams(temperature=0))
 
 
-def test_cli_spec_type_draft_mtp():
+def test_cli_spec_type_draft_mtp(files):
     from pyllamaspec.frontends.cli import args as cli_args
     from pyllamaspec.errors import PyllamaspecError
     a = cli_args.parse_args(cli_args.build_parser(), ["-m", "t", "--spec-type", "draft-mtp"])
     cli_args.resolve_spec_type(a)
     assert a.mtp and not a.lookup
     a = cli_args.parse_args(cli_args.build_parser(), ["-m", "t", "-md", "d", "--spec-type", "draft-mtp"])
-    with pytest.raises(PyllamaspecError, match="drop -md"):
-        cli_args.resolve_spec_type(a)
+    cli_args.resolve_spec_type(a)            # -md: a Gemma 4 assistant, checked when it loads
+    assert a.mtp and a.model_draft == "d"
+    with pytest.raises(InvalidArgumentError, match="draft-mtp drafts with the target's own MTP layers"):
+        generate(PROMPT, str(files[1]), str(files[1]), spec_type="draft-mtp", temperature=0, max_tokens=2)
 
 
 def test_own_file_as_draft_means_mtp(files):

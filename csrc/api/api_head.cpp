@@ -17,7 +17,9 @@ psl_status psl_model_head_info(const psl_model * model, psl_head_info * out) {
         out->mask_token = -1;
         if (!model->arch || !model->arch->is_head()) return;
         const HParams::Head & h = model->hp.head;
-        out->kind = model->arch_name == "eagle3" ? PSL_HEAD_EAGLE3 : PSL_HEAD_DFLASH;
+        out->kind = model->arch->reads_target_kv ? PSL_HEAD_GEMMA4_ASSISTANT
+                    : model->arch_name == "eagle3"   ? PSL_HEAD_EAGLE3
+                                                     : PSL_HEAD_DFLASH;
         out->n_target_layers = (int32_t) std::min<size_t>(h.target_layers.size(), 64);
         std::copy(h.target_layers.begin(), h.target_layers.begin() + out->n_target_layers, out->target_layers);
         out->n_embd_target = h.n_embd_target;

@@ -180,6 +180,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
+    graph->keep_final = draft_head && draft_head->wants_final();
     // the rows of the restricted head in use, if any
     graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
                        : nullptr;
@@ -435,7 +436,10 @@ std::vector<ggml_backend_t> psl_context::backends() const {
 
 void psl_context::attach_head(psl_model * h) {
     std::unique_ptr<HeadState> state;
-    if (h) state = HeadState::make(*h, *model, backends(), params.n_ctx, (ggml_type) params.type_k, (ggml_type) params.type_v);
+    if (h) {
+        state = HeadState::make(*h, *model, mem->kv(), backends(), params.n_ctx, (ggml_type) params.type_k,
+                                (ggml_type) params.type_v);
+    }
     draft_head = std::move(state);
     reserve();   // the target's graph keeps the head's layer inputs now
     clear();     // what is cached has no features for the head: evaluated again

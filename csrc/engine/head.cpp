@@ -62,6 +62,25 @@ void HeadGraph::compute(std::atomic<bool> & interrupt) {
 
 namespace {
 
+// A Gemma 4 assistant attends over its target's last window layer's cache and its last full
+// layer's: they must be there, with the head sizes it has, and kv heads its q heads share.
+void check_shared_kv(const psl_model & head, const psl_model & target) {
+    const HParams & h = head.hp, & t = target.hp;
+    const int32_t full = t.n_layer - 1, swa = t.n_layer - 2;
+    if (target.arch_name != "gemma4" || t.n_layer < 2 || t.is_swa(full) || !t.is_swa(swa)) {
+        fail(PSL_ERR_UNSUPPORTED, "a Gemma 4 assistant drafts for a gemma4 target whose last layer attends fully and the one "
+             "before over a window (got %s)", target.arch_name.c_str());
+    }
+    for (int il = 0; il < h.n_layer; ++il) {
+        const int32_t tl = h.is_swa(il) ? swa : full;
+        const int32_t kv_heads = target.layers.empty() ? 0 : t.head_count_kv(t.kv_source(tl));
+        if (h.head_k(il) != t.head_k(tl) || kv_heads <= 0 || h.head_count(il) % kv_heads != 0) {
+            fail(PSL_ERR_UNSUPPORTED, "assistant layer %d (head size %d, %d heads) cannot attend over target layer %d's cache "
+                 "(head size %d, %d kv heads)", il, h.head_k(il), h.head_count(il), tl, t.head_k(tl), kv_heads);
+        }
+    }
+}
+
 void check_fit(const psl_model & head, const psl_model & target) {
     const HParams & h = head.hp, & t = target.hp;
     const char * kind = head.arch_name.c_str();
@@ -90,6 +109,7 @@ void check_fit(const psl_model & head, const psl_model & target) {
              kind, (long long) target.output->ne[0], (long long) target.output->ne[1], h.n_embd, (long long) n_out);
     }
     if (h.head.mask_token >= t.n_vocab) fail(PSL_ERR_UNSUPPORTED, "the %s head's mask token %d is outside the vocabulary", kind, h.head.mask_token);
+    if (head.arch->reads_target_kv) check_shared_kv(head, target);
     if (head.dev_gpu && !target.dev_gpu) {
         fail(PSL_ERR_UNSUPPORTED, "the %s head has layers on a GPU and the target none: load the head with n_gpu_layers=0", kind);
     }
@@ -97,21 +117,23 @@ void check_fit(const psl_model & head, const psl_model & target) {
 
 }  // namespace
 
-std::unique_ptr<HeadState> HeadState::make(psl_model & head, const psl_model & target,
+std::unique_ptr<HeadState> HeadState::make(psl_model & head, const psl_model & target, KvCache & target_kv,
                                            const std::vector<ggml_backend_t> & backends, int32_t n_ctx,
                                            ggml_type type_k, ggml_type type_v) {
     if (!head.arch || !head.arch->is_head()) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "'%s' (%s) is not a draft head (eagle3, dflash)", head.file ? head.file->path().c_str() : "?",
-             head.arch_name.c_str());
+        fail(PSL_ERR_INVALID_ARGUMENT, "'%s' (%s) is not a draft head (eagle3, dflash, gemma4-assistant)",
+             head.file ? head.file->path().c_str() : "?", head.arch_name.c_str());
     }
     check_fit(head, target);
+    if (head.arch->reads_target_kv) return make_assistant_state(head, target, target_kv, backends, n_ctx);
     if (head.arch_name == "eagle3") return make_eagle3_state(head, target, backends, n_ctx, type_k, type_v);
     return make_dflash_state(head, target, backends, n_ctx, type_k, type_v);
 }
 
-HeadState::HeadState(psl_model & head, const psl_model & target, const std::vector<ggml_backend_t> &, int32_t n_ctx,
-                     ggml_type type_k, ggml_type type_v)
-    : head_(head), target_(target), n_ctx_(n_ctx), kv_(head, n_ctx, type_k, type_v) {
+HeadState::HeadState(psl_model & head, const psl_model & target, int32_t n_ctx, bool own_cache, ggml_type type_k,
+                     ggml_type type_v)
+    : head_(head), target_(target), n_ctx_(n_ctx),
+      kv_(own_cache ? std::make_unique<KvCache>(head, n_ctx, type_k, type_v) : nullptr) {
     retain(&head_);
 }
 

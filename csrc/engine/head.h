@@ -9,6 +9,8 @@
 //   fed next; step s chains the previous step's token and pre-norm state.
 // * DFlash (head_dflash.cpp): the fused features of every position become K/V in its cache;
 //   a draft is one pass over [last token, mask, ...] after the target's cache.
+// * Gemma 4's assistant (head_assistant.cpp): no cache of its own; each chained step attends
+//   over the target's cache, from the target's final normed hidden rows.
 // A head has its own KV cache and scheduler over the target's backends; the target's truncation
 // and clearing reach it through the context.
 #pragma once
@@ -56,15 +58,18 @@ class HeadState {
 public:
     // Checks that `head` fits `target` (hidden size, layer ids, vocabulary), PSL_ERR_UNSUPPORTED
     // naming the misfit otherwise. backends: the target context's, the CPU last.
-    static std::unique_ptr<HeadState> make(psl_model & head, const psl_model & target,
+    // target_kv: the target's cache (a Gemma 4 assistant attends over it).
+    static std::unique_ptr<HeadState> make(psl_model & head, const psl_model & target, KvCache & target_kv,
                                            const std::vector<ggml_backend_t> & backends, int32_t n_ctx,
                                            ggml_type type_k, ggml_type type_v);
     virtual ~HeadState();
 
     // The target layers whose inputs the target keeps for it.
     const std::vector<int32_t> & layers() const;
+    // Whether the target keeps its final normed hidden rows for it (Graph::keep_final).
+    virtual bool wants_final() const { return false; }
     // The target computed n tokens at n_past in g (g.captured holds their layer inputs).
-    void after_compute(const Graph & g, const int32_t * tokens, int32_t n_past, std::atomic<bool> & interrupt);
+    virtual void after_compute(const Graph & g, const int32_t * tokens, int32_t n_past, std::atomic<bool> & interrupt);
     virtual void truncate(int32_t n_keep) = 0;
     virtual void clear() = 0;
     // EAGLE-3: one chained draft step (step 0: `token` is the one after the target's n_past
@@ -75,8 +80,9 @@ public:
     const psl_model & head() const { return head_; }
 
 protected:
-    HeadState(psl_model & head, const psl_model & target, const std::vector<ggml_backend_t> & backends, int32_t n_ctx,
-              ggml_type type_k, ggml_type type_v);
+    // own_cache: the head keeps a KV cache of its own (type_k/type_v), else it reads its target's
+    HeadState(psl_model & head, const psl_model & target, int32_t n_ctx, bool own_cache, ggml_type type_k,
+              ggml_type type_v);
     // The features of n target positions from n_past on ([n_ids * n_embd_target] rows).
     virtual void process(const float * features, const int32_t * tokens, int32_t n, int32_t n_past,
                          std::atomic<bool> & interrupt) = 0;
@@ -87,7 +93,7 @@ protected:
     psl_model & head_;
     const psl_model & target_;
     int32_t n_ctx_;
-    KvCache kv_;
+    std::unique_ptr<KvCache> kv_;
     std::vector<float> features_, scratch_;
 };
 
@@ -97,5 +103,7 @@ std::unique_ptr<HeadState> make_eagle3_state(psl_model & head, const psl_model &
 std::unique_ptr<HeadState> make_dflash_state(psl_model & head, const psl_model & target,
                                              const std::vector<ggml_backend_t> & backends, int32_t n_ctx,
                                              ggml_type type_k, ggml_type type_v);
+std::unique_ptr<HeadState> make_assistant_state(psl_model & head, const psl_model & target, KvCache & target_kv,
+                                                const std::vector<ggml_backend_t> & backends, int32_t n_ctx);
 
 }  // namespace psl

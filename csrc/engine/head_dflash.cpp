@@ -13,7 +13,7 @@ class DflashState : public HeadState {
 public:
     DflashState(psl_model & head, const psl_model & target, const std::vector<ggml_backend_t> & backends, int32_t n_ctx,
                 ggml_type type_k, ggml_type type_v)
-        : HeadState(head, target, backends, n_ctx, type_k, type_v), enc_(backends), dec_(backends) {}
+        : HeadState(head, target, n_ctx, true, type_k, type_v), enc_(backends), dec_(backends) {}
 
     // Cells past the target's cache are written again before any block reads them.
     void truncate(int32_t) override {}
@@ -27,8 +27,8 @@ public:
         if (n_past + n + 1 > n_ctx_) fail(PSL_ERR_CONTEXT_FULL, "DFlash block at %d + %d: n_ctx is %d", n_past, n + 1, n_ctx_);
         toks_.assign((size_t) n + 1, head_.hp.head.mask_token);
         toks_[0] = token;
-        const int32_t n_kv = kv_.n_kv_for(n_past + n + 1);
-        Graph & d = dec_.prepare(((int64_t) (n + 1) << 32) | n_kv, head_, target_, kv_, n + 1, n_kv, true,
+        const int32_t n_kv = kv_->n_kv_for(n_past + n + 1);
+        Graph & d = dec_.prepare(((int64_t) (n + 1) << 32) | n_kv, head_, target_, *kv_, n + 1, n_kv, true,
                                  head_.hp.head.causal, head_.arch->build);
         dec_.inputs().fill(d, toks_.data(), n_past);
         dec_.compute(interrupt);
@@ -40,8 +40,8 @@ public:
 
 protected:
     void process(const float * features, const int32_t *, int32_t n, int32_t n_past, std::atomic<bool> & interrupt) override {
-        const int32_t n_kv = kv_.n_kv_for(n_past + n);
-        Graph & e = enc_.prepare(((int64_t) n << 32) | n_kv, head_, target_, kv_, n, n_kv, true, true,
+        const int32_t n_kv = kv_->n_kv_for(n_past + n);
+        Graph & e = enc_.prepare(((int64_t) n << 32) | n_kv, head_, target_, *kv_, n, n_kv, true, true,
                                  head_.arch->build_encode);
         enc_.inputs().fill(e, nullptr, n_past);
         ggml_backend_tensor_set(e.inp_embd, features, 0, ggml_nbytes(e.inp_embd));

@@ -16,7 +16,7 @@ class Eagle3State : public HeadState {
 public:
     Eagle3State(psl_model & head, const psl_model & target, const std::vector<ggml_backend_t> & backends, int32_t n_ctx,
                 ggml_type type_k, ggml_type type_v)
-        : HeadState(head, target, backends, n_ctx, type_k, type_v), g_(head.hp.n_embd, 256), enc_(backends),
+        : HeadState(head, target, n_ctx, true, type_k, type_v), g_(head.hp.n_embd, 256), enc_(backends),
           dec_(backends) {
         chain_.assign((size_t) head.hp.n_embd, 0.0f);
     }
@@ -59,9 +59,9 @@ private:
 
 void Eagle3State::decode(const int32_t * tokens, const float * g, int32_t m, int32_t first, bool outputs,
                          std::atomic<bool> & interrupt) {
-    const int32_t n_kv = kv_.n_kv_for(first + m);
+    const int32_t n_kv = kv_->n_kv_for(first + m);
     const int64_t key = ((int64_t) m << 32) | ((int64_t) n_kv << 1) | (outputs ? 1 : 0);
-    Graph & d = dec_.prepare(key, head_, target_, kv_, m, n_kv, outputs, /*causal =*/ true, head_.arch->build);
+    Graph & d = dec_.prepare(key, head_, target_, *kv_, m, n_kv, outputs, /*causal =*/ true, head_.arch->build);
     dec_.inputs().fill(d, tokens, first);
     ggml_backend_tensor_set(d.inp_embd, g, 0, sizeof(float) * (size_t) m * head_.hp.n_embd);
     dec_.compute(interrupt);
@@ -70,7 +70,7 @@ void Eagle3State::decode(const int32_t * tokens, const float * g, int32_t m, int
 void Eagle3State::process(const float * features, const int32_t * tokens, int32_t n, int32_t n_past,
                           std::atomic<bool> & interrupt) {
     const int32_t n_embd = head_.hp.n_embd;
-    Graph & e = enc_.prepare((int64_t) n, head_, target_, kv_, n, kv_.n_kv_for(1), true, true, head_.arch->build_encode);
+    Graph & e = enc_.prepare((int64_t) n, head_, target_, *kv_, n, kv_->n_kv_for(1), true, true, head_.arch->build_encode);
     ggml_backend_tensor_set(e.inp_embd, features, 0, ggml_nbytes(e.inp_embd));
     enc_.compute(interrupt);
     rows_.resize((size_t) n * n_embd);

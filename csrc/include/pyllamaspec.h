@@ -242,11 +242,12 @@ PSL_API psl_status psl_context_enable_mtp(psl_context * ctx);
 PSL_API psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
                                          int64_t out_cap);
 
-/* ---- draft heads (csrc/engine/head.cpp): EAGLE-3 ("eagle3") and DFlash ("dflash") files
- * load with psl_model_load but have no context of their own (psl_context_new refuses them): a
- * head is attached to its target's context and drafts from the inputs of the target layers it
- * names, which the target keeps whenever it evaluates (no extra target evaluation). ---- */
-enum psl_head_kind { PSL_HEAD_NONE = 0, PSL_HEAD_EAGLE3 = 1, PSL_HEAD_DFLASH = 2 };
+/* ---- draft heads (csrc/engine/head.cpp): EAGLE-3 ("eagle3"), DFlash ("dflash") and Gemma 4
+ * assistant ("gemma4-assistant") files load with psl_model_load but have no context of their own
+ * (psl_context_new refuses them): a head is attached to its target's context and drafts from the
+ * inputs of the target layers it names (an assistant: from the target's final hidden rows and
+ * over its cache), which the target keeps whenever it evaluates (no extra target evaluation). ---- */
+enum psl_head_kind { PSL_HEAD_NONE = 0, PSL_HEAD_EAGLE3 = 1, PSL_HEAD_DFLASH = 2, PSL_HEAD_GEMMA4_ASSISTANT = 3 };
 typedef struct psl_head_info {
     int32_t kind;               /* psl_head_kind                                           */
     int32_t n_target_layers;    /* target layers it reads (their ids: target_layers)       */
@@ -263,7 +264,7 @@ PSL_API psl_status psl_file_arch(const char * path, char * arch, size_t cap);
  * vocabulary; PSL_ERR_UNSUPPORTED names the misfit); the head keeps a reference to its model.
  * The cache is cleared: the next evals give the head its features. */
 PSL_API psl_status psl_context_attach_head(psl_context * ctx, psl_model * head);
-/* EAGLE-3: one chained draft step, n_vocab logits into logits (out_cap floats). Step 0 runs
+/* EAGLE-3, Gemma 4 assistant: one chained draft step, n_vocab logits into logits (out_cap floats). Step 0 runs
  * `token` (the next token, not yet in the cache) with the features of position n_past - 1;
  * step s > 0 the step s - 1 draft token with the head's own step s - 1 state, and must follow
  * step s - 1 with the cache unchanged. */

@@ -1,9 +1,11 @@
-"""DraftHead: an EAGLE-3 or DFlash draft head (a GGUF file of architecture "eagle3" or "dflash").
+"""DraftHead: an EAGLE-3, DFlash or Gemma 4 assistant draft head (a GGUF file of architecture
+"eagle3", "dflash" or "gemma4-assistant").
 
 A head has no context of its own: it is attached to its target (Model.attach_head), whose every
 eval then keeps the inputs of the target layers the head reads and hands them to it, in the core
-(csrc/engine/head.h). Drafting goes through the target: Model.head_draft (EAGLE-3's chained
-steps) and Model.head_block (a DFlash block)."""
+(csrc/engine/head.h; an assistant reads the target's final hidden rows and attends over its
+cache). Drafting goes through the target: Model.head_draft (chained steps: EAGLE-3, the
+assistant) and Model.head_block (a DFlash block)."""
 from __future__ import annotations
 
 import os
@@ -14,8 +16,8 @@ from . import _native
 from ._native import Users, ffi, lib
 
 # general.architecture of a head -> its llama.cpp --spec-type
-HEAD_TYPES = {"eagle3": "draft-eagle3", "dflash": "draft-dflash"}
-_KINDS = {1: "eagle3", 2: "dflash"}
+HEAD_TYPES = {"eagle3": "draft-eagle3", "dflash": "draft-dflash", "gemma4-assistant": "draft-mtp"}
+_KINDS = {1: "eagle3", 2: "dflash", 3: "gemma4-assistant"}
 
 
 def file_arch(path: str | os.PathLike) -> str:
@@ -30,7 +32,7 @@ def file_arch(path: str | os.PathLike) -> str:
 
 @dataclass(frozen=True)
 class HeadInfo:
-    """kind: "eagle3" or "dflash"; the target layers whose inputs it reads; the target hidden size
+    """kind: "eagle3", "dflash" or "gemma4-assistant"; the target layers whose inputs it reads; the target hidden size
     it was trained on; the rows of its output (its draft vocabulary); DFlash's block size (the
     anchor included) and mask token (0 and -1 for EAGLE-3)."""
     kind: str
@@ -54,7 +56,7 @@ class DraftHead(_native.Closeable):
         arch = file_arch(self.path)
         if arch not in HEAD_TYPES:
             raise UnsupportedModelError(f"'{self.path}' is a {arch or 'GGUF'} model, not a draft head "
-                                        f"(eagle3, dflash)")
+                                        f"(eagle3, dflash, gemma4-assistant)")
         mp = lib.psl_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
         mp.use_mmap = bool(use_mmap)

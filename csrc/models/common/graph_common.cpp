@@ -242,9 +242,20 @@ ggml_tensor * Graph::output_rows(ggml_tensor * x) const {
 }
 
 ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
-    if (no_outputs) return x;
+    if (no_outputs) {
+        if (keep_final) {
+            final_hidden = rms_norm(x, norm_w);
+            ggml_set_output(final_hidden);
+            ggml_build_forward_expand(gf, final_hidden);
+        }
+        return x;
+    }
     x = output_rows(x);
     x = rms_norm(x, norm_w);
+    if (keep_final) {
+        final_hidden = x;
+        ggml_set_output(x);
+    }
     ggml_tensor * logits = ggml_mul_mat(ctx, head ? head : m.output, x);
     ggml_set_name(logits, "logits");
     ggml_set_output(logits);
@@ -290,7 +301,7 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
     if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
         const int32_t pos = n_past + i;
-        const int32_t last = g.causal ? pos : n_past + g.n_tokens - 1;
+        const int32_t last = g.causal ? pos - (g.sees_own ? 0 : 1) : n_past + g.n_tokens - 1;
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
         std::fill(row, row + last + 1, zero);
         if (g.inp_mask_swa) {

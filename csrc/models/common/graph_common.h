@@ -54,6 +54,10 @@ struct Graph {
     ggml_tensor * inp_embd = nullptr;       // F32 [width, n_tokens]
     ggml_tensor * hidden = nullptr;         // F32 [n_embd, n_outputs]
     bool causal = true;
+    bool sees_own = true;                   // false: a token sees the cells before its position only
+    // the final normed hidden rows (the output head's input) are kept: a Gemma 4 assistant reads them
+    bool keep_final = false;
+    ggml_tensor * final_hidden = nullptr;   // F32 [n_embd, n_outputs] (no outputs: n_tokens)
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
           int32_t n_kv, bool all_outputs);

@@ -29,7 +29,8 @@ def add_speculation_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--spec-type", action="append", default=None,
                    help="llama.cpp's speculative types, comma-separated, chained (n-gram kinds first, the first "
                         "non-empty draft wins): draft-simple (a draft model), draft-eagle3 / draft-dflash (a head, "
-                        "-md), draft-mtp (the target's MTP layers), ngram-simple, ngram-map-k, ngram-map-k4v, "
+                        "-md), draft-mtp (the target's MTP layers, or a Gemma 4 assistant: -md), ngram-simple, "
+                        "ngram-map-k, ngram-map-k4v, "
                         "ngram-mod, ngram-cache (llama.cpp's n-gram kinds), ngram-lookup (--lookup), none "
                         "(default: what -md is)")
     g.add_argument("--lookup", action="store_true",
@@ -89,9 +90,7 @@ def resolve_spec_type(a: argparse.Namespace) -> None:
             raise PyllamaspecError(f"--spec-type {','.join(needs)}: one draft (-md) serves one of them")
         if needs and not has_draft:
             raise PyllamaspecError(f"--spec-type {needs[0]} needs a draft (-md or -hfd)")
-        if has_draft and not needs:
-            if "draft-mtp" in types:
-                raise PyllamaspecError("--spec-type draft-mtp drafts with the target's own layers: drop -md / -hfd")
+        if has_draft and not needs and "draft-mtp" not in types:     # (draft-mtp: a Gemma 4 assistant)
             if types:
                 print(f"warning: --spec-type {','.join(types)} does not use the draft model: not loaded",
                       file=sys.stderr)

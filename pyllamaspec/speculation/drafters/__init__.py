@@ -1,6 +1,7 @@
 """Drafters, one module each: a draft model (model.py), our prompt lookup (ngram.py), llama.cpp's
 n-gram kinds (ngram_simple.py, ngram_map.py, ngram_mod.py, ngram_cache.py), the target's MTP
-head (mtp.py), EAGLE-3 and DFlash heads (eagle3.py, dflash.py), and several chained (chain.py).
+head (mtp.py), EAGLE-3 and DFlash heads and Gemma 4's assistant (eagle3.py, dflash.py,
+assistant.py), and several chained (chain.py).
 base.py is the interface the Decoder's round uses; sampled.py the drafting loop of the drafters
 with a distribution of their own."""
 from __future__ import annotations
@@ -11,6 +12,7 @@ from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError
 from ..params import DraftParams
 from ..spec_types import parse as parse_spec_types
+from .assistant import AssistantDrafter
 from .base import NO_DRAFT, Draft, Drafter
 from .chain import ChainDrafter
 from .dflash import DflashDrafter
@@ -24,7 +26,7 @@ from .ngram_mod import NgramModDrafter
 from .ngram_simple import NgramSimpleDrafter
 
 __all__ = ["Draft", "Drafter", "NO_DRAFT", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
-           "DflashDrafter", "ChainDrafter", "make_drafter", "spec_types_of"]
+           "DflashDrafter", "AssistantDrafter", "ChainDrafter", "make_drafter", "spec_types_of"]
 
 _HEAD_NAMES = {"eagle3": "an EAGLE-3", "dflash": "a DFlash"}
 # what draft_model= names stand for, as --spec-type names
@@ -76,7 +78,12 @@ def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: Draf
         return NgramCacheDrafter(params)
     if kind == "ngram-lookup":
         return NgramDrafter(params)
-    if kind == "draft-mtp":
+    if kind == "draft-mtp":      # the target's own MTP layers, or a Gemma 4 assistant
+        if isinstance(draft, DraftHead) and draft.kind == "gemma4-assistant":
+            return AssistantDrafter(target, draft, sampling, params, eog)
+        if isinstance(draft, (Model, DraftHead)):
+            raise InvalidArgumentError("draft-mtp drafts with the target's own MTP layers or a Gemma 4 assistant "
+                                       f"(gemma4-assistant); got {draft!r}")
         return MtpDrafter(target, sampling, params, eog)
     if kind == "draft-simple":
         if not isinstance(draft, Model):

@@ -24,10 +24,11 @@ class Eagle3Drafter(SampledDrafter):
     """Drafts with an EAGLE-3 head attached to the target."""
 
     SEED_MIX = (0xA24BAED4963EE407, 0x9FB21C651E98DF25)
+    KIND = "eagle3"
 
     def __init__(self, target: Model, head: DraftHead, sampling: SamplingParams, params: DraftParams,
                  eog: frozenset[int]):
-        if head.kind != "eagle3":
+        if head.kind != self.KIND:
             raise InvalidArgumentError(f"draft-eagle3 needs an EAGLE-3 head, {head.path} is {head.kind}")
         super().__init__(target.n_vocab, sampling, params, eog)
         target.attach_head(head)            # checked against the target here
