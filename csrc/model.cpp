@@ -119,6 +119,8 @@ ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t>
              path, name.c_str(), ggml_type_name(meta->type));
     }
     ggml_context * ctx = ctx_for(home(name, place, il, matrix));
+    // asked for again in the same memory (a tensor several layers read): the same tensor
+    if (ggml_tensor * known = ggml_get_tensor(ctx, name.c_str())) return known;
     ggml_tensor * t = ggml_dup_tensor(ctx, meta);
     ggml_set_name(t, name.c_str());
     created_.emplace_back(t, src);
@@ -220,21 +222,71 @@ void yarn_hparams(const GgufFile & f, const std::string & p, double factor, HPar
     }
 }
 
+// A per-layer key: a scalar, or an array with one value per layer (kept in arr); returns the
+// first layer's value (llama.cpp's n_head() and n_ff()), dflt when absent.
+int32_t layer_values(const GgufFile & f, const std::string & key, int32_t n_all, int32_t dflt,
+                     std::vector<int32_t> & arr) {
+    const std::vector<int64_t> v = f.get_ints(key);
+    arr.clear();
+    if (v.empty()) return dflt;
+    if (v.size() > 1 || gguf_get_kv_type(f.gguf(), gguf_find_key(f.gguf(), key.c_str())) == GGUF_TYPE_ARRAY) {
+        if ((int32_t) v.size() != n_all) {
+            fail(PSL_ERR_FORMAT, "'%s': key '%s' has %zu values, expected one per layer (%d)", f.path().c_str(),
+                 key.c_str(), v.size(), n_all);
+        }
+        for (int64_t x : v) {
+            if (x < 0 || x > (1 << 24)) fail(PSL_ERR_FORMAT, "'%s': key '%s' has a value out of range", f.path().c_str(), key.c_str());
+            arr.push_back((int32_t) x);
+        }
+    }
+    return (int32_t) v[0];
+}
+
+bool heads_ok(int32_t n_head, int32_t n_head_kv) {
+    return n_head > 0 && n_head <= 4096 && n_head_kv > 0 && n_head % n_head_kv == 0;
+}
+
+void check_attention_hparams(const GgufFile & f, const HParams & hp) {
+    bool ok = hp.n_layer <= 4096 && hp.n_embd <= (1 << 20) && heads_ok(hp.n_head, hp.n_head_kv) &&
+              hp.n_embd_head_k > 0 && hp.n_embd_head_v > 0 && hp.n_embd_head_k <= 4096 && hp.n_embd_head_v <= 4096 &&
+              hp.n_rot > 0 && hp.n_rot % 2 == 0 && hp.n_rot <= hp.n_embd_head_k && std::isfinite(hp.rope_freq_base) &&
+              hp.rope_freq_base > 0 && std::isfinite(hp.norm_eps) && hp.norm_eps > 0 && hp.norm_eps < 1;
+    for (int il = 0; ok && il < hp.n_layer; ++il) ok = heads_ok(hp.head_count(il), hp.head_count_kv(il)) && hp.ff_length(il) >= 0;
+    // sliding-window layers' own head sizes (0: the same as the others)
+    ok = ok && hp.n_embd_head_k_swa >= 0 && hp.n_embd_head_k_swa <= 4096 && hp.n_embd_head_v_swa >= 0 &&
+         hp.n_embd_head_v_swa <= 4096 && hp.n_rot_swa >= 0 && hp.n_rot_swa % 2 == 0 &&
+         hp.n_rot_swa <= (hp.n_embd_head_k_swa > 0 ? hp.n_embd_head_k_swa : hp.n_embd_head_k);
+    if (!ok) {
+        fail(PSL_ERR_FORMAT, "'%s': inconsistent attention hyper-parameters (n_head %d, n_head_kv %d, head dims %d/%d, n_rot %d, rope base %g, eps %g)",
+             f.path().c_str(), hp.n_head, hp.n_head_kv, hp.n_embd_head_k, hp.n_embd_head_v, hp.n_rot,
+             hp.rope_freq_base, hp.norm_eps);
+    }
+}
+
 void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     const std::string p = a + ".";
     hp.n_ctx_train = (int32_t) f.get_int(p + "context_length");
     hp.n_embd = (int32_t) f.get_int(p + "embedding_length");
     hp.n_layer = (int32_t) f.get_int(p + "block_count");
-    hp.n_ff = (int32_t) f.get_int(p + "feed_forward_length");
-    hp.n_head = (int32_t) f.get_int(p + "attention.head_count");
-    if (hp.n_head <= 0 || hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_ff <= 0 || hp.n_ctx_train <= 0) {
+    if (hp.n_layer <= 0 || hp.n_layer > 4096) fail(PSL_ERR_FORMAT, "'%s': block_count %d out of range", f.path().c_str(), hp.n_layer);
+    if (!f.has(p + "attention.head_count")) f.get_int(p + "attention.head_count");   // names the missing key
+    // optional, as in llama.cpp (a mixture of experts may have no dense FFN): create_ffn checks it
+    hp.n_ff = layer_values(f, p + "feed_forward_length", hp.n_layer, 0, hp.n_ff_arr);
+    hp.n_head = layer_values(f, p + "attention.head_count", hp.n_layer, 0, hp.n_head_arr);
+    if (hp.n_head <= 0 || hp.n_embd <= 0 || hp.n_ff < 0 || hp.n_ctx_train <= 0) {
         fail(PSL_ERR_FORMAT, "'%s': hyper-parameters out of range (n_embd %d, n_layer %d, n_head %d, n_ff %d, n_ctx %d)",
              f.path().c_str(), hp.n_embd, hp.n_layer, hp.n_head, hp.n_ff, hp.n_ctx_train);
     }
-    hp.n_head_kv = (int32_t) f.get_int(p + "attention.head_count_kv", hp.n_head);
+    hp.n_head_kv = layer_values(f, p + "attention.head_count_kv", hp.n_layer, hp.n_head, hp.n_head_kv_arr);
+    if (hp.n_head_kv_arr.empty() && !hp.n_head_arr.empty() && !f.has(p + "attention.head_count_kv")) {
+        hp.n_head_kv_arr = hp.n_head_arr;   // llama.cpp: n_head_kv defaults to n_head, layer by layer
+    }
     hp.n_embd_head_k = (int32_t) f.get_int(p + "attention.key_length", hp.n_embd / hp.n_head);
     hp.n_embd_head_v = (int32_t) f.get_int(p + "attention.value_length", hp.n_embd / hp.n_head);
     hp.n_rot = (int32_t) f.get_int(p + "rope.dimension_count", hp.n_embd_head_k);
+    hp.n_embd_head_k_swa = (int32_t) f.get_int(p + "attention.key_length_swa", 0);
+    hp.n_embd_head_v_swa = (int32_t) f.get_int(p + "attention.value_length_swa", 0);
+    hp.n_rot_swa = (int32_t) f.get_int(p + "rope.dimension_count_swa", 0);
     hp.rope_freq_base = (float) f.get_float(p + "rope.freq_base", 10000.0);
     hp.norm_eps = (float) f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5);
 
@@ -247,17 +299,26 @@ void load_common_hparams(const GgufFile & f, const std::string & a, HParams & hp
     } else if (scaling != "none" && scaling != "linear" && factor != 0.0 && factor != 1.0) {
         fail(PSL_ERR_UNSUPPORTED, "'%s': rope scaling '%s' is not supported", f.path().c_str(), scaling.c_str());
     }
+    check_attention_hparams(f, hp);
+}
 
-    const bool ok = hp.n_layer <= 4096 && hp.n_embd <= (1 << 20) && hp.n_head <= 4096 && hp.n_head_kv > 0 &&
-                    hp.n_head % hp.n_head_kv == 0 && hp.n_embd_head_k > 0 && hp.n_embd_head_v > 0 &&
-                    hp.n_embd_head_k <= 4096 && hp.n_embd_head_v <= 4096 && hp.n_rot > 0 && hp.n_rot % 2 == 0 &&
-                    hp.n_rot <= hp.n_embd_head_k && std::isfinite(hp.rope_freq_base) && hp.rope_freq_base > 0 &&
-                    std::isfinite(hp.norm_eps) && hp.norm_eps > 0 && hp.norm_eps < 1;
-    if (!ok) {
-        fail(PSL_ERR_FORMAT, "'%s': inconsistent attention hyper-parameters (n_head %d, n_head_kv %d, head dims %d/%d, n_rot %d, rope base %g, eps %g)",
-             f.path().c_str(), hp.n_head, hp.n_head_kv, hp.n_embd_head_k, hp.n_embd_head_v, hp.n_rot,
-             hp.rope_freq_base, hp.norm_eps);
+// The vocabulary size: the embeddings' rows; a draft head may borrow its target's embeddings,
+// and then says it in {arch}.vocab_size (else its tokenizer's length).
+int32_t vocab_size(const GgufFile & f, const psl_model & m) {
+    const TensorSource * embd_src = m.files->find("token_embd.weight");
+    int64_t n = -1;
+    if (embd_src) {
+        n = embd_src->meta->ne[1];
+    } else if (m.arch->is_head()) {
+        n = f.get_int(m.arch_name + ".vocab_size", -1);
+        const int64_t i = gguf_find_key(f.gguf(), "tokenizer.ggml.tokens");
+        if (n < 0 && i >= 0 && gguf_get_kv_type(f.gguf(), i) == GGUF_TYPE_ARRAY) n = (int64_t) gguf_get_arr_n(f.gguf(), i);
+        if (n < 0) fail(PSL_ERR_FORMAT, "'%s': a draft head without token_embd must give %s.vocab_size", f.path().c_str(), m.arch_name.c_str());
+    } else {
+        fail(PSL_ERR_FORMAT, "'%s': tensor 'token_embd.weight' is missing", f.path().c_str());
     }
+    if (n <= 0 || n > INT32_MAX) fail(PSL_ERR_FORMAT, "'%s': bad vocabulary size", f.path().c_str());
+    return (int32_t) n;
 }
 
 void pick_devices(psl_model & m, int32_t n_gpu_layers) {
@@ -303,12 +364,9 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
 
     load_common_hparams(f, m->arch_name, m->hp);
     m->arch->load_hparams(f, m->arch_name, m->hp);
+    check_attention_hparams(f, m->hp);   // again: with the architecture's layer count and window layers
 
-    const TensorSource * embd_src = m->files->find("token_embd.weight");
-    const ggml_tensor * embd = embd_src ? embd_src->meta : nullptr;
-    if (!embd) fail(PSL_ERR_FORMAT, "'%s': tensor 'token_embd.weight' is missing", path.c_str());
-    if (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX) fail(PSL_ERR_FORMAT, "'%s': bad vocabulary size", path.c_str());
-    m->hp.n_vocab = (int32_t) embd->ne[1];
+    m->hp.n_vocab = vocab_size(f, *m);
 
     pick_devices(*m, params.n_gpu_layers);
     if (params.rpc_servers && *params.rpc_servers) split_layers(*m, params);

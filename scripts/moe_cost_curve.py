@@ -3,12 +3,15 @@
 Verifying k drafted tokens evaluates k + 1 tokens in one call. A dense model reads its weights
 once for the whole batch, so the call costs little more than one token; a mixture of experts
 reads the experts its tokens are routed to, up to (k + 1) * top_k of them, so its curve is
-steeper and the draft length that pays is shorter. This writes two seeded random models of
-equal active size to --dir (not to the repository): a qwen3 (dense FFN of width 4 * 384) and a
-qwen3moe (32 experts of width 384, top 4; ~165M parameters, ~27M active), both Q8_0, times
-them as pyllamaspec.bench.cost_curve does (median ms of one call of n = 1..16 tokens after 128
-tokens of context), interleaving the models call by call, and prints the curves and what the cost
-model (DraftPolicy.best_k) makes of them for a draft costing --draft-frac of one target token.
+steeper and the draft length that pays is shorter. This writes three seeded random models of
+equal active size to --dir (not to the repository): a qwen3 (dense FFN of width 4 * 384), a
+qwen3moe (32 experts of width 384, top 4; ~165M parameters, ~27M active) and a qwen35moe
+(Qwen3.6-35B-A3B's shape scaled down: 6 Gated DeltaNet + 2 gated attention layers, the same
+experts plus a shared expert of width 384), all Q8_0, times them as pyllamaspec.bench.cost_curve
+does (median ms of one call of n = 1..16 tokens after 128 tokens of context), interleaving the
+models call by call, and prints the curves and what the cost model (DraftPolicy.best_k) makes of
+them for a draft costing --draft-frac of one target token. A qwen35moe verification also writes
+the recurrent state after each of the last tokens (its O(1) rollback), which a plain step does not.
 
     python scripts/moe_cost_curve.py [--dir /tmp/moe-bench] [--threads 1] [--reps 21]
     python scripts/moe_cost_curve.py --estimate     # the Apple Silicon estimate (no timing)
@@ -37,13 +40,23 @@ def write_models(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     import models
 
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"dense": folder / "dense-qwen3.gguf", "moe": folder / "moe-qwen3moe.gguf"}
+    import models_qwen35
+
+    paths = {"dense": folder / "dense-qwen3.gguf", "moe": folder / "moe-qwen3moe.gguf",
+             "qwen35moe": folder / "moe-qwen35moe.gguf"}
     common = dict(n_vocab=64, n_embd=N_EMBD, n_layer=N_LAYER, n_head=8, n_head_kv=4, head_dim=64, dtype="Q8_0")
     if not paths["dense"].exists():
         models.write_gguf(paths["dense"], arch="qwen3", n_ff=TOP_K * N_FF_EXP, seed=1, **common)
     if not paths["moe"].exists():
         models_moe.write_moe_gguf(paths["moe"], arch="qwen3moe", n_expert=N_EXPERT, n_expert_used=TOP_K,
                                   n_ff_exp=N_FF_EXP, seed=2, **common)
+    if not paths["qwen35moe"].exists():
+        # 3 of 4 layers linear attention (Qwen3.6's pattern), DeltaNet heads of 64
+        models_qwen35.write_qwen35_gguf(paths["qwen35moe"], n_vocab=64, n_embd=N_EMBD, n_layer=N_LAYER, n_head=8,
+                                        n_head_kv=2, head_dim=64, n_rot=16, rope_sections=(6, 1, 1, 0),
+                                        full_attention_interval=4, d_state=64, n_k_heads=4, n_v_heads=8,
+                                        n_ff=N_FF_EXP, n_expert=N_EXPERT, n_expert_used=TOP_K, n_ff_exp=N_FF_EXP,
+                                        n_ff_shexp=N_FF_EXP, dtype="Q8_0", seed=3)
     return paths
 
 
@@ -138,6 +151,36 @@ def estimate() -> None:
             print(f"  alpha {alpha}: best k = {k}, expected {s:.2f}x plain ({s * 1e3 / curve[1]:.0f} tok/s)")
 
 
+def estimate_qwen36() -> None:
+    """ESTIMATE, not a measurement: Qwen3.6-35B-A3B (qwen35moe, Q4_K_M) verified on Apple
+    Silicon as a bandwidth-bound cost curve, with Qwen3.5-0.8B as the draft."""
+    bpw = 4.88
+    n_layer, n_embd, n_expert, top_k, n_ff_exp = 40, 2048, 256, 8, 512
+    expert = 3 * n_embd * n_ff_exp
+    # read once per call: 30 DeltaNet + 10 gated attention layers, the shared experts, the head
+    # (248k x 2048); every token also writes its recurrent state snapshot (30 x 32 x 128 x 128 F32)
+    once = 30 * n_embd * (2 * 2048 + 4096 + 2 * 4096) + 10 * n_embd * (2 * 4096 + 2 * 512 + 4096) \
+        + n_layer * expert + 248320 * n_embd
+    state_bytes = 30 * 32 * 128 * 128 * 4
+    flops_tok = 2 * (once + n_layer * top_k * expert)
+    print("\nESTIMATE (not measured): Qwen3.6-35B-A3B Q4_K_M (256 experts, top 8, one shared; 3 of 4 layers "
+          "Gated DeltaNet), Qwen3.5-0.8B Q4_K_M draft; assumptions as above, plus one recurrent state "
+          "snapshot written per verified token.")
+    for name, bw in (("M3 Max, 400 GB/s", 400e9), ("M4 Pro, 273 GB/s", 273e9)):
+        eff_bw = 0.6 * bw
+        curve = {}
+        for n in range(1, 17):
+            touched = n_expert * (1 - (1 - top_k / n_expert) ** n)
+            curve[n] = 1e3 * (((once + n_layer * touched * expert) * bpw / 8 + n * state_bytes) / eff_bw
+                              + n * flops_tok / 10e12)
+        c_draft = 1e3 * max(0.8e9 * bpw / 8 / eff_bw, 2.5e-3)
+        print(f"\n{name}: c(1) = {curve[1]:.1f} ms ({1e3 / curve[1]:.0f} tok/s plain), draft {c_draft:.1f} ms/token")
+        print("  c(n)/c(1): " + ", ".join(f"{n}:{curve[n] / curve[1]:.2f}" for n in (2, 3, 4, 5, 8, 16)))
+        for alpha in ALPHAS:
+            k, s = policy_row(curve, alpha, c_draft / curve[1])
+            print(f"  alpha {alpha}: best k = {k}, expected {s:.2f}x plain ({s * 1e3 / curve[1]:.0f} tok/s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/tmp/moe-bench")
@@ -149,6 +192,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.estimate:
         estimate()
+        estimate_qwen36()
         return
     paths = write_models(pathlib.Path(a.dir))
     report(measure(paths, a.threads, a.reps), a.draft_frac)

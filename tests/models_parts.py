@@ -123,6 +123,8 @@ def vocab_kv(a: str, n_vocab: int, tokens: list[str], merges: list[str], bos_id:
 
 def encode_tensor(gguf, arr: np.ndarray, dtype: str):
     """Return (array, raw_dtype) for GGUFWriter.add_tensor."""
+    if dtype == "I64":        # an index table (a draft head's d2t)
+        return np.ascontiguousarray(arr, dtype=np.int64), None
     qt = gguf.GGMLQuantizationType[dtype]
     if dtype == "F32":
         return np.ascontiguousarray(arr, dtype=np.float32), None

@@ -39,7 +39,11 @@ def write_qwen35_gguf(
     seed: int = 0,
     dtype: str = "F32",
     n_nextn: int = 0,
-    name: str = "tiny-random-qwen35",
+    name: str | None = None,
+    n_expert: int = 0,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 32,
+    n_ff_shexp: int = 48,
     extra_kv: Mapping[str, object] | None = None,
 ) -> dict:
     """Write a tiny random ``qwen35`` GGUF (hybrid Gated DeltaNet + gated attention) with
@@ -57,6 +61,9 @@ def write_qwen35_gguf(
     ``n_nextn`` MTP blocks follow the trunk (``block_count`` counts them,
     ``nextn_predict_layers`` names them): an attention layer plus ``nextn.eh_proj``,
     ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm`` (the head is the model's).
+    ``n_expert`` > 0 writes ``qwen35moe`` (Qwen3.5 / 3.6 MoE): each layer's FFN (the MTP
+    block's too) is ``ffn_gate_inp`` and stacked experts of width ``n_ff_exp`` plus a shared
+    expert of width ``n_ff_shexp`` with its gate vector ``ffn_gate_inp_shexp``.
     """
     import gguf
 
@@ -78,19 +85,23 @@ def write_qwen35_gguf(
         else:
             tensors += parts.attention(draw, p, dtype, n_embd, head_dim * n_head, head_dim * n_head_kv, gated_q=True)
             tensors += parts.norms(draw, p, head_dim, "attn_q_norm", "attn_k_norm")
-        tensors += parts.ffn(draw, p, dtype, n_embd, n_ff)
+        tensors += _moe_ffn(draw, p, dtype, n_embd, n_expert, n_ff_exp, n_ff_shexp) if n_expert else \
+            parts.ffn(draw, p, dtype, n_embd, n_ff)
         if i >= n_layer:
             tensors += [(p + "nextn.eh_proj.weight", draw.lin(n_embd, 2 * n_embd), dtype)]
             tensors += parts.norms(draw, p, n_embd, "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm")
 
-    a = "qwen35"
-    kv = parts.general_kv(gguf, name, parts.FILE_TYPE[dtype])
+    a = "qwen35moe" if n_expert else "qwen35"
+    kv = parts.general_kv(gguf, name or f"tiny-random-{a}", parts.FILE_TYPE[dtype])
     kv.update(parts.hparams_kv(a, n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer + n_nextn, n_ff=n_ff,
                                n_head=n_head, n_head_kv=n_head_kv, eps=eps, rope_base=rope_base, head_dim=head_dim))
     kv.update({f"{a}.rope.dimension_count": n_rot, f"{a}.rope.dimension_sections": [int(s) for s in rope_sections],
                f"{a}.ssm.conv_kernel": d_conv, f"{a}.ssm.inner_size": n_v_heads * d_state,
                f"{a}.ssm.state_size": d_state, f"{a}.ssm.time_step_rank": n_v_heads, f"{a}.ssm.group_count": n_k_heads})
     kv.update(parts.vocab_kv(a, n_vocab, *models.gpt2_byte_tokens(n_vocab)))
+    if n_expert:
+        kv.update({f"{a}.expert_count": n_expert, f"{a}.expert_used_count": n_expert_used,
+                   f"{a}.expert_feed_forward_length": n_ff_exp, f"{a}.expert_shared_feed_forward_length": n_ff_shexp})
     if n_nextn:
         kv[f"{a}.nextn_predict_layers"] = n_nextn
     if recurrent_layers is None:
@@ -117,3 +128,12 @@ def _gated_delta_net(draw: parts.Draws, p: str, dtype: str, n_embd: int, *, d_co
         (p + "ssm_norm.weight", draw.norm(d_state), "F32"),
         (p + "ssm_out.weight", draw.lin(n_embd, d_inner), dtype),
     ]
+
+
+def _moe_ffn(draw: parts.Draws, p: str, dtype: str, n_embd: int, n_expert: int, n_ff_exp: int, n_ff_shexp: int) -> list:
+    """qwen35moe's FFN: the router, the stacked experts, the gated shared expert."""
+    t = [(p + "ffn_gate_inp.weight", draw.lin(n_expert, n_embd), "F32")]
+    t += parts.ffn(draw, p, dtype, n_embd, n_ff_exp, kind="_exps", n_expert=n_expert)
+    t += [(p + "ffn_gate_inp_shexp.weight", draw.lin(n_embd), "F32")]
+    t += parts.ffn(draw, p, dtype, n_embd, n_ff_shexp, kind="_shexp")
+    return t

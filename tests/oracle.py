@@ -56,6 +56,16 @@ Mixture of experts (``qwen3moe``, ``qwen2moe``, ``gpt-oss``; what llama.cpp's gr
   ``post_attention_norm``; the router (with bias) takes the top-k raw logits and softmaxes
   over them; experts (with biases) use ``swiglu_oai``.
 
+Issue 24 (Gemma 4, MLA and Qwen3.5 have oracles of their own: oracle_gemma4.py, oracle_mla.py,
+oracle_qwen35.py):
+
+* ``glm4moe``: q/k/v biases and per-head q/k norms where the file has them, NEOX rope over
+  ``rope.dimension_count``; ``post_attention_norm`` is the FFN's pre-norm; the first
+  ``leading_dense_block_count`` layers dense, then sigmoid scores, selection on scores +
+  ``exp_probs_b``, weights renormalized / scaled as the file says, plus always-on shared experts.
+* ``mistral3``: llama's layer with optional biases, ``rope_freqs`` divisors, YaRN with the file's
+  betas and log multiplier, and q times 1 + temperature_scale * ln(floor(pos / n_ctx_orig) + 1).
+
 The big output matrix (Gemma 3: 262144 x 640) is kept as float32 (the exact
 dequantized values) and multiplied chunk by chunk in float64;
 ``logits(tokens, rows=..., vocab=...)`` computes the output projection only
@@ -85,6 +95,8 @@ ROPE_NEOX = {
     "qwen3moe": True,
     "qwen2moe": True,
     "gpt-oss": True,
+    "glm4moe": True,
+    "mistral3": False,
 }
 
 # the architectures the oracle runs
@@ -154,10 +166,10 @@ def rope(
     neox: bool,
     freq_scale: float = 1.0,
     freq_factors: np.ndarray | None = None,
-    yarn: tuple[int, float] | None = None,
+    yarn: tuple | None = None,
 ) -> np.ndarray:
     """Rotary position embedding as ggml computes it (YaRN when ``yarn`` = (n_ctx_orig,
-    attn_factor) is given: see ``yarn_theta``).
+    attn_factor[, beta_fast, beta_slow]) is given: see ``yarn_theta``).
 
     ``x``: ``[..., n_pos, n_heads, head_dim]`` (or ``[n_pos, head_dim]``);
     ``pos``: integer positions, length ``n_pos``. Only the first ``n_rot``
@@ -178,7 +190,7 @@ def rope(
         mscale = 1.0
     else:
         theta, mscale = yarn_theta(pos[:, None] * inv[None, :], np.arange(half, dtype=np.float64)[None, :],
-                                   freq_scale, n_rot, yarn[0], base)
+                                   freq_scale, n_rot, yarn[0], base, *yarn[2:])
         mscale *= yarn[1]
     # broadcast over the head axis when x is [n_pos, n_heads, head_dim]
     bshape = (theta.shape[0],) + (1,) * (x.ndim - 2) + (half,)
@@ -305,7 +317,7 @@ class Oracle:
             return _field(r, f"{arch}.{name}", default)
 
         self.n_embd = int(hp("embedding_length"))
-        self.n_layer = int(hp("block_count"))
+        self.n_layer = int(hp("block_count")) - int(hp("nextn_predict_layers", 0) or 0)   # the trunk
         self.n_ff = int(hp("feed_forward_length"))
         self.n_head = int(hp("attention.head_count"))
         self.n_head_kv = int(hp("attention.head_count_kv", self.n_head))
@@ -331,6 +343,9 @@ class Oracle:
             self.freq_scale = 1.0 / float(hp("rope.scale_linear"))
         elif scaling_type not in (None, "none", "linear"):
             raise NotImplementedError(f"rope scaling {scaling_type!r} not modelled")
+        self.attn_temp = 0.0
+        if arch == "mistral3":
+            self._mistral3_rope(hp)
 
         # defaults: plain causal attention with one rope for every layer
         self.attn_scale = 1.0 / float(np.sqrt(self.head_dim))
@@ -355,14 +370,7 @@ class Oracle:
                 self.final_logit_softcap = float(hp("final_logit_softcapping", 0.0) or 0.0)
             if self.n_layer == 62:  # Gemma 3 27B: llama.cpp scales by n_embd / n_head
                 self.attn_scale = 1.0 / float(np.sqrt(self.n_embd // self.n_head))
-        # mixture of experts (0 experts: dense FFN); gating "softmax" = softmax over all experts
-        # then top-k, "softmax_topk" = top-k of the raw logits then softmax over them (gpt-oss)
-        self.n_expert = int(hp("expert_count", 0) or 0)
-        self.n_expert_used = int(hp("expert_used_count", 0) or 0)
-        self.moe_gating = "softmax_topk" if self.layout == "gpt-oss" else "softmax"
-        self.moe_norm = self.layout == "qwen3moe"  # llama.cpp renormalizes qwen3moe's weights
-        self.moe_scale = float(hp("expert_weights_scale", 0.0) or 0.0)
-        self.moe_act = swiglu_oai if self.layout == "gpt-oss" else (lambda g, u: silu(g) * u)
+        self._moe_conventions(hp)
         if self.layout == "gpt-oss":  # every other layer windowed (even ones), one rope for all
             self.n_swa = int(hp("attention.sliding_window"))
             self.swa_pattern = int(hp("attention.sliding_window_pattern", 2))
@@ -379,6 +387,37 @@ class Oracle:
         self.tied = "output.weight" not in self.tensors
         if self.n_head % self.n_head_kv:
             raise ValueError("n_head not a multiple of n_head_kv")
+
+    def _moe_conventions(self, hp) -> None:
+        """Mixture of experts (0 experts: dense FFN); gating "softmax" = softmax over all experts
+        then top-k, "softmax_topk" = top-k of the raw logits then softmax over them (gpt-oss),
+        "sigmoid" (glm4moe: with the selection bias, after its dense leading layers)."""
+        self.n_expert = int(hp("expert_count", 0) or 0)
+        self.n_expert_used = int(hp("expert_used_count", 0) or 0)
+        self.moe_gating = "softmax_topk" if self.layout == "gpt-oss" else "softmax"
+        self.moe_norm = self.layout == "qwen3moe"  # llama.cpp renormalizes qwen3moe's weights
+        self.moe_scale = float(hp("expert_weights_scale", 0.0) or 0.0)
+        self.moe_act = swiglu_oai if self.layout == "gpt-oss" else (lambda g, u: silu(g) * u)
+        self.n_dense = int(hp("leading_dense_block_count", 0) or 0) if self.layout == "glm4moe" else 0
+        if self.layout == "glm4moe":
+            self.moe_gating = "sigmoid" if int(hp("expert_gating_func", 2) or 2) == 2 else "softmax"
+            self.moe_norm = bool(hp("expert_weights_norm", False))
+        self.probs_bias = True
+
+    def _mistral3_rope(self, hp) -> None:
+        """mistral3's YaRN betas and log multiplier (llama.cpp's context: the attention factor
+        mscale(f, 1) / mscale(f, log_mul), ggml's own 1 + 0.1 ln f cancelled) and attention
+        temperature (its floor the YaRN original context)."""
+        n_orig = int(hp("rope.scaling.original_context_length", self.n_ctx_train))
+        if self.yarn is not None:
+            f = 1.0 / self.freq_scale
+            lm = float(hp("rope.scaling.yarn_log_multiplier", 0.0) or 0.0)
+            ms = lambda m: 1.0 if f <= 1 else 0.1 * m * np.log(f) + 1.0   # noqa: E731
+            attn = (ms(1.0) / ms(lm) if lm else ms(1.0)) / (1.0 + 0.1 * np.log(f)) * self.yarn[1]
+            self.yarn = (self.yarn[0], attn, float(hp("rope.scaling.yarn_beta_fast", 32.0)),
+                         float(hp("rope.scaling.yarn_beta_slow", 1.0)))
+        self.attn_temp = float(hp("attention.temperature_scale", 0.0) or 0.0)
+        self.attn_temp_floor = n_orig
 
     # -- description --------------------------------------------------------
 
@@ -423,6 +462,9 @@ class Oracle:
     def _vec(self, name: str) -> np.ndarray:
         return self.weight(name)
 
+    def _opt(self, name: str):
+        return self.weight(name) if self.has(name) else 0.0
+
     def _table(self, name: str) -> np.ndarray:
         """An embedding / output matrix: float64 when small, else the exact
         float32 dequantized values (Gemma 3's 262144 x 640 would be 1.3 GB in
@@ -441,8 +483,8 @@ class Oracle:
     def _bias(self, name: str) -> np.ndarray | None:
         if self.layout in ("qwen2", "qwen2moe", "gpt-oss"):
             return self._vec(name)  # required
-        if self.layout == "llama" and self.has(name):
-            return self._vec(name)  # optional in llama.cpp's llama graph
+        if self.layout in ("llama", "glm4moe", "mistral3") and self.has(name):
+            return self._vec(name)  # optional in llama.cpp's graphs
         return None
 
     @staticmethod
@@ -497,12 +539,14 @@ class Oracle:
             q = q.reshape(n, H, D)
             k = k.reshape(n, Hkv, D)
             v = v.reshape(n, Hkv, Dv)
-            if self.qk_norm:  # RMSNorm of each head's vector
-                q = rms_norm(q, self._vec(p + "attn_q_norm.weight"), self.eps)
+            if self.qk_norm or (self.layout == "glm4moe" and self.has(p + "attn_q_norm.weight")):
+                q = rms_norm(q, self._vec(p + "attn_q_norm.weight"), self.eps)   # each head's vector
                 k = rms_norm(k, self._vec(p + "attn_k_norm.weight"), self.eps)
             base, fscale = self.layer_rope(il)
             q = rope(q, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors, self.yarn)
             k = rope(k, pos, self.n_rot, base, self.rope_neox, fscale, freq_factors, self.yarn)
+            if self.attn_temp:
+                q = q * (np.log(np.floor(pos / self.attn_temp_floor) + 1.0) * self.attn_temp + 1.0)[:, None, None]
 
             # expand kv heads: head h uses kv head h // group
             k_full = np.repeat(k, group, axis=1).transpose(1, 2, 0)  # [H, D, n]
@@ -512,20 +556,21 @@ class Oracle:
             probs = self._attn_probs(scores, p)
             attn = np.matmul(probs, v_full).transpose(1, 0, 2).reshape(n, H * Dv)
             a = self._lin(self.weight(p + "attn_output.weight"), attn)
-            if self.layout == "gpt-oss":
+            if self.has(p + "attn_output.bias"):
                 a = a + self._vec(p + "attn_output.bias")
             if self.post_norms:
                 a = rms_norm(a, self._vec(p + "post_attention_norm.weight"), self.eps)
             x = x + a
 
-            pre = "post_attention_norm.weight" if self.layout == "gpt-oss" else "ffn_norm.weight"
+            pre = "post_attention_norm.weight" if self.layout in ("gpt-oss", "glm4moe") else "ffn_norm.weight"
             h = rms_norm(x, self._vec(p + pre), self.eps)
-            if self.n_expert:
+            if self.n_expert and il >= self.n_dense:
                 f = self._moe(p, h)
             else:
-                g = self._lin(self.weight(p + "ffn_gate.weight"), h)
-                u = self._lin(self.weight(p + "ffn_up.weight"), h)
-                f = self._lin(self.weight(p + "ffn_down.weight"), self.act(g) * u)
+                g = self._lin(self.weight(p + "ffn_gate.weight"), h) + self._opt(p + "ffn_gate.bias")
+                u = self._lin(self.weight(p + "ffn_up.weight"), h) + self._opt(p + "ffn_up.bias")
+                # (optional FFN biases: mistral3's)
+                f = self._lin(self.weight(p + "ffn_down.weight"), self.act(g) * u) + self._opt(p + "ffn_down.bias")
             if self.post_norms:
                 f = rms_norm(f, self._vec(p + "post_ffw_norm.weight"), self.eps)
             x = x + f
@@ -550,10 +595,13 @@ class Oracle:
         bias = {n: self._vec(p + f"ffn_{n}_exps.bias") if self.has(p + f"ffn_{n}_exps.bias") else None
                 for n in ("gate", "up", "down")}
         out = np.zeros_like(h)
+        sel_bias = self._vec(p + "exp_probs_b.bias") if self.probs_bias and self.has(p + "exp_probs_b.bias") else 0.0
         for t in range(h.shape[0]):
-            probs = softmax(logits[t]) if self.moe_gating == "softmax" else logits[t]
-            sel = np.argsort(-probs, kind="stable")[: self.n_expert_used]
-            w = probs[sel] if self.moe_gating == "softmax" else softmax(probs[sel])
+            probs = {"softmax": softmax, "sigmoid": lambda z: 1.0 / (1.0 + np.exp(-z))}.get(
+                self.moe_gating, lambda z: z)(logits[t])
+            # glm4moe / DeepSeek V3: the selection bias picks the experts, not their weights
+            sel = np.argsort(-(probs + sel_bias), kind="stable")[: self.n_expert_used]
+            w = softmax(probs[sel]) if self.moe_gating == "softmax_topk" else probs[sel]
             if self.moe_norm:
                 w = w / w.sum()
             if self.moe_scale not in (0.0, 1.0):
@@ -566,12 +614,13 @@ class Oracle:
                 if bias["down"] is not None:
                     d = d + bias["down"][e]
                 out[t] += we * d
-        if self.has(p + "ffn_gate_inp_shexp.weight"):
+        if self.has(p + "ffn_up_shexp.weight"):
             g = self._lin(self.weight(p + "ffn_gate_shexp.weight"), h)
             u = self._lin(self.weight(p + "ffn_up_shexp.weight"), h)
             shared = self._lin(self.weight(p + "ffn_down_shexp.weight"), silu(g) * u)
-            gate = 1.0 / (1.0 + np.exp(-(h @ self._vec(p + "ffn_gate_inp_shexp.weight"))))
-            out = out + shared * gate[:, None]
+            if self.has(p + "ffn_gate_inp_shexp.weight"):   # qwen2moe's gate; glm4moe's is always on
+                shared = shared * (1.0 / (1.0 + np.exp(-(h @ self._vec(p + "ffn_gate_inp_shexp.weight")))))[:, None]
+            out = out + shared
         return out
 
     def logits(self, tokens, rows=None, vocab=None) -> np.ndarray:

@@ -35,13 +35,26 @@ def test_llamacpp_spec_names():
               "--spec-draft-p-min", "0.5", "--temperature", "0.3", "--spec-draft-threads", "2")
     assert (a.model_draft, a.draft_max, a.draft_min, a.draft_p_min, a.temp, a.threads_draft) == \
         ("d.gguf", 8, 2, 0.5, 0.3, 2)
-    a = parse("-m", "t", "--spec-type", "ngram-simple")
+    a = parse("-m", "t", "--spec-type", "ngram-simple")          # a name does what it names in llama.cpp
     cli_args.resolve_spec_type(a)
-    assert a.lookup
+    assert a.spec_types == ("ngram-simple",) and not a.lookup
+    a = parse("-m", "t", "--spec-type", "ngram-mod,ngram-simple", "--spec-type", "ngram-cache", "--lookup")
+    cli_args.resolve_spec_type(a)
+    assert a.spec_types == ("ngram-simple", "ngram-mod", "ngram-cache", "ngram-lookup")   # llama.cpp's order
+    a = parse("-m", "t", "-md", "h.gguf", "--spec-type", "ngram-mod,draft-eagle3")
+    cli_args.resolve_spec_type(a)
+    assert a.spec_types == ("ngram-mod", "draft-eagle3") and a.model_draft == "h.gguf"
     a = parse("-m", "t", "-md", "d", "--spec-type", "none")
     cli_args.resolve_spec_type(a)
-    assert a.model_draft is None and not a.lookup
-    for bad, msg in (("draft-eagle3", "not supported"), ("bogus", "unknown"), ("draft-simple", "needs a draft")):
+    assert a.model_draft is None and not a.lookup and a.spec_types == ()
+    a = parse("-m", "t", "-md", "d")
+    cli_args.resolve_spec_type(a)
+    assert a.spec_types is None                                    # the draft's file decides
+    a = parse("--spec-ngram-mod-n-match", "8", "--spec-ngram-map-k4v-min-hits", "3", "-lcs", "s.bin")
+    p = cli_args.ngram_params(a)
+    assert (p.mod.n_match, p.mod.n_max, p.map_k4v.min_hits, p.simple.size_n, p.cache_static) == (8, 64, 3, 12, "s.bin")
+    for bad, msg in (("draft-dspark", "not supported"), ("bogus", "unknown"), ("draft-simple", "needs a draft"),
+                     ("draft-eagle3", "needs a draft"), ("draft-dflash,draft-simple", "one draft")):
         a = parse("-m", "t", "--spec-type", bad)
         with pytest.raises(PyllamaspecError, match=msg):
             cli_args.resolve_spec_type(a)

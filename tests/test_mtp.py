@@ -181,12 +181,27 @@ def test_model_without_mtp_is_refused(files):
             Decoder(p, "mtpp", SamplingParams(temperature=0))
 
 
-def test_cli_spec_type_draft_mtp():
+def test_cli_spec_type_draft_mtp(files):
     from pyllamaspec.frontends.cli import args as cli_args
     from pyllamaspec.errors import PyllamaspecError
     a = cli_args.parse_args(cli_args.build_parser(), ["-m", "t", "--spec-type", "draft-mtp"])
     cli_args.resolve_spec_type(a)
     assert a.mtp and not a.lookup
     a = cli_args.parse_args(cli_args.build_parser(), ["-m", "t", "-md", "d", "--spec-type", "draft-mtp"])
-    with pytest.raises(PyllamaspecError, match="drop -md"):
-        cli_args.resolve_spec_type(a)
+    cli_args.resolve_spec_type(a)            # -md: a Gemma 4 assistant, checked when it loads
+    assert a.mtp and a.model_draft == "d"
+    with pytest.raises(InvalidArgumentError, match="draft-mtp drafts with the target's own MTP layers"):
+        generate(PROMPT, str(files[1]), str(files[1]), spec_type="draft-mtp", temperature=0, max_tokens=2)
+
+
+def test_own_file_as_draft_means_mtp(files):
+    """llama.cpp detects draft-mtp from nextn tensors in the draft's file: the target's own file
+    given as the draft drafts with its MTP layers (no second copy loaded), a plain file is a draft."""
+    from pyllamaspec.frontends.generate import _mtp_if_same
+    with _open(files[0]) as m, _open(files[1]) as p:
+        assert _mtp_if_same(str(files[0]), m, None) == "mtp"
+        assert _mtp_if_same(str(files[0]), m, "draft-simple") == str(files[0])      # asked otherwise
+        assert _mtp_if_same(str(files[1]), p, None) == str(files[1])               # no MTP layers
+        plain = generate(PROMPT, m, temperature=0, max_tokens=12, cache_prompt=False)
+        spec = generate(PROMPT, m, str(files[0]), temperature=0, max_tokens=12, cache_prompt=False)
+    assert spec.tokens == plain.tokens and spec.stats.drafted > 0

@@ -78,14 +78,15 @@ def exact_marginals(target: Model, sp: SamplingParams, prompt: list[int] = PROMP
 
 
 def sample_first_two(target, draft, sp: SamplingParams, n: int, accept_all: bool = False,
-                     n_draft: int = 3, prompt: list[int] = PROMPT, ngram: int = 3, draft_vocab: int = 0
-                     ) -> tuple[np.ndarray, np.ndarray, float]:
+                     n_draft: int = 3, prompt: list[int] = PROMPT, ngram: int = 3, draft_vocab: int = 0,
+                     **draft_params) -> tuple[np.ndarray, np.ndarray, float]:
     c1 = np.zeros(target.n_vocab, np.int64)
     c2 = np.zeros(target.n_vocab, np.int64)
     drafted = accepted = 0
     for seed in range(n):
         dec = Decoder(target, draft, SamplingParams(**{**sp.__dict__, "seed": seed}),
-                      DraftParams(n_draft=n_draft, p_min=0.0, adaptive=False, ngram=ngram, draft_vocab=draft_vocab))
+                      DraftParams(n_draft=n_draft, p_min=0.0, adaptive=False, ngram=ngram, draft_vocab=draft_vocab,
+                                  **draft_params))
         if accept_all:     # the negative control: a broken verifier that takes every draft token
             ts = dec.t_sampler
             dec.t_sampler = type("AcceptAll", (), {"verify": lambda self, lg, d, q:

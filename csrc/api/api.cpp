@@ -251,6 +251,9 @@ psl_status psl_context_new(psl_model * model, const psl_context_params * params,
         *out = nullptr;
         PSL_REQUIRE(model, PSL_ERR_INVALID_ARGUMENT, "model is NULL");
         PSL_REQUIRE(model->arch, PSL_ERR_UNSUPPORTED, "a vocabulary-only model (psl_vocab_load) cannot evaluate");
+        PSL_REQUIRE(!model->arch->is_head(), PSL_ERR_UNSUPPORTED,
+                    "'%s' is a draft head (%s): it drafts for a target model (as its draft), it cannot evaluate on its own",
+                    model->file->path().c_str(), model->arch_name.c_str());
         const psl_context_params p = params ? *params : psl_context_default_params();
         retain(model);
         try {
@@ -325,6 +328,16 @@ int32_t psl_context_n_ctx(const psl_context * ctx) { return ctx ? ctx->params.n_
 int32_t psl_context_max_rollback(const psl_context * ctx) {
     if (!ctx) return 0;
     return ctx->mem->max_rollback();
+}
+
+psl_status psl_context_memory(const psl_context * ctx, uint64_t * kv_bytes, int32_t * n_cells,
+                              uint64_t * recurrent_bytes) {
+    return guard([&] {
+        PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        if (kv_bytes) *kv_bytes = ctx->mem->kv().bytes();
+        if (n_cells) *n_cells = ctx->mem->kv().size();
+        if (recurrent_bytes) *recurrent_bytes = ctx->mem->rs() ? ctx->mem->rs()->bytes() : 0;
+    });
 }
 
 psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {

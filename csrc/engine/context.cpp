@@ -1,6 +1,7 @@
 // A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
 // graphs of at most n_batch tokens.
 #include "engine/context.h"
+#include "engine/head.h"
 #include "engine/mtp.h"
 #include "engine/thread_budget.h"
 
@@ -101,10 +102,13 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
         fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
              "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
     }
-    if (hp.n_embd_head_k % ggml_blck_size((ggml_type) p.type_k) != 0 ||
-        hp.n_embd_head_v % ggml_blck_size((ggml_type) p.type_v) != 0) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block",
-             ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v));
+    for (int il = 0; il < hp.n_layer; ++il) {   // every layer's heads: window layers may have their own size
+        if (hp.head_k(il) % ggml_blck_size((ggml_type) p.type_k) != 0 ||
+            hp.head_v(il) % ggml_blck_size((ggml_type) p.type_v) != 0) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block "
+                 "(layer %d: %d/%d)", ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v), il,
+                 hp.head_k(il), hp.head_v(il));
+        }
     }
     params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
     params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
@@ -135,7 +139,13 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size, false, true));
     if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
 
-    // Reserve compute memory once, for the largest graph: a full batch attending to the whole cache.
+    reserve();
+}
+
+// Reserves compute memory for the largest graph: a full batch attending to the whole cache. Done
+// again when the tensors a graph keeps change (a draft head's layer inputs): ggml's allocator
+// reuses its last plan for a graph of the same shape whatever its outputs.
+void psl_context::reserve() {
     build_graph(params.n_batch, mem->kv().size(), PSL_LOGITS_ALL);
     if (!ggml_backend_sched_reserve(sched.get(), gf)) {
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
@@ -145,6 +155,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
 }
 
 psl_context::~psl_context() {
+    draft_head.reset();
     mtp.reset();
     sched.reset();
     free_head();
@@ -171,6 +182,8 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph->embeddings = mode == PSL_MODE_EMBD;
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
+    graph->capture = draft_head ? &draft_head->layers() : nullptr;
+    graph->keep_final = draft_head && draft_head->wants_final();
     // the rows of the restricted head in use, if any
     graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
                        : nullptr;
@@ -229,6 +242,7 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
     if (graph->mtp) mtp->after_compute(*graph, n_past);
+    if (draft_head) draft_head->after_compute(*graph, tokens, n_past, interrupt);
     mem->end_batch(tokens, n_tokens);
 }
 
@@ -431,15 +445,66 @@ void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
 
 void psl_context::truncate(int32_t n_keep) {
     mem->truncate(n_keep);
+    if (draft_head) draft_head->truncate(n_keep);
 }
 
 void psl_context::clear() {
     mem->clear();
     if (mtp) mtp->clear();
+    if (draft_head) draft_head->clear();
+}
+
+std::vector<ggml_backend_t> psl_context::backends() const {
+    std::vector<ggml_backend_t> b;
+    if (backend_gpu) b.push_back(backend_gpu.get());
+    for (const auto & s : backends_split) b.push_back(s.get());
+    b.push_back(backend_cpu.get());
+    return b;
+}
+
+void psl_context::attach_head(psl_model * h) {
+    std::unique_ptr<HeadState> state;
+    if (h) {
+        state = HeadState::make(*h, *model, mem->kv(), backends(), params.n_ctx, (ggml_type) params.type_k,
+                                (ggml_type) params.type_v);
+    }
+    draft_head = std::move(state);
+    reserve();   // the target's graph keeps the head's layer inputs now
+    clear();     // what is cached has no features for the head: evaluated again
+}
+
+void psl_context::head_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {
+    if (!draft_head) fail(PSL_ERR_INVALID_ARGUMENT, "no draft head is attached to this context (psl_context_attach_head)");
+    if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
+    if (out_cap < model->hp.n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %d needed", (long long) out_cap, model->hp.n_vocab);
+    }
+    if (token < 0 || token >= model->hp.n_vocab) {
+        fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
+    }
+    replay();
+    draft_head->draft(token, step, mem->n_past(), interrupt, out);
+}
+
+void psl_context::head_block(int32_t token, int32_t n, float * out, int64_t out_cap) {
+    if (!draft_head) fail(PSL_ERR_INVALID_ARGUMENT, "no draft head is attached to this context (psl_context_attach_head)");
+    if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
+    if (n < 1) fail(PSL_ERR_INVALID_ARGUMENT, "a block drafts at least one token, asked %d", n);
+    if (out_cap < (int64_t) n * model->hp.n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
+             (long long) n * model->hp.n_vocab);
+    }
+    if (token < 0 || token >= model->hp.n_vocab) {
+        fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
+    }
+    replay();
+    draft_head->draft_block(token, n, mem->n_past(), interrupt, out);
 }
 
 void psl_context::enable_mtp() {
     if (mtp) return;
+    if (model->mtp_layer < 0 || !model->arch->build_mtp) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
+    mem->kv().add_mtp_layer(*model);
     std::vector<ggml_backend_t> backends;   // the MTP graph runs on the GPU (if any) and the CPU
     if (backend_gpu) backends.push_back(backend_gpu.get());
     backends.push_back(backend_cpu.get());
@@ -447,10 +512,7 @@ void psl_context::enable_mtp() {
                                      mem->rs() ? mem->rs()->n_snap() + 1 : 64);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay
-    if (mem->n_past() > 0) {
-        if (!mem->rs()) fail(PSL_ERR_INTERNAL, "MTP on a model without a recurrent state");
-        mem->replay_all();
-    }
+    if (mem->n_past() > 0) mem->replay_all();
 }
 
 void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 namespace psl {
+class HeadState;
 class MtpState;
 }
 
@@ -27,6 +28,7 @@ struct psl_context {
     psl_context_params params;               // with defaults resolved
     std::unique_ptr<psl::Memory> mem;         // KV cache (+ recurrent state): what truncate rolls back
     std::unique_ptr<psl::MtpState> mtp;       // MTP drafting enabled (mtp.h)
+    std::unique_ptr<psl::HeadState> draft_head;   // a draft head attached (head.h)
     // Owned handles: members are destroyed in reverse order, so a constructor that throws half
     // way frees what it made (the scheduler before the backends it drives).
     ggml_backend_ptr backend_cpu;
@@ -70,6 +72,9 @@ struct psl_context {
     void add_output_ids(const int32_t * ids, int32_t n);
     void enable_mtp();
     void mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
+    void attach_head(psl_model * h);
+    void head_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
+    void head_block(int32_t token, int32_t n, float * out, int64_t out_cap);
 
 private:
     void free_head();
@@ -79,4 +84,6 @@ private:
     void check_batch(const int32_t * tokens, int32_t n) const;
     void run(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t width);
     void replay();
+    void reserve();
+    std::vector<ggml_backend_t> backends() const;   // the scheduler's, the CPU last
 };

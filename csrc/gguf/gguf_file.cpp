@@ -203,4 +203,22 @@ std::string GgufFile::get_str(const std::string & key, const std::string & dflt)
     return has(key) ? get_str(key) : dflt;
 }
 
+std::vector<int64_t> GgufFile::get_ints(const std::string & key) const {
+    const int64_t id = gguf_find_key(gguf(), key.c_str());
+    if (id < 0) return {};
+    if (gguf_get_kv_type(gguf(), id) != GGUF_TYPE_ARRAY) return {get_int(key)};
+    const size_t n = gguf_get_arr_n(gguf(), id);
+    const void * d = gguf_get_arr_data(gguf(), id);
+    std::vector<int64_t> out;
+    out.reserve(n);
+    switch (gguf_get_arr_type(gguf(), id)) {
+        case GGUF_TYPE_INT32:  for (size_t i = 0; i < n; ++i) out.push_back(((const int32_t *) d)[i]); break;
+        case GGUF_TYPE_UINT32: for (size_t i = 0; i < n; ++i) out.push_back(((const uint32_t *) d)[i]); break;
+        case GGUF_TYPE_INT64:  for (size_t i = 0; i < n; ++i) out.push_back(((const int64_t *) d)[i]); break;
+        case GGUF_TYPE_BOOL:   for (size_t i = 0; i < n; ++i) out.push_back(((const int8_t *) d)[i] != 0); break;
+        default: fail(PSL_ERR_FORMAT, "'%s': key '%s' is not an integer array", path_.c_str(), key.c_str());
+    }
+    return out;
+}
+
 }  // namespace psl

@@ -72,6 +72,9 @@ public:
     double get_float(const std::string & key, double dflt) const;
     std::string get_str(const std::string & key) const;
     std::string get_str(const std::string & key, const std::string & dflt) const;
+    // An integer key or an array of integers / bools (a per-layer value): its values, one for a
+    // scalar, none when absent.
+    std::vector<int64_t> get_ints(const std::string & key) const;
 
 private:
     // Every resource is owned by a member, so a constructor that fails half way (a truncated

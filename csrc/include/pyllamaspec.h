@@ -199,6 +199,11 @@ PSL_API psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep);
 /* The most tokens truncate drops in O(1): n_ctx with a KV cache only, else the recurrent state's
  * snapshot ring length - 1 (16 by default; PYLLAMASPEC_RS_SNAPSHOTS sets the length). */
 PSL_API int32_t    psl_context_max_rollback(const psl_context * ctx);
+/* The memory a context's cache of past tokens holds, in bytes, for its n_cells cells (n_ctx
+ * rounded up): the KV cache (an MLA model's compressed latent rows, shared layers counted once)
+ * and a hybrid model's recurrent state ring. NULL outputs are skipped. */
+PSL_API psl_status psl_context_memory(const psl_context * ctx, uint64_t * kv_bytes, int32_t * n_cells,
+                                      uint64_t * recurrent_bytes);
 PSL_API void       psl_context_clear(psl_context * ctx);
 /* Restricts the output head to the token ids ids[0..n): only those rows of the output matrix
  * are computed, and the logits of every other id read -INFINITY. For a draft model with a large
@@ -249,6 +254,39 @@ PSL_API psl_status psl_context_enable_mtp(psl_context * ctx);
  * contents and length are unchanged as far as evals see. */
 PSL_API psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
                                          int64_t out_cap);
+
+/* ---- draft heads (csrc/engine/head.cpp): EAGLE-3 ("eagle3"), DFlash ("dflash") and Gemma 4
+ * assistant ("gemma4-assistant") files load with psl_model_load but have no context of their own
+ * (psl_context_new refuses them): a head is attached to its target's context and drafts from the
+ * inputs of the target layers it names (an assistant: from the target's final hidden rows and
+ * over its cache), which the target keeps whenever it evaluates (no extra target evaluation). ---- */
+enum psl_head_kind { PSL_HEAD_NONE = 0, PSL_HEAD_EAGLE3 = 1, PSL_HEAD_DFLASH = 2, PSL_HEAD_GEMMA4_ASSISTANT = 3 };
+typedef struct psl_head_info {
+    int32_t kind;               /* psl_head_kind                                           */
+    int32_t n_target_layers;    /* target layers it reads (their ids: target_layers)       */
+    int32_t target_layers[64];
+    int32_t n_embd_target;      /* the target hidden size it was trained on                */
+    int32_t n_draft_vocab;      /* rows of its output (d2t maps them to target ids)        */
+    int32_t block_size;         /* dflash: positions per block, the anchor included        */
+    int32_t mask_token;         /* dflash: the mask token id, -1 for eagle3                */
+} psl_head_info;
+PSL_API psl_status psl_model_head_info(const psl_model * model, psl_head_info * out);
+/* general.architecture of a GGUF file (its first part), read without loading weights. */
+PSL_API psl_status psl_file_arch(const char * path, char * arch, size_t cap);
+/* Attaches a head to ctx (NULL detaches): checked against the target (hidden size, layer ids,
+ * vocabulary; PSL_ERR_UNSUPPORTED names the misfit); the head keeps a reference to its model.
+ * The cache is cleared: the next evals give the head its features. */
+PSL_API psl_status psl_context_attach_head(psl_context * ctx, psl_model * head);
+/* EAGLE-3, Gemma 4 assistant: one chained draft step, n_vocab logits into logits (out_cap floats). Step 0 runs
+ * `token` (the next token, not yet in the cache) with the features of position n_past - 1;
+ * step s > 0 the step s - 1 draft token with the head's own step s - 1 state, and must follow
+ * step s - 1 with the cache unchanged. */
+PSL_API psl_status psl_context_head_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
+                                          int64_t out_cap);
+/* DFlash: one block [token, mask x n] after the cache, in one pass: n rows of n_vocab logits
+ * (the draft tokens 1..n), 1 <= n < block_size. */
+PSL_API psl_status psl_context_head_block(psl_context * ctx, int32_t token, int32_t n, float * logits,
+                                          int64_t out_cap);
 
 /* ---- vocabulary and tokenizer (csrc/vocab/), from the GGUF tokenizer.ggml.* keys ---- */
 /* Token for token as llama.cpp tokenizes: SentencePiece-style ("llama") and BPE ("gpt2") models.

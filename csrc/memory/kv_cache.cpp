@@ -9,42 +9,62 @@
 
 namespace psl {
 
-KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v) {
+KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v)
+    : type_k_(type_k), type_v_(type_v) {
     const HParams & hp = m.hp;
     n_cells_ = GGML_PAD(n_cells, pad());
-    if ((hp.n_embd_k_gqa() % ggml_blck_size(type_k)) != 0 || (hp.n_embd_v_gqa() % ggml_blck_size(type_v)) != 0) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "KV cache types %s/%s do not fit a row of %d/%d elements",
-             ggml_type_name(type_k), ggml_type_name(type_v), hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
-    }
-    // Each layer's cache sits on the device that runs the layer.
-    auto ctx_for = [&](ggml_backend_dev_t dev) -> ggml_context * {
-        for (auto & [d, c] : ctxs_) {
-            if (d == dev) return c.get();
+    for (int il = 0; il <= std::max(hp.n_layer, m.mtp_layer); ++il) {   // an MTP block's too, for add_mtp_layer
+        if ((hp.kv_k_width(il) % ggml_blck_size(type_k)) != 0 || (hp.kv_v_width(il) % ggml_blck_size(type_v)) != 0) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "KV cache types %s/%s do not fit a row of %d/%d elements",
+                 ggml_type_name(type_k), ggml_type_name(type_v), hp.kv_k_width(il), hp.kv_v_width(il));
         }
-        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) hp.n_layer + 4), nullptr, true};
+    }
+    alloc_layers(m, 0, hp.n_layer);
+}
+
+void KvCache::add_mtp_layer(const psl_model & m) {
+    if (m.mtp_layer >= 0 && (int) k_.size() <= m.mtp_layer) alloc_layers(m, (int) k_.size(), m.mtp_layer + 1);
+}
+
+void KvCache::alloc_layers(const psl_model & m, int first, int last) {
+    const HParams & hp = m.hp;
+    // Each layer's cache sits on the device that runs the layer: one context and buffer per
+    // device for this call's layers.
+    std::vector<std::pair<ggml_backend_dev_t, ggml_context *>> mine;
+    auto ctx_for = [&](ggml_backend_dev_t dev) -> ggml_context * {
+        for (auto & [d, c] : mine) {
+            if (d == dev) return c;
+        }
+        ggml_init_params p = {ggml_tensor_overhead() * (2 * (size_t) (last - first) + 4), nullptr, true};
         ggml_context_ptr ctx(ggml_init(p));
         if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the KV cache context");
         ctxs_.emplace_back(dev, std::move(ctx));
-        return ctxs_.back().second.get();
+        mine.emplace_back(dev, ctxs_.back().second.get());
+        return mine.back().second;
     };
-    // an MTP block's attention (mtp.h) caches at index n_layer, like one more layer
-    const int n_cached = m.mtp_layer >= 0 ? m.mtp_layer + 1 : hp.n_layer;
-    for (int il = 0; il < n_cached; ++il) {
+    for (int il = first; il < last; ++il) {
         if (hp.is_recurrent(il)) {   // a hybrid's linear-attention layer keeps a recurrent state instead
             k_.push_back(nullptr);
             v_.push_back(nullptr);
             continue;
         }
+        const int src = il < hp.n_layer ? hp.kv_source(il) : il;
+        if (src != il) {             // a shared layer (gemma4) reads an earlier layer's cache
+            k_.push_back(k_[src]);
+            v_.push_back(v_[src]);
+            continue;
+        }
         ggml_context * ctx = ctx_for(m.layer_device(il));
-        k_.push_back(ggml_new_tensor_2d(ctx, type_k, hp.n_embd_k_gqa(), n_cells_));
-        v_.push_back(ggml_new_tensor_2d(ctx, type_v, hp.n_embd_v_gqa(), n_cells_));
+        k_.push_back(ggml_new_tensor_2d(ctx, type_k_, hp.kv_k_width(il), n_cells_));
+        // MLA caches no V: it is the latent at the start of each K row
+        v_.push_back(hp.kv_v_width(il) > 0 ? ggml_new_tensor_2d(ctx, type_v_, hp.kv_v_width(il), n_cells_) : nullptr);
     }
-    for (auto & [dev, ctx] : ctxs_) {
+    for (auto & [dev, ctx] : mine) {
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
-        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), buft);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
         if (!buf) {
             fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the KV cache (%d cells) on %s",
-                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.get(), buft) / 1048576.0, n_cells_,
+                 ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft) / 1048576.0, n_cells_,
                  ggml_backend_dev_name(dev));
         }
         bufs_.emplace_back(buf);

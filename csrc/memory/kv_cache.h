@@ -1,6 +1,6 @@
-// The KV cache: one K and one V tensor per layer over n_ctx cells, filled in order. Its state
-// is just the number of cells in use, so truncation (the speculative rollback) is O(1); cells
-// past it are masked out and overwritten later.
+// The KV cache: one K and (unless MLA) one V tensor per layer over n_ctx cells, filled in
+// order. Its state is just the number of cells in use, so truncation (the speculative rollback)
+// is O(1); cells past it are masked out and overwritten later.
 #pragma once
 
 #include "ggml.h"
@@ -16,7 +16,12 @@ namespace psl {
 
 class KvCache {
 public:
+    // Every trunk layer's cache, each row as wide as HParams::kv_k_width / kv_v_width (none for
+    // V under MLA; a shared layer's tensors are its source's).
     KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v);
+    // The MTP block's cache (one more layer at index n_layer), allocated when MTP drafting is
+    // switched on, as llama.cpp gives it to its MTP context only.
+    void add_mtp_layer(const psl_model & m);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
@@ -34,6 +39,8 @@ public:
     size_t bytes() const;
 
 private:
+    void alloc_layers(const psl_model & m, int first, int last);
+    ggml_type type_k_, type_v_;
     int32_t n_cells_;
     int32_t n_used_ = 0;
     std::vector<ggml_tensor *> k_, v_;

@@ -23,7 +23,11 @@ void Memory::begin_batch(int32_t n_tokens) {
 
 void Memory::end_batch(const int32_t * tokens, int32_t n_tokens) {
     kv_->set_used(kv_->used() + n_tokens);
-    if (rs_) rs_->end_batch(tokens, n_tokens);
+    if (rs_) {
+        rs_->end_batch(tokens, n_tokens);
+    } else {
+        history_.insert(history_.end(), tokens, tokens + n_tokens);
+    }
 }
 
 void Memory::truncate(int32_t n_keep) {
@@ -32,11 +36,16 @@ void Memory::truncate(int32_t n_keep) {
     }
     kv_->set_used(n_keep);
     if (rs_) keep_recurrent(n_keep);
+    if (!rs_) {
+        history_.resize(n_keep);
+        if (replay_ > n_keep) replay_ = n_keep;
+    }
 }
 
 void Memory::clear() {
     kv_->clear();
     if (rs_) keep_recurrent(0);
+    if (!rs_) history_.clear(), replay_ = -1;
 }
 
 void Memory::keep_recurrent(int32_t n_keep) {
@@ -49,21 +58,23 @@ void Memory::keep_recurrent(int32_t n_keep) {
 }
 
 void Memory::replay_all() {
-    if (!rs_) fail(PSL_ERR_INTERNAL, "a replay needs a recurrent state");
     if (replay_ < 0) replay_ = kv_->used();
 }
 
 void Memory::replay(const std::function<void(const int32_t * tokens, int32_t n)> & eval) {
     if (replay_ < 0) return;
     const int32_t n = replay_;
-    std::vector<int32_t> toks(rs_->history().begin(), rs_->history().begin() + n);
+    const std::vector<int32_t> & h = rs_ ? rs_->history() : history_;
+    std::vector<int32_t> toks(h.begin(), h.begin() + n);
     kv_->set_used(0);
-    rs_->rollback(0);
+    if (rs_) rs_->rollback(0);
+    if (!rs_) history_.clear();
     try {
         eval(toks.data(), n);
     } catch (...) {
         kv_->set_used(n);   // still stale: the next call tries again
-        rs_->set_history(std::move(toks));
+        if (rs_) rs_->set_history(toks);
+        if (!rs_) history_ = toks;
         throw;
     }
     replay_ = -1;

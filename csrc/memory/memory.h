@@ -38,8 +38,9 @@ public:
     // Keeps the first n_keep tokens (PSL_ERR_OUT_OF_RANGE unless 0 <= n_keep <= n_past()).
     void truncate(int32_t n_keep);
     void clear();
-    // Everything in the cache must be evaluated again (the next replay() starts from nothing);
-    // needs the recurrent state, whose history is the replay's source.
+    // Everything in the cache must be evaluated again (the next replay() starts from nothing):
+    // the tokens kept by the recurrent state, or by the memory itself without one, are the
+    // replay's source (an MTP block enabled on a filled cache needs its entries).
     void replay_all();
     // When the recurrent state is stale: empties the cache and calls eval(tokens, n) with the
     // n kept tokens, which the owner evaluates (no logits) to rebuild every layer's memory. If
@@ -54,6 +55,7 @@ private:
     std::unique_ptr<RecurrentState> rs_;
     int32_t n_ctx_;
     int32_t replay_ = -1;   // >= 0: the recurrent state must be rebuilt up to here
+    std::vector<int32_t> history_;   // the tokens in the cache when there is no recurrent state
 };
 
 }  // namespace psl

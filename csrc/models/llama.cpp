@@ -20,6 +20,7 @@ ggml_tensor * build_llama_like(Graph & g, int rope_mode) {
     ggml_tensor * x = g.embed();
     for (int il = 0; il < hp.n_layer; ++il) {
         const Layer & l = g.m.layers[il];
+        g.layer_input(il, x);
         ggml_tensor * a = g.self_attention(il, g.rms_norm(x, l.attn_norm), o);
         if (il == hp.n_layer - 1) x = g.keep_outputs(x);
         x = ggml_add(g.ctx, x, a);

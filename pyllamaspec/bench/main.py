@@ -8,6 +8,7 @@ target's cost curve; speculative decoding against plain decoding.
     python -m pyllamaspec.bench -m MODEL.gguf --curve
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf|ngram [-n 128] [--rounds 5] [--llama-cpp PY]
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf --plot pair.png   (a picture: bench/plot.py)
+    python -m pyllamaspec.bench -m TARGET.gguf -md EAGLE3-or-DFLASH-HEAD.gguf [--spec-type ngram-mod,draft-eagle3]
 
 Other engines time the same models in the same run, alternating rounds with this build, and the
 ratios are printed (bench_engines.py): --vs-lib, another build of the core (say, on the previous
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..engine._native import system_info
+from ..engine.head import HEAD_TYPES, DraftHead, file_arch
 from ..engine.model import DRAFT_OPTIONS, Model
 from . import engines
 from .engines import llama_cpp_probe
@@ -201,19 +203,28 @@ def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[
     return out
 
 
-def bench_speculative(target_path: str, draft: str, message: str, threads: int, n_gen: int, n_draft: int,
+def _open_draft(draft: str | None, threads: int):
+    """The draft file as what it is: a head (EAGLE-3, DFlash) or a draft model; nothing for
+    "ngram" or none (--spec-type alone)."""
+    if draft in (None, "ngram"):
+        return _NoModel()
+    if file_arch(draft) in HEAD_TYPES:
+        return DraftHead(draft)
+    return Model(draft, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS)
+
+
+def bench_speculative(target_path: str, draft: str | None, message: str, threads: int, n_gen: int, n_draft: int,
                       p_min: float | None, rounds: int, adaptive: bool, llama_cpp: str | None = None,
-                      verbose: bool = True, chat: bool = True) -> dict:
-    """Plain greedy decoding of the target against speculative decoding with `draft` (a model
-    path or "ngram"), alternating `rounds` times in one process; medians, and the speculative
-    runs' acceptance, tokens per round and time split. With `llama_cpp` (an interpreter with
-    llama-cpp-python) each round also times llama.cpp's plain decoding and its
-    speculative-simple loop on the same pair, prompt and draft settings."""
+                      verbose: bool = True, chat: bool = True, spec_type: str | None = None) -> dict:
+    """Plain greedy decoding of the target against speculative decoding with `draft` (a model or
+    head path, or "ngram") and llama.cpp's `spec_type` names, alternating `rounds` times in one
+    process; medians, and the speculative runs' acceptance, tokens per round and time split. With
+    `llama_cpp` (an interpreter with llama-cpp-python) each round also times llama.cpp's plain
+    decoding and its speculative-simple loop on the same pair, prompt and draft settings."""
     import resource
 
     from ..frontends.generate import generate
-    with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
-         (Model(draft, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS) if draft != "ngram" else _NoModel()) as dm:
+    with Model(target_path, n_ctx=2048, n_threads=threads) as target, _open_draft(draft, threads) as dm:
         d = "ngram" if draft == "ngram" else dm
         ids = target.tokenize(chat_prompt(target, message) if chat else message, parse_special=True)
         plain_tps, spec_tps, stats, same, lc_plain, lc_spec, lc_acc, lc_same = [], [], [], [], [], [], [], []
@@ -222,13 +233,13 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
             # favours neither
             runs = [lambda: generate(ids, target, max_tokens=n_gen, temperature=0),
                     lambda: generate(ids, target, d, max_tokens=n_gen, temperature=0, n_draft=n_draft,
-                                     p_min=p_min, adaptive=adaptive)]
+                                     p_min=p_min, adaptive=adaptive, spec_type=spec_type)]
             r, s = [f() for f in runs] if i % 2 == 0 else [f() for f in runs[::-1]][::-1]
             plain_tps.append(r.stats.generate_tps)
             same.append(_first_difference(s.tokens, r.tokens))
             spec_tps.append(s.stats.generate_tps)
             stats.append(s.stats)
-            if llama_cpp and draft != "ngram":
+            if llama_cpp and isinstance(dm, Model):
                 got = llama_cpp_probe(llama_cpp, "--spec", target_path, draft, target.n_threads, n_gen, n_draft,
                                       0.75 if p_min is None else p_min, ",".join(map(str, ids)))
                 lc_plain.append(got["plain_tps"])
@@ -237,9 +248,9 @@ def bench_speculative(target_path: str, draft: str, message: str, threads: int, 
                 lc_same.append(got["tokens"] == r.tokens)
         st = stats[len(stats) // 2]
         kv = sum(_kv_bytes(m) for m in (target, dm) if isinstance(m, Model))
-        files = sum(os.path.getsize(p) for p in (target_path, draft) if p != "ngram")
+        files = sum(os.path.getsize(p) for p in (target_path, draft) if p not in (None, "ngram"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    row = dict(target=os.path.basename(target_path), draft=os.path.basename(draft), n_gen=n_gen,
+    row = dict(target=os.path.basename(target_path), draft=os.path.basename(draft or spec_type), n_gen=n_gen,
                n_prompt=len(ids), n_draft=n_draft, p_min=p_min, adaptive=adaptive,
                plain_tps=statistics.median(plain_tps), spec_tps=statistics.median(spec_tps),
                plain_runs=plain_tps, spec_runs=spec_tps,
@@ -345,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fidelity", action="store_true",
                     help="logits and greedy tokens against llama.cpp's reference outputs (and --vs-lib's)")
     ap.add_argument("--reference", default=str(engines.REFERENCE_DIR), help="folder of llama.cpp's gen_*.jsonl")
-    ap.add_argument("-md", "--model-draft", help="speculative run: draft model, or 'ngram' (prompt lookup)")
+    ap.add_argument("-md", "--model-draft", help="speculative run: draft model or EAGLE-3 / DFlash head, or "
+                                                "'ngram' (prompt lookup)")
+    ap.add_argument("--spec-type", help="speculative run: llama.cpp's --spec-type names (default: what -md is)")
     ap.add_argument("--prompt", default=SPEC_MESSAGE,
                     help="user message of the speculative run (put in the model's chat format)")
     ap.add_argument("--raw-prompt", action="store_true", help="use --prompt as it is, without the chat format")
@@ -371,10 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.plot:
         return plot_pair(a)
-    if a.model_draft:
+    if a.model_draft or a.spec_type:
         row = bench_speculative(a.model[0], a.model_draft, a.prompt, a.threads, a.n_gen or 64, a.draft_max,
                                 a.draft_p_min, a.rounds, not a.no_adaptive, a.llama_cpp, verbose=not a.json,
-                                chat=not a.raw_prompt)
+                                chat=not a.raw_prompt, spec_type=a.spec_type)
         if a.json:
             json.dump(row, sys.stdout, indent=1)
             print()

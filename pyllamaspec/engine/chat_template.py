@@ -180,7 +180,9 @@ class ChatTemplate:
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
         if tools is not None:
             kwargs["tools"] = template_tools(tools)
-        now = datetime.now()              # llama.cpp's extra context
+        # llama.cpp's extra context; it hands every template enable_thinking (true unless reasoning
+        # is switched off: Gemma 4 then opens a thinking turn, DeepSeek V3.1 / R1 leave <think> open)
+        now = datetime.now()
         variables = dict(bos_token=self.bos_token, eos_token=self.eos_token, datetime=now.strftime("%b %d %Y"),
                          date_string=now.strftime("%d %b %Y"), enable_thinking=True)
         variables.update(kwargs)          # a caller's bos_token etc. win, as in HF
@@ -228,15 +230,39 @@ def _supports_system_role(source: str) -> bool:
     return _PROBE_SYSTEM in out
 
 
+def _is_ministral3(source: str) -> bool:
+    """Ministral 3 / Magistral / Mistral Large 3 (and Devstral): llama.cpp recognizes them by
+    their markers, Mistral Small 3.2 by its [CALL_ID] (common/chat.cpp)."""
+    return all(t in source for t in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and "[CALL_ID]" not in source
+
+
+def _mistral_blocks(m: dict) -> dict:
+    """A system or assistant message as content blocks, as llama.cpp's Ministral 3 path writes
+    it: its reasoning as a "thinking" block, then its text."""
+    blocks = []
+    if isinstance(m.get("reasoning_content"), str):
+        blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+    content = m.get("content")
+    if isinstance(content, str):
+        blocks.append({"type": "text", "text": content})
+    elif isinstance(content, list):
+        blocks.extend(content)
+    out = dict(m, content=blocks)
+    out.pop("reasoning_content", None)
+    return out
+
+
 def _llamacpp_messages(source: str, msgs: list[dict]) -> list[dict]:
     """The conversation as llama.cpp hands it to the template: the OpenAI "developer" role is
     "system" except for harmony (which has a developer role of its own), gpt-oss reads
-    reasoning as "thinking", and a template without a system role gets the system prompt
-    prefixed to the next message."""
+    reasoning as "thinking", Ministral 3's system and assistant messages become content blocks,
+    and a template without a system role gets the system prompt prefixed to the next message."""
     if _is_harmony(source):
         return [dict(m, thinking=m["reasoning_content"]) if isinstance(m.get("reasoning_content"), str) else m
                 for m in msgs]
     msgs = [dict(m, role="system") if m["role"] == "developer" else m for m in msgs]
+    if _is_ministral3(source):
+        return [_mistral_blocks(m) if m["role"] in ("system", "assistant") else m for m in msgs]
     if msgs[0]["role"] == "system" and not _supports_system_role(source):
         if len(msgs) == 1:
             return []          # llama.cpp drops it (with a warning) when nothing follows

@@ -21,6 +21,7 @@ class Context(ABC):
     n_batch: int
     n_threads: int
     max_rollback: int          # how far truncate() rolls back in O(1) (a hybrid's snapshot ring)
+    memory: dict               # kv_bytes, n_cells, recurrent_bytes: what the cache of past tokens holds
     alive: bool = True         # False once its state is lost (a dead RPC worker)
     info: dict | None = None   # the loaded model's ModelInfo fields, where the model is elsewhere
 
@@ -73,6 +74,16 @@ class Context(ABC):
     def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None: ...
 
     @abstractmethod
+    def attach_head(self, head) -> None:
+        """Attaches a draft head's psl_model (ffi.NULL detaches)."""
+
+    @abstractmethod
+    def head_draft(self, token: int, step: int, out: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def head_block(self, token: int, n: int, out: np.ndarray) -> None: ...
+
+    @abstractmethod
     def devices(self, n_layer: int) -> list[str]:
         """The device of each layer, then the output head's."""
 
@@ -93,6 +104,9 @@ class LocalContext(Context):
         self._ctx = out[0]
         self._read_params()
         self.max_rollback = lib.psl_context_max_rollback(self._ctx)
+        kv, cells, rs = ffi.new("uint64_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
+        _native.check(lib.psl_context_memory(self._ctx, kv, cells, rs))
+        self.memory = {"kv_bytes": int(kv[0]), "n_cells": int(cells[0]), "recurrent_bytes": int(rs[0])}
 
     def _read_params(self) -> None:
         got = ffi.new("psl_context_params *")
@@ -150,6 +164,17 @@ class LocalContext(Context):
     def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None:
         _native.check(lib.psl_context_mtp_draft(self._ctx, token, step,
                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def attach_head(self, head) -> None:
+        _native.check(lib.psl_context_attach_head(self._ctx, head))
+
+    def head_draft(self, token: int, step: int, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_head_draft(self._ctx, token, step,
+                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def head_block(self, token: int, n: int, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_head_block(self._ctx, token, n,
+                                                 ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def devices(self, n_layer: int) -> list[str]:
         return [ffi.string(lib.psl_model_layer_device(self._model, il)).decode()

@@ -13,6 +13,7 @@ from ..files import split as _split
 from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
 from .context import Context, LocalContext
+from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
 from .vocab import VocabMixin
 
 # ggml_type ids accepted for the KV cache.
@@ -142,6 +143,8 @@ class Model(VocabMixin, _native.Closeable):
         self.n_ctx, self.n_batch, self.n_threads = c.n_ctx, c.n_batch, c.n_threads
         # how far truncate() rolls back in O(1): n_ctx, or a hybrid's recurrent snapshot ring
         self.max_rollback: int = c.max_rollback
+        # what the cache of past tokens holds: kv_bytes over n_cells cells, recurrent_bytes
+        self.memory: dict[str, int] = dict(c.memory)
         # a remote context reports the model it loaded; this process holds a stub of it
         self.info = ModelInfo(**c.info) if c.info is not None else self._read_info()
         self.n_vocab = self.info.n_vocab
@@ -150,6 +153,7 @@ class Model(VocabMixin, _native.Closeable):
         # The ids in the KV cache, in order (the core keeps only K/V): a new prompt then
         # evaluates only what follows its longest common prefix with them (cached_tokens).
         self._cache_ids: list[int] = []
+        self.head: "DraftHead | None" = None        # the draft head attached (attach_head)
 
     def _open_local(self, path: str, servers: list[str], split: list[float] | None, *, n_gpu_layers: int,
                     n_threads: int, use_mmap: bool, use_repack: bool, tokenizer: bool, prefetch: bool) -> None:
@@ -508,6 +512,54 @@ class Model(VocabMixin, _native.Closeable):
             raise InvalidArgumentError("out must be a C-contiguous float32 array")
         with self._excl:
             self._context.mtp_draft(token, step, out)
+        return out
+
+    # -- draft heads (EAGLE-3, DFlash: engine/head.py) --------------------------------------
+    def attach_head(self, head: "DraftHead | None") -> None:
+        """From now on every eval keeps the inputs of the layers `head` reads and gives them to
+        it (None detaches); checked against this model (UnsupportedModelError names a misfit).
+        The cache is cleared: the next evals give the head its features. The head stays attached
+        (its features kept across generations, so prompts still reuse the cache) until another
+        head or None replaces it; attaching the head attached already changes nothing."""
+        if head is not None and not isinstance(head, DraftHead):
+            raise InvalidArgumentError(f"a draft head is a DraftHead, got {type(head).__name__}")
+        with self._excl:
+            if head is self.head:
+                return
+            if head is None:
+                self._context.attach_head(ffi.NULL)
+            else:
+                with head._users:
+                    self._context.attach_head(head._model)
+            self.head = head
+            self._cache_ids.clear()
+
+    def head_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
+        """One chained EAGLE-3 step (psl_context_head_draft): step 0 runs `token`, the one after
+        the cache; step s the step s - 1 draft token. The n_vocab logits of the token after it."""
+        token = _args.integer("token", token, -_args.INT32_MAX - 1)
+        step = _args.integer("step", step, -_args.INT32_MAX - 1)
+        out = self._logits_out(out, 1)
+        with self._excl:
+            self._context.head_draft(token, step, out)
+        return out.reshape(-1)[:self.n_vocab]
+
+    def head_block(self, token: int, n: int, out: np.ndarray | None = None) -> np.ndarray:
+        """A DFlash block [token, mask x n] after the cache, one pass (psl_context_head_block):
+        [n, n_vocab] logits of the n draft positions."""
+        token = _args.integer("token", token, -_args.INT32_MAX - 1)
+        n = _args.integer("n", n, 1, _args.MAX_DRAFT)
+        out = self._logits_out(out, n)
+        with self._excl:
+            self._context.head_block(token, n, out)
+        return out.reshape(-1)[:n * self.n_vocab].reshape(n, self.n_vocab)
+
+    def _logits_out(self, out: np.ndarray | None, rows: int) -> np.ndarray:
+        if out is None:
+            return np.empty((rows, self.n_vocab), np.float32)
+        if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+                or not out.flags.writeable or out.size < rows * self.n_vocab:
+            raise InvalidArgumentError(f"out must be a writeable C-contiguous float32 array of {rows} x n_vocab")
         return out
 
     def clear(self) -> None:

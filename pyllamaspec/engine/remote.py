@@ -201,7 +201,7 @@ class RemoteContext(Context):
             got = self.call("open", path, servers, split, kw, timeout=max(self.timeout, OPEN_TIMEOUT))
             self.info, self._devices = got["info"], got["devices"]
             self.n_ctx, self.n_batch, self.n_threads = got["n_ctx"], got["n_batch"], got["n_threads"]
-            self.max_rollback = got["max_rollback"]
+            self.max_rollback, self.memory = got["max_rollback"], got["memory"]
             if self._shm_fd >= 0:
                 size = SHM_ROWS * self.info["n_vocab"] * 4
                 os.ftruncate(self._shm_fd, size)
@@ -291,6 +291,15 @@ class RemoteContext(Context):
 
     def mtp_draft(self, token: int, step: int, out: np.ndarray) -> None:
         self.enable_mtp()
+
+    def attach_head(self, head) -> None:
+        raise UnsupportedModelError("draft heads (EAGLE-3, DFlash) are not available for a model on RPC servers")
+
+    def head_draft(self, token: int, step: int, out: np.ndarray) -> None:
+        self.attach_head(None)
+
+    def head_block(self, token: int, n: int, out: np.ndarray) -> None:
+        self.attach_head(None)
 
     def devices(self, n_layer: int) -> list[str]:
         return list(self._devices)

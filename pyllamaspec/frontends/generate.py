@@ -10,10 +10,13 @@ from typing import Iterator, Sequence, Union
 from ..engine import _args
 from ..engine.cancel import Cancel
 from ..engine.chat_template import ChatPrompt, is_messages
+from ..engine.head import HEAD_TYPES, DraftHead, file_arch
 from ..engine.model import DRAFT_OPTIONS, Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
 from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError, PyllamaspecError, RpcError
 from ..speculation.decoder import Decoder, DraftParams, Stats
+from ..speculation.params import NgramParams
+from ..speculation.spec_types import parse as parse_spec_types
 from .structured.formats import GrammarSpec, constraint_spec
 
 ModelLike = Union[str, "os.PathLike[str]", Model]
@@ -51,6 +54,37 @@ def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
     raise InvalidArgumentError(f"a model is a path or a Model, got {type(m).__name__}")
 
 
+def _open_draft(d, stack: ExitStack, n_gpu_layers: int = 0, **kwargs) -> "Model | DraftHead | str | None":
+    """A draft given as a path is opened as what its file is: an EAGLE-3 / DFlash head, else a
+    draft model; "ngram", "mtp" and --spec-type names stay names."""
+    if d is None or isinstance(d, (Model, DraftHead)):
+        if getattr(d, "closed", False):
+            raise InvalidArgumentError("the draft model is closed")
+        return d
+    if isinstance(d, str) and not os.path.exists(d) and (d in ("ngram", "mtp") or _is_type_list(d)):
+        return d
+    if file_arch(d) in HEAD_TYPES:
+        return stack.enter_context(DraftHead(d, n_gpu_layers=n_gpu_layers))
+    return stack.enter_context(Model(d, n_gpu_layers=n_gpu_layers, **DRAFT_OPTIONS, **kwargs))
+
+
+def _mtp_if_same(draft, target: Model, spec_type) -> "Model | DraftHead | str | None":
+    """The target's own file as its draft means its MTP layers, when it has them (as llama.cpp
+    detects draft-mtp from nextn tensors in the draft's file)."""
+    if spec_type is None and isinstance(draft, (str, os.PathLike)) and os.path.exists(draft) \
+            and os.path.samefile(draft, target.path) and target.n_mtp_layers > 0:
+        return "mtp"
+    return draft
+
+
+def _is_type_list(s: str) -> bool:
+    try:
+        parse_spec_types(s)
+        return True
+    except PyllamaspecError:
+        return False
+
+
 def _max_threads() -> int:
     from ..engine._native import lib
     return lib.psl_max_threads()
@@ -76,7 +110,7 @@ def _held_back(text: str, stops: list[str]) -> int:
     return best
 
 
-def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: Model | str | None, *,
+def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model | DraftHead | str | None", *,
                   sampling: SamplingParams, draft: DraftParams, max_tokens: int,
                   stop: list[str], result: dict, add_special: bool = True,
                   parse_special: bool = True, cancel: Cancel | None = None,
@@ -223,8 +257,8 @@ def _check_prompt(prompt) -> None:
 def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_p, min_p, seed, n_draft,
              n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
              parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
-             logprobs, cache_prompt, grammar=None, json_schema=None, response_format=None, forced=True,
-             _constraint=None):
+             logprobs, cache_prompt, spec_type, ngram_params, grammar=None, json_schema=None, response_format=None,
+             forced=True, _constraint=None):
     """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading."""
     if adaptive is None:
@@ -235,7 +269,8 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
                               repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                               presence_penalty=presence_penalty, penalty_last_n=penalty_last_n)
     draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
-                        draft_vocab=draft_vocab, forced=forced)
+                        draft_vocab=draft_vocab, forced=forced, spec_type=spec_type,
+                        ngrams=NgramParams() if ngram_params is None else ngram_params)
     constraint = constraint_spec(grammar, json_schema, response_format)
     if _constraint is not None:               # a chat's tools (chat() makes it)
         if constraint is not None:
@@ -254,16 +289,17 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
         raise InvalidArgumentError(f"cache_prompt must be True or False, got {cache_prompt!r}")
     if cancel is not None and not isinstance(cancel, Cancel):
         raise InvalidArgumentError(f"cancel must be a pyllamaspec.Cancel, got {type(cancel).__name__}")
-    for name, m in (("model", model), ("draft_model", draft_model)):
-        if not isinstance(m, (str, os.PathLike, Model)) and not (m is None and name == "draft_model"):
-            raise InvalidArgumentError(f"{name} must be a path or a Model, got {type(m).__name__}")
+    if not isinstance(model, (str, os.PathLike, Model)):
+        raise InvalidArgumentError(f"model must be a path or a Model, got {type(model).__name__}")
+    if not isinstance(draft_model, (str, os.PathLike, Model, DraftHead, type(None))):
+        raise InvalidArgumentError(f"draft_model must be a path, a Model, a DraftHead, 'ngram', 'mtp' or "
+                                   f"speculative type names, got {type(draft_model).__name__}")
 
     def run(per_token: bool, result: dict) -> Iterator[Piece]:
         with ExitStack() as stack:
             kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
             target = _open(model, stack, **kw)
-            dm = (draft_model if draft_model is None or draft_model in ("ngram", "mtp")
-                  else _open(draft_model, stack, **DRAFT_OPTIONS, **kw))
+            dm = _open_draft(_mtp_if_same(draft_model, target, spec_type), stack, **kw)
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
                                      add_special=add_special, parse_special=parse_special, cancel=cancel,
@@ -281,6 +317,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              add_special: bool = True, parse_special: bool = True, cancel: Cancel | None = None,
              repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
              penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
+             spec_type: str | Sequence[str] | None = None, ngram_params: NgramParams | None = None,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
              forced: bool = True, _constraint: GrammarSpec | None = None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
@@ -289,7 +326,11 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     hold of the prompt, its longest common prefix with the last call's, is not evaluated again
     unless cache_prompt=False; see pyllamaspec.chat for conversations); draft_model="ngram"
     drafts by prompt lookup (n-gram size `ngram`) instead of a model, draft_model="mtp" with the
-    target's own MTP (NextN) layers (qwen35 files that carry them; UnsupportedModelError else).
+    target's own MTP (NextN) layers (qwen35 files that carry them; UnsupportedModelError else);
+    an EAGLE-3 or DFlash head (a path to its GGUF, or a DraftHead) drafts from the target's
+    hidden states. spec_type: llama.cpp's --spec-type names ("ngram-mod", "ngram-mod,draft-eagle3",
+    ...; default: what draft_model is), chained in llama.cpp's order (the first non-empty draft
+    wins a round); ngram_params: the n-gram kinds' parameters (llama.cpp's defaults).
     adaptive lets a cost model pick the draft length each round (up to n_draft, 0 = plain
     decoding when speculation would not pay) and where each draft stops; p_min (a draft stops
     where its top probability is below it) then defaults to none, else to llama.cpp's 0.75. Its choices follow measured times, and with
@@ -318,6 +359,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
                          parse_special=parse_special, cancel=cancel, repeat_penalty=repeat_penalty,
                          frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                          penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt,
+                         spec_type=spec_type, ngram_params=ngram_params,
                          grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
                          _constraint=_constraint)
     result: dict = {}

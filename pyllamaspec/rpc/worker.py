@@ -24,7 +24,7 @@ def _open(path: str, servers: list[str], split: list[float] | None, kw: dict[str
     m = Model(path, rpc=servers, tensor_split=split, rpc_isolate=False, tokenizer=False, **kw)
     info = {f: getattr(m.info, f) for f in m.info.__dataclass_fields__}
     return m, {"info": info, "devices": m.devices, "n_ctx": m.n_ctx, "n_batch": m.n_batch,
-               "n_threads": m.n_threads, "max_rollback": m.max_rollback}
+               "n_threads": m.n_threads, "max_rollback": m.max_rollback, "memory": m.memory}
 
 
 class Worker:

@@ -70,6 +70,9 @@ class DraftPolicy:
         self.p_pay = 0.0                                    # chance_speculation_pays, per plain stretch
         self.calib = [self.prior] * (len(self.BINS) + 1)    # (accepted, rejected) per confidence bin
         self.token_time: float | None = None                # seconds per token, speculative rounds
+        # a drafter whose draft costs one pass whatever its length (a DFlash block): c_draft is
+        # then per round, and a drafted token costs only its verification
+        self.per_round = False
 
     @property
     def c_target(self) -> dict[int, float]:
@@ -190,8 +193,13 @@ class DraftPolicy:
         gain = p_all * self.token_time            # expected time the token saves
         slope = self.verify_slope()
         keep = first or gain >= slope
-        more = keep and gain * self.alpha >= self.c_draft + slope
+        more = keep and gain * self.alpha >= (0.0 if self.per_round else self.c_draft) + slope
         return keep, more
+
+    def draft_cost(self, k: int) -> float:
+        """Seconds drafting k tokens takes."""
+        cd = self.c_draft or 0.0
+        return (cd if k > 0 else 0.0) if self.per_round else k * cd
 
     @staticmethod
     def _cost(old: float | None, x: float) -> float:
@@ -200,7 +208,7 @@ class DraftPolicy:
 
     def observe_draft(self, seconds: float, n_tokens: int) -> None:
         if n_tokens > 0:
-            self.c_draft = self._cost(self.c_draft, seconds / n_tokens)
+            self.c_draft = self._cost(self.c_draft, seconds if self.per_round else seconds / n_tokens)
             self.n_draft_obs += 1
 
     def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
@@ -239,10 +247,10 @@ class DraftPolicy:
     def best_k(self, k_cap: int, alpha: float | None = None) -> int:
         """The k in [0, k_cap] with the most expected tokens per second (at the estimated
         acceptance, or at `alpha`)."""
-        a, cd = self.alpha if alpha is None else alpha, self.c_draft or 0.0
+        a = self.alpha if alpha is None else alpha
         best_k, best = 0, 1.0 / self.target_cost(1)
         for k in range(1, k_cap + 1):
-            rate = self.expected_tokens(a, k) / (k * cd + self.target_cost(k + 1))
+            rate = self.expected_tokens(a, k) / (self.draft_cost(k) + self.target_cost(k + 1))
             if rate > best * (1 + 1e-9):
                 best_k, best = k, rate
         return best_k
@@ -252,7 +260,7 @@ class DraftPolicy:
         n_catch_up tokens, drafting k, and the target verifying k + 1 tokens instead of 1."""
         cd = self.c_draft or 0.0
         cu = self.c_catch_up if self.c_catch_up is not None else cd
-        return k * cd + cu * n_catch_up + max(0.0, self.target_cost(k + 1) - self.target_cost(1))
+        return self.draft_cost(k) + cu * n_catch_up + max(0.0, self.target_cost(k + 1) - self.target_cost(1))
 
     def state(self) -> dict:
         """The acceptance estimates, to start a later generation with the same pair from."""

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..engine import _args
 from ..engine.grammar import Grammar
+from ..engine.head import DraftHead
 from ..engine.model import Model
 from ..engine.sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 from ..errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
@@ -103,13 +104,14 @@ class Stats:
 
 
 class Decoder:
-    """Token-level generation from a target model, with an optional drafter: a draft Model,
-    "ngram" (prompt lookup), "mtp" (the target's own MTP layers) or a Drafter (drafters/).
+    """Token-level generation from a target model, with an optional drafter: a draft Model, a
+    DraftHead (EAGLE-3, DFlash), "ngram" (prompt lookup), "mtp" (the target's own MTP layers),
+    llama.cpp's --spec-type names (also draft_params.spec_type) or a Drafter (drafters/).
     tokens() yields (token, from_draft) as tokens are accepted. With `logprobs` (0..20), each
     round's TokenLogprobs (the token's and the top n) are in round_logprobs, read from the
     verification's logits rows (no extra evaluation)."""
 
-    def __init__(self, target: Model, draft: "Model | str | Drafter | None", sampling: SamplingParams,
+    def __init__(self, target: Model, draft: "Model | DraftHead | str | Drafter | None", sampling: SamplingParams,
                  draft_params: DraftParams | None = None, logprobs: int | None = None,
                  grammar: Grammar | None = None):
         self.target = target
@@ -121,21 +123,25 @@ class Decoder:
         self.dp = draft_params or DraftParams()
         V = target.n_vocab
         self.t_sampler = Sampler(V, sampling)
-        self.t_logits = np.empty((self.dp.n_draft + 1, V), np.float32)
-        self.batch = np.empty(self.dp.n_draft + 1, np.int32)
         try:
             eog = target.eog_tokens
         except NoVocabularyError:
             eog = frozenset()
         self.drafter = make_drafter(target, draft, sampling, self.dp, eog)
+        # the longest draft: --draft-max, or the drafter's own size (llama.cpp's n-gram kinds)
+        own = self.drafter.n_max if self.drafter is not None else None
+        self.k_max = min(own, _args.MAX_DRAFT) if own is not None else self.dp.n_draft
+        self.t_logits = np.empty((self.k_max + 1, V), np.float32)
+        self.batch = np.empty(self.k_max + 1, np.int32)
         # --ignore-eos: the target's rows never choose these (a drafted one is then rejected)
         self.banned = np.array(sorted(eog), np.int64) if sampling.ignore_eos else None
         # the grammar, if any: a property of every round (constraint.py)
         self.constraint = Constraint(grammar, target, forced=self.dp.forced) if grammar is not None else NO_CONSTRAINT
         self.constraint.attach(self.t_sampler)
         # what earlier generations learned of this target and drafter (pair_stats.py)
-        self.policy = DraftPolicy(self.dp.n_draft,
+        self.policy = DraftPolicy(self.k_max,
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
+        self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
         self.stats = Stats()
         self.seq: list[int] = []
 
@@ -237,7 +243,7 @@ class Decoder:
         room = self.room()
         if room < 1:
             raise ContextFullError(f"context full: {len(self.seq)} tokens, n_ctx {self.target.n_ctx}")
-        return min(self.dp.n_draft, room - 1, max(0, want - 1) if want is not None else room,
+        return min(self.k_max, room - 1, max(0, want - 1) if want is not None else room,
                    self.target.max_rollback)
 
     def _score(self, draft: Draft) -> np.ndarray:

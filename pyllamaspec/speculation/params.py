@@ -1,12 +1,52 @@
 """Parameters of speculation (llama.cpp's --draft-* flags), shared by the decoder and the drafters."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..engine import _args
 from ..errors import InvalidArgumentError
+from .spec_types import parse as parse_spec_types
+
+
+@dataclass
+class NgramMapParams:
+    """llama.cpp's --spec-ngram-{simple,map-k,map-k4v}-{size-n,size-m,min-hits}: the lookup
+    n-gram's length, the drafted m-gram's (the kind's longest draft), the hits a key needs."""
+    size_n: int = 12
+    size_m: int = 48
+    min_hits: int = 1
+
+    def __post_init__(self) -> None:
+        _args.integer("size_n", self.size_n, 1, 1024)
+        _args.integer("size_m", self.size_m, 1, 1024)
+        _args.integer("min_hits", self.min_hits, 1, 65535)
+
+
+@dataclass
+class NgramModParams:
+    """llama.cpp's --spec-ngram-mod-n-match / -n-max / -n-min."""
+    n_match: int = 24
+    n_max: int = 64
+    n_min: int = 48
+
+    def __post_init__(self) -> None:
+        _args.integer("n_match", self.n_match, 1, 1024)
+        _args.integer("n_max", self.n_max, 0, 1024)
+        _args.integer("n_min", self.n_min, 0, 1024)
+
+
+@dataclass
+class NgramParams:
+    """The parameters of llama.cpp's n-gram kinds, with its defaults; ngram-cache's static and
+    dynamic lookup caches (-lcs, -lcd: files made by llama.cpp's llama-lookup-create)."""
+    simple: NgramMapParams = field(default_factory=NgramMapParams)
+    map_k: NgramMapParams = field(default_factory=NgramMapParams)
+    map_k4v: NgramMapParams = field(default_factory=NgramMapParams)
+    mod: NgramModParams = field(default_factory=NgramModParams)
+    cache_static: str | None = None
+    cache_dynamic: str | None = None
 
 
 @dataclass
@@ -17,7 +57,9 @@ class DraftParams:
     else to llama.cpp's 0.75; `ngram` is the n-gram drafter's longest match;
     `draft_vocab`: a draft model with more than twice as many tokens computes logits for this
     many common ones only (Model.common_token_ids; 0 = all of them); `forced`: under a grammar,
-    the text it forces is drafted for free (speculation/constraint.py)."""
+    the text it forces is drafted for free (speculation/constraint.py); `spec_type`: llama.cpp's
+    --spec-type names (a comma-separated string or a sequence; None: from the draft given);
+    `ngrams`: the parameters of llama.cpp's n-gram kinds."""
     n_draft: int = 16
     n_min: int = 0
     p_min: float | None = None
@@ -25,6 +67,8 @@ class DraftParams:
     ngram: int = 3
     draft_vocab: int = 32768
     forced: bool = True
+    spec_type: str | tuple[str, ...] | None = None
+    ngrams: NgramParams = field(default_factory=NgramParams)
 
     def __post_init__(self) -> None:
         _args.integer("n_draft", self.n_draft, 1, _args.MAX_DRAFT)
@@ -37,6 +81,10 @@ class DraftParams:
         _args.integer("draft_vocab", self.draft_vocab)
         if not isinstance(self.forced, (bool, np.bool_)):
             raise InvalidArgumentError(f"forced must be True or False, got {self.forced!r}")
+        if self.spec_type is not None:
+            self.spec_type = parse_spec_types(self.spec_type)
+        if not isinstance(self.ngrams, NgramParams):
+            raise InvalidArgumentError(f"ngrams must be NgramParams, got {type(self.ngrams).__name__}")
 
     @property
     def stop_p(self) -> float:

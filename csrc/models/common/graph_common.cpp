@@ -33,43 +33,62 @@ ggml_tensor * Graph::embed() {
     return ggml_get_rows(ctx, m.tok_embd, inp_tokens);
 }
 
+void Graph::layer_input(int il, ggml_tensor * x) {
+    if (!capture) return;
+    captured.resize(capture->size(), nullptr);
+    for (size_t k = 0; k < capture->size(); ++k) {
+        if ((*capture)[k] != il) continue;
+        ggml_set_output(x);   // kept after the compute, for the head to read
+        captured[k] = x;
+    }
+}
+
 ggml_tensor * Graph::rms_norm(ggml_tensor * x, ggml_tensor * w) const {
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, m.hp.norm_eps), w);
 }
 
-ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const {
+ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq_scale, int n_rot,
+                          ggml_tensor * factors) const {
     const HParams & hp = m.hp;
     const int n_ctx_orig = hp.n_ctx_orig_yarn > 0 ? hp.n_ctx_orig_yarn : hp.n_ctx_train;
-    return ggml_rope_ext(ctx, x, inp_pos, nullptr, hp.n_rot, mode, n_ctx_orig, freq_base, freq_scale,
-                         hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
+    return ggml_rope_ext(ctx, x, inp_pos, factors, n_rot > 0 ? n_rot : hp.n_rot, mode, n_ctx_orig, freq_base,
+                         freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
 }
 
-ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {
-    const HParams & hp = m.hp;
+void Graph::store_kv(int il, ggml_tensor * k_cur, ggml_tensor * v_cur) {
     ggml_tensor * k_l = kv.k(il);
     ggml_tensor * v_l = kv.v(il);
-    const size_t k_row = ggml_row_size(k_l->type, hp.n_embd_k_gqa());
-    const size_t v_row = ggml_row_size(v_l->type, hp.n_embd_v_gqa());
-
     // Write this batch's keys and values to the cells named by an input, so that the graph does
     // not depend on n_past and can be reused for the next token.
-    k_cur = ggml_reshape_2d(ctx, k_cur, hp.n_embd_k_gqa(), n_tokens);
-    v_cur = ggml_reshape_2d(ctx, v_cur, hp.n_embd_v_gqa(), n_tokens);
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_l, k_cur, inp_kv_idx));
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_l, v_cur, inp_kv_idx));
+    if (k_cur) ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_l, ggml_reshape_2d(ctx, k_cur, k_l->ne[0], n_tokens), inp_kv_idx));
+    if (v_cur && v_l) ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_l, ggml_reshape_2d(ctx, v_cur, v_l->ne[0], n_tokens), inp_kv_idx));
+}
+
+ggml_tensor * Graph::attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale,
+                                     int64_t dv_latent) {
+    ggml_tensor * k_l = kv.k(il);
+    ggml_tensor * v_l = kv.v(il);
+    const int64_t dk = q->ne[0], hkv = k_l->ne[0] / dk;
+    const size_t k_row = k_l->nb[1];
+    store_kv(il, k_cur, v_cur);
 
     // Attend over the first n_kv cells; the mask hides the future and the unused cells.
-    ggml_tensor * k = ggml_view_3d(ctx, k_l, hp.n_embd_head_k, n_kv, hp.n_head_kv, k_row,
-                                   ggml_row_size(k_l->type, hp.n_embd_head_k), 0);
-    ggml_tensor * v = ggml_view_3d(ctx, v_l, hp.n_embd_head_v, n_kv, hp.n_head_kv, v_row,
-                                   ggml_row_size(v_l->type, hp.n_embd_head_v), 0);
+    ggml_tensor * k = ggml_view_3d(ctx, k_l, dk, n_kv, hkv, k_row, ggml_row_size(k_l->type, dk), 0);
+    ggml_tensor * v = v_l ? ggml_view_3d(ctx, v_l, v_l->ne[0] / hkv, n_kv, hkv, v_l->nb[1],
+                                         ggml_row_size(v_l->type, v_l->ne[0] / hkv), 0)
+                          : ggml_view_3d(ctx, k_l, dv_latent, n_kv, hkv, k_row, ggml_row_size(k_l->type, dk), 0);
     q = ggml_permute(ctx, q, 0, 2, 1, 3);
-    ggml_tensor * mask = hp.is_swa(il) ? inp_mask_swa : inp_mask;
+    ggml_tensor * mask = m.hp.is_swa(il) ? inp_mask_swa : inp_mask;
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
     ggml_prec_set_acc(out, GGML_PREC_F32);   // accumulate in F32, as llama.cpp asks
     // gpt-oss: one learned logit per head joins every softmax (and takes its share of the mass)
     if (m.layers[il].attn_sinks) ggml_flash_attn_ext_add_sinks(out, m.layers[il].attn_sinks);
-    return ggml_reshape_2d(ctx, out, (int64_t) hp.n_embd_head_v * hp.n_head, n_tokens);
+    return out;   // [dv, n_head, n_tokens]
+}
+
+ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {
+    ggml_tensor * out = attention_heads(il, q, k_cur, v_cur, scale);
+    return ggml_reshape_2d(ctx, out, out->ne[0] * out->ne[1], n_tokens);
 }
 
 ggml_tensor * Graph::self_attention(int il, ggml_tensor * h, const AttnOpts & o) {
@@ -86,19 +105,32 @@ ggml_tensor * Graph::self_attention(int il, ggml_tensor * h, const AttnOpts & o)
     v = ggml_reshape_3d(ctx, v, hp.n_embd_head_v, hp.n_head_kv, n_tokens);
     if (l.q_norm) q = rms_norm(q, l.q_norm);   // over each head's vector (ne0)
     if (l.k_norm) k = rms_norm(k, l.k_norm);
-    q = rope(q, o.rope_mode, o.freq_base, o.freq_scale);
-    k = rope(k, o.rope_mode, o.freq_base, o.freq_scale);
+    q = rope(q, o.rope_mode, o.freq_base, o.freq_scale, 0, o.rope_factors);
+    k = rope(k, o.rope_mode, o.freq_base, o.freq_scale, 0, o.rope_factors);
     if (o.q_scale != 1.0f) q = ggml_scale(ctx, q, o.q_scale);
+    if (m.hp.attn_temp_scale != 0.0f) q = attn_temperature(q);
     ggml_tensor * attn = attention(il, q, k, v, o.kq_scale);
     if (il == hp.n_layer - 1) attn = keep_outputs(attn);   // only the rows that produce logits go on
     ggml_tensor * out = ggml_mul_mat(ctx, l.wo, attn);
     return l.bo ? ggml_add(ctx, out, l.bo) : out;
 }
 
+ggml_tensor * Graph::attn_temperature(ggml_tensor * q) {
+    if (!inp_attn_scale) {
+        inp_attn_scale = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, n_tokens);
+        ggml_set_name(inp_attn_scale, "inp_attn_scale");
+        ggml_set_input(inp_attn_scale);
+    }
+    return ggml_mul(ctx, q, inp_attn_scale);
+}
+
 ggml_tensor * Graph::ffn_swiglu(ggml_tensor * x, const Layer & l) const {
-    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
     ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up, x);
-    return ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, g, u));
+    if (l.ffn_up_b) u = ggml_add(ctx, u, l.ffn_up_b);
+    ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate, x);
+    if (l.ffn_gate_b) g = ggml_add(ctx, g, l.ffn_gate_b);
+    ggml_tensor * d = ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, g, u));
+    return l.ffn_down_b ? ggml_add(ctx, d, l.ffn_down_b) : d;
 }
 
 ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
@@ -107,33 +139,78 @@ ggml_tensor * Graph::ffn_geglu(ggml_tensor * x, const Layer & l) const {
     return ggml_mul_mat(ctx, l.ffn_down, ggml_geglu_split(ctx, g, u));
 }
 
-ggml_tensor * Graph::ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const {
+// The top-k experts of each token: selection scores (plus the selection bias), limited to the
+// best expert groups when the model has them; returns (selected ids [k, n_tok], weights
+// [1, k, n_tok]).
+std::pair<ggml_tensor *, ggml_tensor *> Graph::moe_route(ggml_tensor * logits, const Layer & l, const MoeOpts & o) const {
     const HParams & hp = m.hp;
-    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_exp = hp.n_expert, k = hp.n_expert_used;
-    ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_gate_inp, x);   // [n_expert, n_tok]
-    if (l.ffn_gate_inp_b) logits = ggml_add(ctx, logits, l.ffn_gate_inp_b);
-    ggml_tensor * probs = gating == MoeGating::SoftmaxAll ? ggml_soft_max(ctx, logits) : logits;
-    ggml_tensor * sel = ggml_argsort_top_k(ctx, probs, (int) k);   // I32 [k, n_tok]
+    const int64_t n_exp = hp.n_expert, k = hp.n_expert_used, n_tok = logits->ne[1];
+    ggml_tensor * probs = o.gating == MoeGating::SoftmaxAll ? ggml_soft_max(ctx, logits)
+                          : o.gating == MoeGating::Sigmoid  ? ggml_sigmoid(ctx, logits)
+                                                            : logits;
+    // DeepSeek V3's selection bias moves which experts are picked, not their weights
+    ggml_tensor * sel_probs = l.ffn_exp_probs_b ? ggml_add(ctx, probs, l.ffn_exp_probs_b) : probs;
+    if (hp.n_expert_groups > 1 && n_tok > 0) {
+        // groups scored by the sum of their two best experts; the others' experts masked out
+        const int64_t per = n_exp / hp.n_expert_groups, n_g = hp.n_expert_groups;
+        ggml_tensor * groups = ggml_reshape_3d(ctx, sel_probs, per, n_g, n_tok);
+        ggml_tensor * top2 = ggml_argsort_top_k(ctx, groups, 2);
+        ggml_tensor * score = ggml_get_rows(ctx, ggml_reshape_4d(ctx, groups, 1, per, n_g, n_tok), top2);
+        score = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_reshape_3d(ctx, score, 2, n_g, n_tok)), n_g, n_tok);
+        ggml_tensor * keep = ggml_argsort_top_k(ctx, score, hp.n_group_used);
+        ggml_tensor * kept = ggml_get_rows(ctx, groups, keep);
+        sel_probs = ggml_reshape_2d(ctx, ggml_set_rows(ctx, ggml_fill(ctx, groups, -INFINITY), kept, keep), n_exp, n_tok);
+    }
+    ggml_tensor * sel = ggml_argsort_top_k(ctx, sel_probs, (int) k);   // I32 [k, n_tok]
     ggml_tensor * w = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, n_exp, n_tok), sel);   // [1, k, n_tok]
-    if (gating == MoeGating::SoftmaxSelected) {
+    if (o.gating == MoeGating::SoftmaxSelected) {
         w = ggml_reshape_3d(ctx, ggml_soft_max(ctx, ggml_reshape_2d(ctx, w, k, n_tok)), 1, k, n_tok);
     }
-    if (hp.expert_weights_norm) {
+    if (o.norm) {
         ggml_tensor * w2 = ggml_reshape_2d(ctx, w, k, n_tok);
         // llama.cpp's guard against a zero sum: the smallest normal F16
         ggml_tensor * sum = ggml_clamp(ctx, ggml_sum_rows(ctx, w2), 6.103515625e-5f, INFINITY);
         w = ggml_reshape_3d(ctx, ggml_div(ctx, w2, sum), 1, k, n_tok);
     }
-    if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) w = ggml_scale(ctx, w, hp.expert_weights_scale);
+    if (o.scale != 0.0f && o.scale != 1.0f) w = ggml_scale(ctx, w, o.scale);
+    return {sel, w};
+}
+
+ggml_tensor * Graph::ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const {
+    return ffn_moe(x, l, MoeOpts{gating, act, m.hp.expert_weights_norm, m.hp.expert_weights_scale});
+}
+
+ggml_tensor * Graph::ffn_moe(ggml_tensor * x, const Layer & l, const MoeOpts & o) const {
+    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], k = m.hp.n_expert_used;
+    ggml_tensor * logits = o.logits;
+    if (!logits) {
+        logits = ggml_mul_mat(ctx, l.ffn_gate_inp, x);   // [n_expert, n_tok]
+        if (l.ffn_gate_inp_b) logits = ggml_add(ctx, logits, l.ffn_gate_inp_b);
+    }
+    auto [sel, w] = moe_route(logits, l, o);
 
     ggml_tensor * cur = ggml_reshape_3d(ctx, x, n_embd, 1, n_tok);
-    ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, cur, sel);   // [n_ff_exp, k, n_tok]
-    if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, sel);
-    ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, cur, sel);
-    if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, sel);
-    ggml_tensor * h = act == MoeAct::SwiGLU ? ggml_swiglu_split(ctx, gate, up)
-                                            : ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f);
+    ggml_tensor * up = nullptr, * gate = nullptr;
+    if (l.ffn_gate_up_exps) {   // one matrix for both, gate rows first
+        ggml_tensor * gu = ggml_mul_mat_id(ctx, l.ffn_gate_up_exps, cur, sel);
+        const int64_t n_ff = gu->ne[0] / 2;
+        gate = ggml_view_3d(ctx, gu, n_ff, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], 0);
+        up = ggml_view_3d(ctx, gu, n_ff, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], n_ff * gu->nb[0]);
+    } else {
+        up = ggml_mul_mat_id(ctx, l.ffn_up_exps, cur, sel);   // [n_ff_exp, k, n_tok]
+        if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, sel);
+        gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, cur, sel);
+        if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, sel);
+    }
+    ggml_tensor * h = o.act == MoeAct::SwiGLU  ? ggml_swiglu_split(ctx, gate, up)
+                      : o.act == MoeAct::GeGLU ? ggml_geglu_split(ctx, gate, up)
+                                               : ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f);
     ggml_tensor * down = ggml_mul_mat_id(ctx, l.ffn_down_exps, h, sel);   // [n_embd, k, n_tok]
+    if (l.ffn_down_exps_s) {   // a scale per expert (gemma4), picked like the weights
+        ggml_tensor * s = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, l.ffn_down_exps_s, 1, m.hp.n_expert, 1), 1,
+                                         m.hp.n_expert, n_tok, 1);
+        down = ggml_mul(ctx, down, ggml_get_rows(ctx, s, sel));
+    }
     if (l.ffn_down_exps_b) down = ggml_add_id(ctx, down, l.ffn_down_exps_b, sel);
     down = ggml_mul(ctx, down, w);
     // sum over the k experts, in llama.cpp's order (views then adds)
@@ -149,23 +226,40 @@ ggml_tensor * Graph::ffn_shared_expert(ggml_tensor * x, const Layer & l) const {
     ggml_tensor * g = ggml_mul_mat(ctx, l.ffn_gate_shexp, x);
     ggml_tensor * u = ggml_mul_mat(ctx, l.ffn_up_shexp, x);
     ggml_tensor * f = ggml_mul_mat(ctx, l.ffn_down_shexp, ggml_swiglu_split(ctx, g, u));
+    if (!l.ffn_gate_inp_shexp) return f;   // DeepSeek, GLM: always on
     ggml_tensor * gate = ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_gate_inp_shexp, x));   // [1, n_tok]
     return ggml_mul(ctx, f, gate);
 }
 
 ggml_tensor * Graph::keep_outputs(ggml_tensor * x) const {
+    if (mtp) return x;   // an MTP block reads the hidden state of every row
+    return output_rows(x);
+}
+
+ggml_tensor * Graph::output_rows(ggml_tensor * x) const {
     if (all_outputs || no_outputs || x->ne[1] == 1) return x;
     return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (x->ne[1] - 1) * x->nb[1]);
 }
 
 ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
-    if (no_outputs) return x;
-    x = keep_outputs(x);
+    if (no_outputs) {
+        if (keep_final) {
+            final_hidden = rms_norm(x, norm_w);
+            ggml_set_output(final_hidden);
+            ggml_build_forward_expand(gf, final_hidden);
+        }
+        return x;
+    }
+    x = output_rows(x);
     x = rms_norm(x, norm_w);
     if (embeddings) {                        // what llama.cpp's embeddings read (its t_embd)
         ggml_set_name(x, "embd");
         ggml_set_output(x);
         return x;
+    }
+    if (keep_final) {
+        final_hidden = x;
+        ggml_set_output(x);
     }
     ggml_tensor * logits = ggml_mul_mat(ctx, head ? head : m.output, x);
     ggml_set_name(logits, "logits");
@@ -174,7 +268,7 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
 }
 
 void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) {
-    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
+    if (g.inp_tokens) ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
     pos_.resize(g.n_tokens);
     idx_.resize(g.n_tokens);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
@@ -182,7 +276,7 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
         idx_[i] = n_past + i;
     }
     if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
-    ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
+    if (g.inp_kv_idx->buffer) ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
 
     if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
         pos_.assign(4 * (size_t) g.n_tokens, 0);
@@ -191,10 +285,20 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
         }
         ggml_backend_tensor_set(g.inp_pos4, pos_.data(), 0, sizeof(int32_t) * pos_.size());
     }
+    if (g.inp_attn_scale && g.inp_attn_scale->buffer) {   // as llama.cpp computes it (in double)
+        const HParams & hp = g.m.hp;
+        scale_.resize(g.n_tokens);
+        for (int32_t i = 0; i < g.n_tokens; ++i) {
+            const float p = (float) (n_past + i);
+            scale_[i] = (float) (std::log(std::floor(p / (float) hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0);
+        }
+        ggml_backend_tensor_set(g.inp_attn_scale, scale_.data(), 0, sizeof(float) * scale_.size());
+    }
     if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
 
     // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
-    // with a sliding window only the last n_swa of them.
+    // with a sliding window only the last n_swa of them. Not causal (a dflash block): every
+    // token sees the whole batch too.
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
     const size_t n = (size_t) g.n_kv * g.n_tokens;
@@ -202,11 +306,12 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
     if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
         const int32_t pos = n_past + i;
+        const int32_t last = g.causal ? pos - (g.sees_own ? 0 : 1) : n_past + g.n_tokens - 1;
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
-        std::fill(row, row + pos + 1, zero);
+        std::fill(row, row + last + 1, zero);
         if (g.inp_mask_swa) {
             ggml_fp16_t * srow = mask_swa_.data() + (size_t) i * g.n_kv;
-            std::fill(srow + std::max(0, pos - n_swa + 1), srow + pos + 1, zero);
+            std::fill(srow + std::max(0, pos - n_swa + 1), srow + last + 1, zero);
         }
     }
     // a mask no layer uses is not in the graph, so it has no memory

@@ -5,6 +5,8 @@
 #include "memory/kv_cache.h"
 #include "model.h"
 
+#include <utility>
+
 namespace psl {
 
 class RecurrentState;
@@ -36,20 +38,48 @@ struct Graph {
     ggml_tensor * inp_rs_dst = nullptr;     // I64 [k]: rows for the states after the last k tokens, newest first
     ggml_tensor * inp_rs_dst_old = nullptr; // I64 [k]: the same rows, oldest first
     ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions (p, p, p, 0), section-major
+    ggml_tensor * inp_attn_scale = nullptr; // F32 [1, 1, n_tokens]: q's temperature per position (attn_temp_scale)
     // MTP (mtp.h): the target's eval also fills the MTP block's cache and returns its hidden rows
     bool mtp = false;
     ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1]: the hidden state before the first token
     ggml_tensor * mtp_hidden = nullptr;     // F32 [n_embd, n_tokens]: hidden rows to keep
+    // A draft head's features: the inputs of the target's layers *capture (engine/head.h) are
+    // kept (captured[k] for capture[k]) while the target computes a batch.
+    const std::vector<int32_t> * capture = nullptr;
+    std::vector<ggml_tensor *> captured;
+    // A draft head's own graphs (models/eagle3.cpp, dflash.cpp): the target it drafts for (its
+    // embeddings and output head serve a head that has none), its inputs besides tokens (the
+    // target's features, or eagle3's g rows), the rows it keeps (eagle3: the pre-norm output),
+    // and whether attention is causal (dflash's block: every token sees the whole block).
+    const psl_model * other = nullptr;
+    ggml_tensor * inp_embd = nullptr;       // F32 [width, n_tokens]
+    ggml_tensor * hidden = nullptr;         // F32 [n_embd, n_outputs]
+    bool causal = true;
+    bool sees_own = true;                   // false: a token sees the cells before its position only
+    // the final normed hidden rows (the output head's input) are kept: a Gemma 4 assistant reads them
+    bool keep_final = false;
+    ggml_tensor * final_hidden = nullptr;   // F32 [n_embd, n_outputs] (no outputs: n_tokens)
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
           int32_t n_kv, bool all_outputs);
 
     ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
+    // Called with the residual stream entering layer il: a head's captured feature when asked.
+    void layer_input(int il, ggml_tensor * x);
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
-    ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base, float freq_scale) const;   // x: [head, n_head, n_tokens]
+    // x: [head, n_head, n_tokens]; n_rot 0: hp.n_rot; factors: per-pair frequency divisors
+    ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base, float freq_scale, int n_rot = 0,
+                       ggml_tensor * factors = nullptr) const;
     // Stores k_cur/v_cur ([head, n_head_kv, n_tokens]) into layer il's cache and attends with q
-    // ([head, n_head, n_tokens]); returns [n_embd_head_v * n_head, n_tokens].
+    // ([head, n_head, n_tokens]); returns [head_v * n_head, n_tokens].
     ggml_tensor * attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale);
+    // The same, returning [head_v, n_head, n_tokens]. A null k_cur / v_cur stores nothing (a
+    // layer that reads another's cache, kv_source); a layer without a V cache (MLA) reads V as
+    // the first dv_latent values of each K row.
+    ggml_tensor * attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale,
+                                  int64_t dv_latent = 0);
+    // Only the writing half: k_cur / v_cur (either may be null) into layer il's cache cells.
+    void store_kv(int il, ggml_tensor * k_cur, ggml_tensor * v_cur);
     // The attention block of the llama family and its relatives: projections (+ biases when
     // the layer has them), per-head q/k RMS norms (when present), rope, q scaling, attention
     // over the cache, output projection. On the last layer only the output rows are kept.
@@ -59,22 +89,38 @@ struct Graph {
         float freq_scale;
         float q_scale;    // applied to q after rope (gemma); 1 = none
         float kq_scale;   // applied inside the attention
+        ggml_tensor * rope_factors = nullptr;   // rope_freqs (mistral3), else none
     };
     ggml_tensor * self_attention(int il, ggml_tensor * h, const AttnOpts & o);
+    // q ([head, n_head, n_tokens]) times its position's Llama-4 attention temperature
+    // 1 + attn_temp_scale * ln(floor(pos / attn_temp_floor) + 1) (mistral3, deepseek2)
+    ggml_tensor * attn_temperature(ggml_tensor * q);
     ggml_tensor * ffn_swiglu(ggml_tensor * x, const Layer & l) const;
     ggml_tensor * ffn_geglu(ggml_tensor * x, const Layer & l) const;
     // Mixture-of-experts FFN: the router picks hp.n_expert_used experts per token (ggml's
     // argsort top-k), mul_mat_id runs only those, their outputs are summed with the routing
-    // weights. Gating: softmax over all experts then top-k (qwen), or top-k of the raw logits
-    // then softmax over the k (gpt-oss); optionally renormalized over the k and scaled.
-    enum class MoeGating { SoftmaxAll, SoftmaxSelected };
-    enum class MoeAct { SwiGLU, SwiGLUOai };   // OAI: clamped, alpha 1.702, limit 7
+    // weights. Gating: softmax over all experts then top-k (qwen), top-k of the raw logits then
+    // softmax over the k (gpt-oss), or sigmoid scores (DeepSeek V3, GLM-4.5: with the layer's
+    // selection bias and expert groups); the k weights optionally renormalized and scaled.
+    enum class MoeGating { SoftmaxAll, SoftmaxSelected, Sigmoid };
+    enum class MoeAct { SwiGLU, SwiGLUOai, GeGLU };   // OAI: clamped, alpha 1.702, limit 7
+    struct MoeOpts {
+        MoeGating gating;
+        MoeAct act;
+        bool norm;                       // weights renormalized to sum 1
+        float scale;                     // weights scaled (0 or 1: not)
+        ggml_tensor * logits = nullptr;  // router logits the caller computed (gemma4), else the layer's
+    };
+    ggml_tensor * ffn_moe(ggml_tensor * x, const Layer & l, const MoeOpts & o) const;
+    // with hp.expert_weights_norm / expert_weights_scale
     ggml_tensor * ffn_moe(ggml_tensor * x, const Layer & l, MoeGating gating, MoeAct act) const;
-    // The shared expert (SwiGLU) times its sigmoid gate (qwen2moe).
+    std::pair<ggml_tensor *, ggml_tensor *> moe_route(ggml_tensor * logits, const Layer & l, const MoeOpts & o) const;
+    // The shared expert (SwiGLU), times its sigmoid gate when the layer has one (qwen2moe).
     ggml_tensor * ffn_shared_expert(ggml_tensor * x, const Layer & l) const;
     // The columns of x whose logits are wanted (all, or the last); called on the last layer so
-    // that its remaining work skips the other rows.
+    // that its remaining work skips the other rows (all rows stay when an MTP block reads them).
     ggml_tensor * keep_outputs(ggml_tensor * x) const;
+    ggml_tensor * output_rows(ggml_tensor * x) const;   // the same, whatever MTP needs
     // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs]
     // (with embeddings, the normed rows: [n_embd, n_tokens]).
     ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
@@ -93,6 +139,7 @@ private:
     std::vector<int32_t> pos_;
     std::vector<int64_t> idx_;
     std::vector<ggml_fp16_t> mask_, mask_swa_;
+    std::vector<float> scale_;
 };
 
 }  // namespace psl

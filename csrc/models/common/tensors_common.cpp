@@ -41,7 +41,11 @@ void create_attention(TensorLoader & tl, psl_model & m, int il, bool bias, bool 
 }
 
 void create_ffn(TensorLoader & tl, psl_model & m, int il) {
-    const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.n_ff;
+    const int64_t n_embd = m.hp.n_embd, n_ff = m.hp.ff_length(il);
+    if (n_ff <= 0) {
+        fail(PSL_ERR_FORMAT, "'%s': %s.feed_forward_length is missing or 0, and layer %d has a dense FFN",
+             m.file->path().c_str(), m.arch_name.c_str(), il);
+    }
     Layer & l = m.layers[il];
     l.ffn_norm = tl.layer(il, "ffn_norm.weight", {n_embd});
     l.ffn_gate = tl.layer_matrix(il, "ffn_gate.weight", {n_embd, n_ff});

@@ -11,13 +11,8 @@ import difflib
 import re
 import sys
 
-from ...errors import PyllamaspecError
+from .spec_args import add_speculation_args, ngram_params, resolve_spec_type  # noqa: F401  (shared with the server)
 
-# --spec-type names (llama.cpp's common/speculative.cpp): which map to a drafter of ours.
-SPEC_TYPES_MODEL = {"draft-simple"}
-SPEC_TYPES_NGRAM = {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
-SPEC_TYPES_MTP = {"draft-mtp"}          # the target's own MTP layers (mtp_drafter.py)
-SPEC_TYPES_OTHER = {"draft-eagle3", "draft-dflash", "draft-dspark"}
 PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
 
 
@@ -94,29 +89,6 @@ def add_sampling_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-jf", "--json-schema-file", help="a file with the JSON schema")
     g.add_argument("--no-forced-drafts", dest="forced", action="store_false",
                    help="do not draft the text a grammar forces (it is drafted for free by default)")
-
-
-def add_speculation_args(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("speculation")
-    g.add_argument("--draft", "--draft-max", "--draft-n", "--spec-draft-n-max", dest="draft_max", type=int,
-                   default=16, help="most tokens drafted per round")
-    g.add_argument("--draft-min", "--spec-draft-n-min", dest="draft_min", type=int, default=0,
-                   help="fewest tokens drafted per round")
-    g.add_argument("--draft-p-min", "--spec-draft-p-min", dest="draft_p_min", type=float, default=None,
-                   help="stop drafting when the draft's top probability is below this (default: the cost "
-                        "model decides token by token; 0.75 with --no-adaptive)")
-    g.add_argument("--spec-type", help="llama.cpp's speculative types, comma-separated: draft-simple (a draft "
-                                       "model), draft-mtp (the target's MTP layers), ngram-* (our n-gram "
-                                       "lookup), none")
-    g.add_argument("--lookup", action="store_true",
-                   help="draft without a model: copy what followed the last n-gram earlier in the text")
-    g.add_argument("--draft-vocab", type=int, default=32768,
-                   help="a draft with over twice this many tokens computes the logits of this many common "
-                        "ones only (faster drafts for 100k+ vocabularies); 0 = all")
-    g.add_argument("--lookup-ngram", "--spec-ngram-simple-size-n", dest="lookup_ngram", type=int, default=3,
-                   help="longest n-gram --lookup matches")
-    g.add_argument("--no-adaptive", action="store_true",
-                   help="always draft --draft-max tokens (no cost model; it may then be slower than plain)")
 
 
 def _gpu_layers(value: str) -> int:
@@ -239,33 +211,6 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     ns = ap.parse_args(out)
     ns.given = given
     return ns
-
-
-def resolve_spec_type(a: argparse.Namespace) -> None:
-    """--spec-type as llama.cpp's names: ngram types are our n-gram lookup, draft-simple a draft
-    model, draft-mtp the target's MTP layers (sets a.mtp), none no speculation; others are
-    refused by name."""
-    a.mtp = False
-    if not a.spec_type:
-        return
-    types = [t.strip() for t in a.spec_type.split(",") if t.strip()]
-    for t in types:
-        if t in SPEC_TYPES_OTHER:
-            raise PyllamaspecError(f"--spec-type {t} is not supported "
-                                   f"(supported: draft-simple, draft-mtp, ngram-*, none)")
-        if t not in SPEC_TYPES_MODEL | SPEC_TYPES_NGRAM | SPEC_TYPES_MTP | {"none"}:
-            raise PyllamaspecError(f"--spec-type: unknown type {t!r}")
-    if "none" in types:
-        a.model_draft = a.hf_repo_draft = None
-        a.lookup = False
-    elif "draft-mtp" in types:
-        if a.model_draft or a.hf_repo_draft:
-            raise PyllamaspecError("--spec-type draft-mtp drafts with the target's own layers: drop -md / -hfd")
-        a.mtp = True
-    elif any(t in SPEC_TYPES_NGRAM for t in types) and not (a.model_draft or a.hf_repo_draft):
-        a.lookup = True
-    elif "draft-simple" in types and not (a.model_draft or a.hf_repo_draft):
-        raise PyllamaspecError("--spec-type draft-simple needs a draft model (-md or -hfd)")
 
 
 def penalty_kwargs(a: argparse.Namespace) -> dict:

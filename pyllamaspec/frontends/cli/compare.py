@@ -45,11 +45,16 @@ class Run:
     stop: list[str]
     parse_special: bool = True
 
+    @property
+    def _plain(self) -> DraftParams:
+        """The same settings without a drafter (no --spec-type drafting without a draft either)."""
+        return dataclasses.replace(self.draft_params, spec_type=())
+
     def __call__(self, drafted: bool, max_tokens: int, seed: int) -> Stats:
         result: dict = {}
         sampling = dataclasses.replace(self.sampling, seed=seed % 2**64)
         for _ in iter_generate(self.prompt, self.target, self.draft if drafted else None, sampling=sampling,
-                               draft=self.draft_params, max_tokens=max_tokens, stop=self.stop, result=result,
+                               draft=self.draft_params if drafted else self._plain, max_tokens=max_tokens, stop=self.stop, result=result,
                                parse_special=self.parse_special):
             pass
         return result["stats"]

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 
 from ...engine._native import mlock_all
 from ...engine.chat_template import template_source
+from ...engine.head import HEAD_TYPES, DraftHead, file_arch
 from ...engine.model import DRAFT_OPTIONS, Model
 from ...engine.sampling import SamplingParams
 from ...errors import PyllamaspecError
@@ -27,7 +28,7 @@ from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
 from ..structured.formats import GrammarSpec, constraint_spec
-from .args import build_parser, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
+from .args import build_parser, ngram_params, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
 from .chat import run_conversation
 from .checks import Setup, check_drafters, ineffective_flags
 from .compare import Run, alternate, report, warm_up
@@ -144,7 +145,8 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
     # a fixed seed with sampling asks for reproducible output: fixed draft lengths then
     adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
     draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
-                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab, forced=a.forced)
+                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab, forced=a.forced,
+                               spec_type=a.spec_types, ngrams=ngram_params(a))
     a.constraint = constraint_from_args(a)
     if a.n_predict < -1:
         raise PyllamaspecError("-n must be >= -1")
@@ -181,15 +183,20 @@ def constraint_from_args(a: argparse.Namespace) -> GrammarSpec | None:
 
 
 def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
-                stack: ExitStack) -> tuple[Model, Model | None]:
-    """The target and the draft model, loaded; a draft that cannot speculate for the target is
-    refused here, before anything is printed."""
+                stack: ExitStack) -> "tuple[Model, Model | DraftHead | None]":
+    """The target and the draft (a model or a head), loaded; a draft that cannot speculate for
+    the target is refused here, before anything is printed."""
     kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", True))
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
     draft = None
-    if draft_path:
+    if draft_path and a.spec_types is None and os.path.samefile(draft_path, target_path) and target.n_mtp_layers:
+        a.spec_types, a.mtp = ("draft-mtp",), True               # the target's own file: its MTP layers
+        draft_path = None
+    if draft_path and file_arch(draft_path) in HEAD_TYPES:     # an EAGLE-3 / DFlash head
+        draft = stack.enter_context(DraftHead(draft_path, n_gpu_layers=a.n_gpu_layers_draft))
+    elif draft_path:
         draft = stack.enter_context(Model(
             draft_path, n_gpu_layers=a.n_gpu_layers_draft,
             n_threads=a.threads if a.threads_draft is None else a.threads_draft,
@@ -295,7 +302,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"warning: {message}", file=sys.stderr)
 
 
-def _drafter(a: argparse.Namespace, draft: Model | None):
+def _drafter(a: argparse.Namespace, draft):
+    """The drafter's kind as the flag checks name it."""
     if a.lookup:
         return "ngram"
     if getattr(a, "mtp", False):
@@ -313,9 +321,12 @@ def run(a: argparse.Namespace) -> int:
     target_path, draft_path, default_prompt = resolve_models(a)
     with ExitStack() as stack:
         target, draft = open_models(a, target_path, draft_path, stack)
-        draft = _drafter(a, draft)
+        if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
+            draft_params.spec_type = a.spec_types
+        if draft is None and a.spec_types:          # drafting without a draft file
+            draft = ",".join(a.spec_types)
         conversing = _conversing(a, target, demo)
-        setup = Setup(draft, conversing, _has_template(a, target), target.info.n_ctx_train, target.n_ctx)
+        setup = Setup(_drafter(a, draft), conversing, _has_template(a, target), target.info.n_ctx_train, target.n_ctx)
         for w in ineffective_flags(a, setup):
             warnings.warn(w)
         if conversing:

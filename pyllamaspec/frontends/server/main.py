@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from ...errors import PyllamaspecError
     from ..cli.args import parse_args
     from ..cli.main import open_models, resolve_models, settings_from_args
+    from ...speculation.drafters import spec_types_of
     from .app import create_app
     from .native_routes import Options
     from .worker import Defaults, Worker
@@ -101,12 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         key = _api_key(a)
         target_path, draft_path, _ = resolve_models(a)
         with ExitStack() as stack:
-            target, draft = open_models(a, target_path, draft_path, stack)
-            drafter = "mtp" if getattr(a, "mtp", False) else "ngram" if a.lookup else draft
-            if drafter == "mtp" and target.n_mtp_layers < 1:
+            target, drafter = open_models(a, target_path, draft_path, stack)
+            if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
+                draft_params.spec_type = a.spec_types
+            if a.mtp and target.n_mtp_layers < 1:
                 raise PyllamaspecError(f"--spec-type draft-mtp: {target_path} has no MTP (NextN) layers")
             if isinstance(drafter, type(target)):
                 target.check_draft(drafter)
+            types = draft_params.spec_type if draft_params.spec_type is not None else spec_types_of(drafter)
+            if drafter is None and types:               # drafting without a draft file
+                drafter = ",".join(types)
             defaults = Defaults(sampling, draft_params, seeded=a.seed >= 0,
                                 chat_template=a.chat_template_file or a.chat_template,
                                 max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint)
@@ -115,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
                            normalize=a.embd_normalize, ui=a.ui)
             app = create_app(worker, alias, key, opts, model_path=target_path)
-            what = ("plain decoding" if drafter is None else "n-gram lookup drafts" if drafter == "ngram"
-                    else "MTP drafts" if drafter == "mtp" else f"draft model {draft_path}")
+            what = ("plain decoding" if not types else f"{','.join(types)}"
+                    + (f" with {draft_path}" if draft_path and drafter is not None else ""))
             print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, "
                   f"listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
             # a stream still running at shutdown is cut after 5 s (its generation then stops)

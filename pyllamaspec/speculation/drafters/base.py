@@ -10,9 +10,9 @@ Shapes a drafter may propose:
   node i's parent (-1: the last token of the text). Verifying a tree needs tree attention in
   the target's batch and a multi-draft acceptance rule (the token-trees issue); no drafter
   proposes one yet.
-A drafter that reads the target's hidden states (the MTP head now; EAGLE-3 and DFlash later)
-holds the target and has its context keep those rows while it verifies (the core keeps them:
-csrc/engine/mtp.h for MTP), so verification stays one target eval and the round does not change.
+A drafter that reads the target's hidden states (the MTP head, EAGLE-3, DFlash) holds the target
+and has its context keep those rows while it verifies (the core keeps them: csrc/engine/mtp.h,
+csrc/engine/head.h), so verification stays one target eval and the round does not change.
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class Drafter(ABC):
 
     key: str = ""
     draft_model: "Model | None" = None
+    cost_per_round: bool = False   # a draft costs one pass whatever its length (DraftPolicy.per_round)
 
     def prefill(self, prompt: list[int]) -> int:
         """Prepares for a generation after `prompt` (whose last token the first round feeds);
@@ -72,6 +73,12 @@ class Drafter(ABC):
     def max_draft(self) -> int:
         """The longest draft it can roll back after (a recurrent draft's snapshot ring)."""
         return 1 << 30
+
+    @property
+    def n_max(self) -> int | None:
+        """The longest draft it proposes when its own size caps it (llama.cpp's n-gram kinds:
+        size_m, n_max), in place of --draft-max; None: --draft-max (DraftParams.n_draft)."""
+        return None
 
     @abstractmethod
     def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy",
