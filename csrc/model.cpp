@@ -187,7 +187,27 @@ void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t bu
     }
 }
 
+// llama.cpp multiplies a weight by its ".scale" tensor where a file has one (NVFP4 and similar
+// exports); an architecture here reads the few it knows (gemma4's router and expert scales): any
+// other would be silently ignored, so such a file is refused.
+void TensorLoader::check_scales() const {
+    for (size_t i = 0; i < m_.files->n_files(); ++i) {
+        gguf_context * g = m_.files->file(i).gguf();
+        for (int64_t t = 0; t < gguf_get_n_tensors(g); ++t) {
+            const std::string name = gguf_get_tensor_name(g, t);
+            if (name.size() < 6 || name.compare(name.size() - 6, 6, ".scale") != 0) continue;
+            bool read = false;
+            for (const auto & [tensor, src] : created_) read = read || name == ggml_get_name(tensor);
+            if (!read) {
+                fail(PSL_ERR_UNSUPPORTED, "'%s': tensor '%s' scales a weight, which this core does not do for "
+                     "architecture %s", m_.files->file(i).path().c_str(), name.c_str(), m_.arch_name.c_str());
+            }
+        }
+    }
+}
+
 void TensorLoader::load(bool use_mmap, bool prefetch) {
+    check_scales();
     for (auto & [buft, ctx] : ctx_by_buft_) {
         if (use_mmap && buft == buft_cpu_) {
             load_mapped(ctx, prefetch);

@@ -330,6 +330,7 @@ public:
     void load(bool use_mmap, bool prefetch);
 
 private:
+    void check_scales() const;
     ggml_context * ctx_for(ggml_backend_buffer_type_t buft);
     void load_mapped(ggml_context * ctx, bool prefetch);
     void load_copied(ggml_context * ctx, ggml_backend_buffer_type_t buft);

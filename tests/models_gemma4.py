@@ -59,6 +59,7 @@ def write_gemma4_gguf(
     seed: int = 0,
     extra_kv: Mapping[str, object] | None = None,
     drop_tensors: tuple[str, ...] = (),
+    extra_tensors: tuple = (),
 ) -> dict:
     """Write a tiny random ``gemma4`` GGUF; returns its description.
 
@@ -66,6 +67,7 @@ def write_gemma4_gguf(
     one per layer; ``n_rot_pairs_full`` of the full layers' ``head_dim_full / 2`` rope pairs
     rotate. ``n_expert`` > 0 makes every layer a mixture-of-experts layer; ``k_eq_v`` leaves
     ``attn_v`` out of the full-attention layers. 2-D and 3-D weights in ``dtype``, 1-D in F32.
+    ``extra_tensors`` ((name, numpy array, dtype), ...) are written too (bad-file tests).
     """
     import gguf
 
@@ -113,7 +115,7 @@ def write_gemma4_gguf(
                    f"{a}.expert_feed_forward_length": n_ff_exp})
     kv.update(parts.vocab_kv(a, n_vocab, *models.gpt2_byte_tokens(n_vocab)))
     kv.update(extra_kv or {})
-    info = parts.write_file(gguf, path, a, kv, tensors, drop_tensors=frozenset(drop_tensors))
+    info = parts.write_file(gguf, path, a, kv, tensors + list(extra_tensors), drop_tensors=frozenset(drop_tensors))
     return {"path": path, "arch": a, "n_vocab": n_vocab, "n_layer": n_layer, "seed": seed, "tensors": info}
 
 

@@ -119,3 +119,12 @@ def test_malformed_files_are_refused(tmp_path, kw, match):
     write_gemma4_gguf(p, **kw)
     with pytest.raises(pyllamaspec.ModelFormatError, match=match):
         Model(p)
+
+
+def test_unread_scale_tensor_is_refused(tmp_path):
+    """llama.cpp multiplies a weight by its ".scale" tensor (NVFP4 exports): one we would not
+    read is refused rather than ignored."""
+    p = tmp_path / "scaled.gguf"
+    write_gemma4_gguf(p, extra_tensors=(("blk.0.attn_q.scale", np.array([2.0]), "F32"),))
+    with pytest.raises(pyllamaspec.UnsupportedModelError, match="attn_q.scale"):
+        Model(p)

@@ -65,7 +65,7 @@ void layer_tensors(TensorLoader & tl, psl_model & m, int il) {
 void tensors(TensorLoader & tl, psl_model & m) {
     create_embeddings(tl, m);
     for (int il = 0; il < m.hp.n_layer; ++il) layer_tensors(tl, m, il);
-    if (m.hp.n_nextn > 0 && m.hp.n_layer_dense_lead <= m.hp.n_layer) load_nextn_layer(tl, m, layer_tensors);
+    if (m.hp.n_nextn > 0) load_nextn_layer(tl, m, layer_tensors);
 }
 
 ggml_tensor * attention(Graph & g, int il, ggml_tensor * h, bool last) {
