@@ -104,13 +104,22 @@ def test_ignore_eos(srv):
     assert long["stop_type"] == "limit" and long["tokens_predicted"] == 40
 
 
+def test_constraints_hold_on_the_native_routes(srv):
+    """Issue 27: `grammar: root ::= "a"` gave "-as": an ignored constraint is the worst answer.
+    The grammar now holds on llama-server's own route as on OpenAI's (issue 26)."""
+    _, r = srv.post("/completion", {"prompt": "x", "grammar": 'root ::= "a"', "n_predict": 8, "temperature": 0})
+    assert r["content"] == "a", r
+    _, r = srv.post("/v1/completions", {"prompt": "x", "grammar": "root ::= [a-z]+", "max_tokens": 6,
+                                        "temperature": 0})
+    text = r["choices"][0]["text"]
+    assert text and text.isalpha() and text.islower(), r
+
+
 @pytest.mark.parametrize("path, field, value", [
-    ("/completion", "grammar", 'root ::= "a"'), ("/completion", "json_schema", {"type": "object"}),
-    ("/v1/chat/completions", "response_format", {"type": "json_object"}),
-    ("/v1/chat/completions", "tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-    ("/v1/completions", "grammar", "root ::= [a-z]+"), ("/completion", "mirostat", 2)])
-def test_constraints_are_refused_by_name(srv, path, field, value):
-    """Issue 27: `grammar: root ::= "a"` gave "-as": an ignored constraint is the worst answer."""
+    ("/completion", "grammar_lazy", True), ("/v1/chat/completions", "grammar_triggers", [{"type": 0, "value": "<"}]),
+    ("/completion", "mirostat", 2)])
+def test_what_is_missing_is_refused_by_name(srv, path, field, value):
+    """What this server does not do (lazy grammars, mirostat) is refused, never ignored."""
     body = {"messages": [{"role": "user", "content": "x"}]} if "chat" in path else {"prompt": "x"}
     code, err = srv.post(path, {**body, field: value})
     assert code == 400 and err["error"]["param"] == field and f"'{field}'" in err["error"]["message"]

@@ -33,7 +33,13 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from .progress import Progress
+if __package__:
+    from .progress import Progress
+else:       # loaded by path (vendor/ggml/fetch.py, at build time): its sibling by path as well
+    _spec = importlib.util.spec_from_file_location("_pyllamaspec_progress", Path(__file__).with_name("progress.py"))
+    _progress = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_progress)
+    Progress = _progress.Progress
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 TIMEOUT = 60.0          # seconds without a byte before a request is given up

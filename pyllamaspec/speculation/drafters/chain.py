@@ -39,11 +39,11 @@ class ChainDrafter(Drafter):
     def prefill(self, prompt: list[int]) -> int:
         return max(d.prefill(prompt) for d in self.drafters)
 
-    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
         self.winner = None
         for d, cap in zip(self.drafters, self.caps):
             policy.select(d.key)
-            draft = d.propose(seq, min(k_cap, cap, d.max_draft), policy)
+            draft = d.propose(seq, min(k_cap, cap, d.max_draft), policy, constraint)
             if draft.n:
                 self.winner = d
                 return draft

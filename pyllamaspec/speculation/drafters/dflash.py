@@ -49,12 +49,12 @@ class DflashDrafter(SampledDrafter):
     def n_max(self) -> int:
         return self.block_max
 
-    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
         # the block's length is llama.cpp's; the cost model only cuts what is kept of it
         self.n_block = min(self.block_max, k_cap, self.target.n_ctx - self.target.n_past - 1)
         if self.n_block < 1:
             return NO_DRAFT
-        return super().propose(seq, k_cap, policy)
+        return super().propose(seq, k_cap, policy, constraint)
 
     def next_logits(self, token: int, k: int) -> np.ndarray:
         if k == 0:

@@ -43,7 +43,8 @@ class LlamaNgramDrafter(Drafter):
         self.begin(list(prompt[:-1]))
         return 0
 
-    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy") -> Draft:
+    def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
+        # point-mass drafts: under a grammar the round cuts them before a forbidden token
         t0 = time.perf_counter()
         toks = self.draft_tokens(seq[:-1], seq[-1])
         found = k = min(len(toks), k_cap)
