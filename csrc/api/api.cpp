@@ -230,6 +230,7 @@ psl_context_params psl_context_default_params(void) {
     p.n_threads = 0;
     p.type_k = GGML_TYPE_F16;
     p.type_v = GGML_TYPE_F16;
+    p.n_seq_max = 0;
     return p;
 }
 
@@ -312,7 +313,7 @@ int32_t psl_context_max_rollback(const psl_context * ctx) {
 psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {
     return guard([&] {
         PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
-        ctx->truncate(n_keep);
+        ctx->truncate(0, n_keep);
     });
 }
 

@@ -9,9 +9,9 @@
 
 namespace psl {
 
-KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v) {
+KvCache::KvCache(const psl_model & m, int32_t n_cells, int32_t n_seq, ggml_type type_k, ggml_type type_v)
+    : n_cells_(GGML_PAD(n_cells, pad())), cells_(n_cells, n_seq) {   // the padding is never handed out
     const HParams & hp = m.hp;
-    n_cells_ = GGML_PAD(n_cells, pad());
     if ((hp.n_embd_k_gqa() % ggml_blck_size(type_k)) != 0 || (hp.n_embd_v_gqa() % ggml_blck_size(type_v)) != 0) {
         fail(PSL_ERR_INVALID_ARGUMENT, "KV cache types %s/%s do not fit a row of %d/%d elements",
              ggml_type_name(type_k), ggml_type_name(type_v), hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
@@ -53,8 +53,6 @@ KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_ty
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
     }
 }
-
-void KvCache::clear() { n_used_ = 0; }
 
 int32_t KvCache::n_kv_for(int32_t n) const { return std::min(n_cells_, (int32_t) GGML_PAD(n, pad())); }
 
