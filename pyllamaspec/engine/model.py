@@ -334,12 +334,12 @@ class Model(VocabMixin, _native.Closeable):
         """Sequence seq_id of the context (0 .. n_seq_max - 1), leased or not."""
         return self._pool.get(seq_id)
 
-    def lease(self, prompt: Sequence[int] | None = None, *, wait: bool = True) -> Seq | None:
+    def lease(self, prompt: Sequence[int] | None = None, *, wait: bool = True, stop=None) -> Seq | None:
         """A sequence of its own for a generation (release() it, or use it as a context
         manager): the free one whose cache shares most of prompt, which then holds the longest
         prefix of prompt that any sequence holds (copied: shared cells). Waits while every
-        sequence is leased (None if not wait)."""
-        s = self._pool.lease(None if prompt is None else list(prompt), wait)
+        sequence is leased (None if not wait; stop() true: EvaluationInterrupted)."""
+        s = self._pool.lease(None if prompt is None else list(prompt), wait, stop)
         if s is not None and prompt:
             try:
                 self._adopt_prefix(s, list(prompt))

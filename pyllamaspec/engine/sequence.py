@@ -21,7 +21,7 @@ from typing import Any, Sequence as Seq
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ModelClosedError
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError
 from . import _args
 
 _LOGITS_MODES = {"none": 0, "last": 1, "all": 2}
@@ -163,9 +163,10 @@ class SequencePool:
         with self._cv:
             return list(self._seqs.values())
 
-    def lease(self, prompt: Seq[int] | None, wait: bool = True) -> Sequence | None:
+    def lease(self, prompt: Seq[int] | None, wait: bool = True, stop=None) -> Sequence | None:
         """A free sequence, the one whose cache shares most of prompt (see the module's
-        docstring); None when all are leased and not wait, else waits for one."""
+        docstring); None when all are leased and not wait, else waits for one (stop(): gives up
+        with EvaluationInterrupted)."""
         with self._cv:
             while True:
                 if self.model.closed:
@@ -173,7 +174,9 @@ class SequencePool:
                 free = [i for i in range(self.n_seq) if i not in self._seqs or not self._seqs[i].leased]
                 if free or not wait:
                     break
-                self._cv.wait(0.5)
+                if stop is not None and stop():
+                    raise EvaluationInterrupted("cancelled while waiting for a free sequence", 10)
+                self._cv.wait(0.05 if stop is not None else 0.5)
             if not free:
                 return None
             # the free sequences that hold something, then the lowest empty id

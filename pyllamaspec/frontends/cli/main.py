@@ -120,7 +120,7 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
 
 def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
                  stack: ExitStack) -> tuple[Model, Model | None]:
-    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size)
+    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, n_seq_max=getattr(a, "n_seq_max", 0))
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
