@@ -50,9 +50,9 @@ def test_parallel_answers_equal_one_at_a_time(server4, smollm2_path, draft_path)
 def test_slots_and_props(server4):
     slots = server4.get("/slots")
     assert [s["id"] for s in slots] == [0, 1, 2, 3]
-    assert all(s["n_ctx"] == 512 and s["speculative"] is True and s["is_processing"] is False for s in slots)
+    assert all(s["n_ctx"] == 128 and s["speculative"] is True and s["is_processing"] is False for s in slots)
     props = server4.get("/props")
-    assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 512
+    assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 128   # -c 512 / -np 4
     h = server4.health()
     assert h["slots_idle"] == 4 and h["slots_processing"] == 0
 

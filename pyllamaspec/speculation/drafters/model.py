@@ -22,7 +22,8 @@ from .sampled import SampledDrafter
 
 # Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
 _COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
-# By draft model: [drafters using it, the head it had before the first of them]
+# By draft model: [the drafters using it (weakly: one dropped without close() does not count),
+# the head it had before the first of them]
 _HEAD_USERS: "weakref.WeakKeyDictionary[Model, list]" = weakref.WeakKeyDictionary()
 _HEAD_LOCK = threading.Lock()
 
@@ -52,8 +53,10 @@ class ModelDrafter(SampledDrafter):
         self.key = model.path
         self.draft_seq = None
         with _HEAD_LOCK:
-            users = _HEAD_USERS.setdefault(model, [0, model.output_ids])
-            users[0] += 1
+            users = _HEAD_USERS.get(model)
+            if users is None or not users[0]:
+                users = _HEAD_USERS[model] = [weakref.WeakSet(), model.output_ids]
+            users[0].add(self)
             self.saved_head = users[1]
         self._open = True
         self._restrict_head(target)
@@ -157,10 +160,10 @@ class ModelDrafter(SampledDrafter):
         m = self.model
         with _HEAD_LOCK:
             users = _HEAD_USERS.get(m)
-            last = users is not None and users[0] <= 1
             if users is not None:
-                users[0] -= 1
-                if last:
-                    del _HEAD_USERS[m]
+                users[0].discard(self)
+            last = users is None or not users[0]
+            if users is not None and last:
+                del _HEAD_USERS[m]
         if last and not m.closed and (m.output_ids is not self.saved_head):
             m.set_output_ids(self.saved_head)
