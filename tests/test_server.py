@@ -68,6 +68,10 @@ class Server:
         with urllib.request.urlopen(self.url + "/health", timeout=timeout) as r:
             return json.loads(r.read())
 
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.loads(r.read())
+
     def client(self, **kw) -> "openai.OpenAI":
         return openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key or "none",
                              **{"max_retries": 0, "timeout": 120, **kw})

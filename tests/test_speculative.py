@@ -560,13 +560,13 @@ def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkey
     monkeypatch.setattr(cost_model.DraftPolicy, "choose",
                         lambda self, k_cap, n=0: 0 if (r := next(rounds)) < 40 or 44 <= r < 94 else 4)
     seen = []
-    orig = ModelDrafter.catch_up
+    orig = ModelDrafter.catch_up_steps
 
-    def spy(self, seq):
-        n = orig(self, seq)
-        seen.append((n, self.skipped, self.model.n_past, len(seq)))
+    def spy(self, seq):                 # the draft's catch-up, as steps (drafters/base.py)
+        n = yield from orig(self, seq)
+        seen.append((n, self.skipped, self.draft_seq.n_past, len(seq)))
         return n
-    monkeypatch.setattr(ModelDrafter, "catch_up", spy)
+    monkeypatch.setattr(ModelDrafter, "catch_up_steps", spy)
     spec = generate(prompt, target, draft, max_tokens=160, temperature=0, n_draft=8, p_min=0.0)
     assert spec.tokens == plain.tokens
     assert seen[0][0] == ModelDrafter.CATCH_UP_MAX and seen[0][1] > 0   # the window, not 60 tokens

@@ -241,6 +241,7 @@ psl_context_params psl_context_default_params(void) {
     p.n_threads = 0;
     p.type_k = GGML_TYPE_F16;
     p.type_v = GGML_TYPE_F16;
+    p.n_seq_max = 0;
     return p;
 }
 
@@ -343,7 +344,7 @@ psl_status psl_context_memory(const psl_context * ctx, uint64_t * kv_bytes, int3
 psl_status psl_context_truncate(psl_context * ctx, int32_t n_keep) {
     return guard([&] {
         PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
-        ctx->truncate(n_keep);
+        ctx->truncate(0, n_keep);
     });
 }
 

@@ -18,6 +18,6 @@ psl_status psl_context_enable_mtp(psl_context * ctx) {
 psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits, int64_t out_cap) {
     return guard([&] {
         if (!ctx) fail(PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
-        ctx->mtp_draft(token, step, logits, out_cap);
+        ctx->mtp_draft(0, token, step, logits, out_cap);
     });
 }

@@ -113,8 +113,13 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
     params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
     params.n_threads = p.n_threads > 0 ? p.n_threads : default_threads();
+    if (p.n_seq_max < 0 || p.n_seq_max > PSL_SEQ_MAX) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "n_seq_max must be in [0, %d] (0 = default), got %d", PSL_SEQ_MAX, p.n_seq_max);
+    }
+    // a sequence costs a KV cache nothing until it holds tokens, a recurrent state a ring each
+    params.n_seq_max = p.n_seq_max > 0 ? p.n_seq_max : hp.hybrid() ? 1 : PSL_SEQ_MAX;
 
-    mem = std::make_unique<Memory>(*m, params.n_ctx, (ggml_type) p.type_k, (ggml_type) p.type_v);
+    mem = std::make_unique<Memory>(*m, params.n_ctx, params.n_seq_max, (ggml_type) p.type_k, (ggml_type) p.type_v);
 
     backend_cpu.reset(ggml_backend_dev_init(m->dev_cpu, nullptr));
     if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
@@ -146,7 +151,7 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
 // again when the tensors a graph keeps change (a draft head's layer inputs): ggml's allocator
 // reuses its last plan for a graph of the same shape whatever its outputs.
 void psl_context::reserve() {
-    build_graph(params.n_batch, mem->kv().size(), PSL_LOGITS_ALL);
+    build_graph(params.n_batch, mem->kv().size(), Graph::Outputs::All, 0, false);
     if (!ggml_backend_sched_reserve(sched.get(), gf)) {
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot reserve compute buffers for n_batch %d, n_ctx %d", params.n_batch,
              params.n_ctx);
@@ -168,7 +173,7 @@ psl_context::~psl_context() {
     psl::release(model);
 }
 
-void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
+void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs outputs, int32_t n_rows, bool embd) {
     graph_tokens = -1;
     graph.reset();
     graph_ctx.reset();
@@ -176,10 +181,8 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     graph_ctx.reset(ggml_init(p));
     if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
-    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv,
-                                    mode == PSL_LOGITS_ALL || mode == PSL_MODE_EMBD);
-    graph->no_outputs = mode == PSL_LOGITS_NONE;
-    graph->embeddings = mode == PSL_MODE_EMBD;
+    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows);
+    graph->embeddings = embd;
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
@@ -191,33 +194,63 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode) {
     ggml_build_forward_expand(gf, graph->result);
 }
 
-void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out) {
-    const int32_t n_past = mem->n_past();
-    const int32_t n_kv = mem->kv().n_kv_for(n_past + n_tokens);
-    if (n_tokens != graph_tokens || n_kv != graph_kv || mode != graph_mode) {
-        build_graph(n_tokens, n_kv, mode);
+// One graph: the tokens idx of b. Their cells are taken first (rewrite: a replay, whose tokens
+// have theirs), so that the masks see the graph's own tokens; which rows give logits (or, with
+// embd, final hidden states) follows the batch's flags. Rows go to out in the batch's order.
+void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, bool rewrite, bool embd, float * out) {
+    const int32_t n = (int32_t) idx.size();
+    KvCells & cells = mem->cells();
+    ub_tokens_.resize(n), ub_pos_.resize(n), ub_seq_.resize(n), ub_cell_.resize(n);
+    ub_out_.clear(), ub_rows_.clear();
+    for (int32_t j = 0; j < n; ++j) {
+        const int32_t i = idx[j], s = b.seq(i);
+        ub_tokens_[j] = b.tokens[i], ub_pos_[j] = b.pos[i], ub_seq_[j] = s;
+        if (rewrite) {
+            ub_cell_[j] = cells.cell_at(s, b.pos[i]);
+        } else {
+            ub_cell_[j] = cells.find_free(s);
+            if (ub_cell_[j] < 0) fail(PSL_ERR_CONTEXT_FULL, "context full: no free KV cell (all %d in use)", cells.size());
+            cells.append(ub_cell_[j], b.seqs_of(i), b.n_seq_of(i));
+        }
+        if (b.out_row[i] >= 0) ub_out_.push_back(j), ub_rows_.push_back(b.out_row[i]);
+    }
+    const int32_t n_out = (int32_t) ub_out_.size();
+    const Graph::Outputs outputs = n_out == 0 ? Graph::Outputs::None : n_out == n ? Graph::Outputs::All
+                                   : (n_out == 1 && ub_out_[0] == n - 1) ? Graph::Outputs::Last : Graph::Outputs::Rows;
+    const int32_t n_rows = outputs == Graph::Outputs::Rows ? n_out : 0;
+    const int32_t n_kv = mem->kv().n_kv_for(cells.used_end());
+    const int32_t mode = (int32_t) outputs + (embd ? 16 : 0);
+    if (n != graph_tokens || n_kv != graph_kv || mode != graph_mode || n_rows != graph_rows) {
+        build_graph(n, n_kv, outputs, n_rows, embd);
         ggml_backend_sched_reset(sched.get());
         if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
-            fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n_tokens);
+            fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n);
         }
-        graph_tokens = n_tokens, graph_kv = n_kv, graph_mode = mode;
+        graph_tokens = n, graph_kv = n_kv, graph_mode = mode, graph_rows = n_rows;
     }
-    inputs.fill(*graph, tokens, n_past);
-    if (graph->mtp) mtp->before_compute(*graph, n_past);
-    // In CPU memory the last node writes the logits straight into `out` rather than into the
+    const UBatch ub{n, ub_tokens_.data(), ub_pos_.data(), ub_seq_.data(), ub_cell_.data(), ub_out_.data()};
+    inputs.fill(*graph, ub, cells);
+    // a hybrid's (and so MTP's) graphs hold one sequence at consecutive positions (split by_seq)
+    const int32_t seq0 = ub_seq_[0], pos0 = ub_pos_[0];
+    if (graph->mtp) mtp->before_compute(*graph, seq0, pos0);
+    // In CPU memory the last node writes the rows straight into `out` rather than into the
     // compute buffer (saving a copy of up to n_vocab floats per row, and the memory): no node
-    // reads it, so its data may point elsewhere during this compute.
+    // reads it, so its data may point elsewhere during this compute. Only for rows that are
+    // consecutive in out.
     ggml_tensor * res = graph->result;
-    const bool use_head = head && mode != PSL_MODE_EMBD;
-    const bool direct = mode != PSL_LOGITS_NONE && !use_head && res->buffer && !res->view_src &&
+    const bool use_head = head && !embd;
+    const size_t width = embd ? (size_t) model->hp.n_embd : (size_t) model->hp.n_vocab;
+    bool consecutive = true;
+    for (int32_t r = 1; r < n_out; ++r) consecutive &= ub_rows_[r] == ub_rows_[0] + r;
+    const bool direct = n_out > 0 && consecutive && !use_head && res->buffer && !res->view_src &&
                         ggml_backend_buffer_get_type(res->buffer) == ggml_backend_cpu_buffer_type();
     struct Redirect {
         ggml_tensor * t;
         void * own;
         ~Redirect() { if (t) t->data = own; }
     } redirect{direct ? res : nullptr, res->data};
-    if (direct) res->data = out;
-    mem->begin_batch(n_tokens);
+    if (direct) res->data = out + (size_t) ub_rows_[0] * width;
+    if (mem->rs()) mem->begin_batch(seq0, pos0, n);
     // fewer threads while other processes keep the cores busy (thread_budget.h)
     perf.n_threads_last = psl::threads_for_now(params.n_threads);
     ggml_backend_cpu_set_n_threads(backend_cpu.get(), perf.n_threads_last);
@@ -227,105 +260,140 @@ void psl_context::eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t m
         fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
     }
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
-    if (mode != PSL_LOGITS_NONE && use_head) {
-        // restricted head: spread each row's logits over the vocabulary, -inf elsewhere
-        const size_t n_sub = head_ids.size(), n_vocab = (size_t) model->hp.n_vocab;
-        head_logits.resize(ggml_nelements(res));
-        ggml_backend_tensor_get(res, head_logits.data(), 0, ggml_nbytes(res));
-        for (int64_t r = 0; r < res->ne[1]; ++r) {
-            float * dst = out + (size_t) r * n_vocab;
-            const float * src = head_logits.data() + (size_t) r * n_sub;
-            std::fill(dst, dst + n_vocab, -INFINITY);
-            for (size_t j = 0; j < n_sub; ++j) dst[head_ids[j]] = src[j];
+    if (n_out > 0 && !direct) write_rows(ub_rows_, consecutive, use_head, width, out);
+    if (graph->mtp) mtp->after_compute(*graph, seq0, pos0);
+    // a draft head takes sequence 0 only (decode refuses others), whose cells are its positions
+    if (draft_head) draft_head->after_compute(*graph, ub_tokens_.data(), pos0, interrupt);
+    if (mem->rs()) {
+        mem->end_batch(seq0, ub_tokens_.data(), n);
+    } else {
+        for (int32_t j = 0; j < n; ++j) {
+            const int32_t i = idx[j];
+            for (int32_t k = 0; k < b.n_seq_of(i); ++k) mem->add_history(b.seqs_of(i)[k], b.tokens[i]);
         }
-    } else if (mode != PSL_LOGITS_NONE && !direct) {
-        ggml_backend_tensor_get(res, out, 0, ggml_nbytes(res));
     }
-    if (graph->mtp) mtp->after_compute(*graph, n_past);
-    if (draft_head) draft_head->after_compute(*graph, tokens, n_past, interrupt);
-    mem->end_batch(tokens, n_tokens);
 }
 
-// What the memory asks for before an eval: the kept tokens again, when its recurrent state is
-// stale (memory.h).
-void psl_context::replay() {
-    mem->replay([this](const int32_t * toks, int32_t n) {
-        for (int32_t off = 0; off < n; off += params.n_batch) {
-            eval_batch(toks + off, std::min(params.n_batch, n - off), PSL_LOGITS_NONE, nullptr);
+// The graph's rows (width floats each) into out's rows `rows` (a restricted head: spread over
+// the vocabulary, -inf elsewhere).
+void psl_context::write_rows(const std::vector<int32_t> & rows, bool consecutive, bool use_head, size_t width,
+                             float * out) {
+    ggml_tensor * res = graph->result;
+    if (!use_head) {
+        if (consecutive) {
+            ggml_backend_tensor_get(res, out + (size_t) rows[0] * width, 0, ggml_nbytes(res));
+            return;
         }
+        for (size_t r = 0; r < rows.size(); ++r) {
+            ggml_backend_tensor_get(res, out + (size_t) rows[r] * width, r * res->nb[1], width * sizeof(float));
+        }
+        return;
+    }
+    const size_t n_sub = head_ids.size();
+    head_logits.resize(ggml_nelements(res));
+    ggml_backend_tensor_get(res, head_logits.data(), 0, ggml_nbytes(res));
+    for (size_t r = 0; r < rows.size(); ++r) {
+        float * dst = out + (size_t) rows[r] * width;
+        const float * src = head_logits.data() + r * n_sub;
+        std::fill(dst, dst + width, -INFINITY);
+        for (size_t j = 0; j < n_sub; ++j) dst[head_ids[j]] = src[j];
+    }
+}
+
+// What the memory asks for before a sequence is used: its kept tokens again, when its memory is
+// stale (memory.h).
+void psl_context::replay(int32_t seq) {
+    mem->replay(seq, [this, seq](const int32_t * toks, int32_t n) {
+        const Batch b = Batch::replay(seq, toks, n);
+        for (const auto & idx : b.split(params.n_batch, true)) compute(b, idx, true, false, nullptr);
     });
 }
 
-void psl_context::check_batch(const int32_t * tokens, int32_t n) const {
-    const int32_t n_vocab = model->hp.n_vocab;
-    if (n < 0) fail(PSL_ERR_INVALID_ARGUMENT, "number of tokens must be >= 0 (got %d)", n);
-    if (n > 0 && !tokens) fail(PSL_ERR_INVALID_ARGUMENT, "tokens is NULL");
-    for (int32_t i = 0; i < n; ++i) {
-        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-            fail(PSL_ERR_OUT_OF_RANGE, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
-                 n_vocab);
-        }
-    }
-    if ((int64_t) mem->n_past() + n > params.n_ctx) {
-        fail(PSL_ERR_CONTEXT_FULL, "context full: %d tokens in the cache + %d new exceed n_ctx = %d", mem->n_past(), n,
-             params.n_ctx);
+// Room for the batch's tokens: the MTP scratch cells of its sequences go first, all of them if
+// that is not enough.
+void psl_context::make_room(const Batch & b) {
+    KvCells & cells = mem->cells();
+    for (int32_t s : b.seq_ids()) cells.drop_scratch(s);
+    if (cells.n_free() < b.n) cells.drop_all_scratch();
+    if (cells.n_free() < b.n) {
+        fail(PSL_ERR_CONTEXT_FULL, "context full: the KV cache has %d free cells of %d, the batch needs %d",
+             cells.n_free(), cells.size(), b.n);
     }
 }
 
-void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
-    const int32_t n_vocab = model->hp.n_vocab;
-    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
+// A draft head (head.h) follows one sequence, 0, whose cells are its positions: a batch that
+// names another is refused rather than computed against the wrong features.
+void psl_context::check_head_seqs(const Batch & b) const {
+    if (!draft_head) return;
+    for (int32_t s : b.seq_ids()) {
+        if (s != 0) {
+            fail(PSL_ERR_UNSUPPORTED, "a context with a draft head (%s) holds one sequence: sequence %d is not supported",
+                 draft_head->head().arch_name.c_str(), s);
+        }
     }
-    check_batch(tokens, n);
-    const int32_t rows = n == 0 ? 0 : mode == PSL_LOGITS_ALL ? n : mode == PSL_LOGITS_LAST ? 1 : 0;
+}
+
+// The batch's graphs, in order; on failure every sequence it touched is as it was.
+void psl_context::run(const Batch & b, bool embd, float * out) {
+    check_head_seqs(b);
+    SigintScope sigint(catch_sigint);
+    sigint_mark = g_sigint_count.load();
+    const std::vector<int32_t> seqs = b.seq_ids();
+    for (int32_t s : seqs) replay(s);
+    make_room(b);
+    std::vector<int32_t> n_past0;
+    for (int32_t s : seqs) n_past0.push_back(mem->n_past(s));
+    try {
+        for (const auto & idx : b.split(params.n_batch, mem->rs() != nullptr)) {
+            // an interrupt asked for before this eval or between its graphs (a GPU backend
+            // polls no abort callback) stops it here
+            if (interrupt.exchange(false)) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
+            compute(b, idx, false, embd, out);
+        }
+    } catch (...) {
+        for (size_t k = 0; k < seqs.size(); ++k) mem->truncate(seqs[k], n_past0[k]);   // as it found them
+        throw;
+    }
+}
+
+void psl_context::decode(const psl_batch & batch, float * out, int64_t out_cap) {
+    const int32_t n_vocab = model->hp.n_vocab;
+    const Batch b(batch, *mem, n_vocab, params.n_ctx, mem->rs() != nullptr);
     if (out) {
-        if (out_cap < (int64_t) rows * n_vocab) {
+        if (out_cap < (int64_t) b.n_out * n_vocab) {
             fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
-                 (long long) rows * n_vocab);
+                 (long long) b.n_out * n_vocab);
         }
     } else {
-        logits.resize((size_t) rows * n_vocab);
+        logits.resize((size_t) b.n_out * n_vocab);
         out = logits.data();
     }
     n_rows = 0;
-    run(tokens, n, mode, out, n_vocab);
-    n_rows = rows;
+    run(b, false, out);
+    n_rows = b.n_out;
+}
+
+void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
+    }
+    std::vector<int8_t> flags(n > 0 ? (size_t) n : 0, mode == PSL_LOGITS_ALL ? 1 : 0);
+    if (mode == PSL_LOGITS_LAST && n > 0) flags[n - 1] = 1;
+    const psl_batch b{n, tokens, nullptr, nullptr, nullptr, flags.data()};
+    decode(b, out, out_cap);
 }
 
 void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap) {
     const int32_t n_embd = model->hp.n_embd;
-    check_batch(tokens, n);
+    std::vector<int8_t> flags(n > 0 ? (size_t) n : 0, 1);
+    const psl_batch batch{n, tokens, nullptr, nullptr, nullptr, flags.data()};
+    const Batch b(batch, *mem, model->hp.n_vocab, params.n_ctx, mem->rs() != nullptr);
     if (!out && n > 0) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
     if (out_cap < (int64_t) n * n_embd) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "embeddings buffer holds %lld floats, %lld needed", (long long) out_cap,
              (long long) n * n_embd);
     }
-    run(tokens, n, PSL_MODE_EMBD, out, n_embd);
-}
-
-// The batches of one eval: rows of `width` floats per token for the modes that keep them all.
-void psl_context::run(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t width) {
-    SigintScope sigint(catch_sigint);
-    sigint_mark = g_sigint_count.load();
-    replay();
-
-    const int32_t n_past0 = mem->n_past();
-    const bool every_row = mode == PSL_LOGITS_ALL || mode == PSL_MODE_EMBD;
-    try {
-        for (int32_t off = 0; off < n; off += params.n_batch) {
-            // an interrupt asked for before this eval or between its batches (a GPU backend
-            // polls no abort callback) stops it here
-            if (interrupt.exchange(false)) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
-            const int32_t nb = std::min(params.n_batch, n - off);
-            const bool last = off + nb == n;
-            const int32_t m = every_row ? mode : (mode == PSL_LOGITS_LAST && last) ? PSL_LOGITS_LAST : PSL_LOGITS_NONE;
-            eval_batch(tokens + off, nb, m, every_row ? out + (size_t) off * width : out);
-        }
-    } catch (...) {
-        mem->truncate(n_past0);   // a failed eval leaves the cache as it found it
-        throw;
-    }
+    run(b, true, out);
 }
 
 namespace {
@@ -443,9 +511,27 @@ void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
     graph_tokens = -1;                       // the graph reads one more row
 }
 
-void psl_context::truncate(int32_t n_keep) {
-    mem->truncate(n_keep);
-    if (draft_head) draft_head->truncate(n_keep);
+void psl_context::check_seq(int32_t seq) const {
+    if (seq < 0 || seq >= mem->n_seq()) {
+        fail(PSL_ERR_OUT_OF_RANGE, "sequence id %d is outside [0, %d) (the context's n_seq_max)", seq, mem->n_seq());
+    }
+}
+
+void psl_context::truncate(int32_t seq, int32_t n_keep) {
+    check_seq(seq);
+    mem->truncate(seq, n_keep);
+    if (draft_head && seq == 0) draft_head->truncate(n_keep);
+}
+
+void psl_context::copy(int32_t src, int32_t dst, int32_t n) {
+    check_seq(src);
+    check_seq(dst);
+    if (draft_head && dst != 0) {
+        fail(PSL_ERR_UNSUPPORTED, "a context with a draft head (%s) holds one sequence: sequence %d is not supported",
+             draft_head->head().arch_name.c_str(), dst);
+    }
+    mem->copy(src, dst, n);
+    if (draft_head) draft_head->truncate(mem->n_past(0));
 }
 
 void psl_context::clear() {
@@ -473,20 +559,8 @@ void psl_context::attach_head(psl_model * h) {
     clear();     // what is cached has no features for the head: evaluated again
 }
 
-void psl_context::head_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {
-    if (!draft_head) fail(PSL_ERR_INVALID_ARGUMENT, "no draft head is attached to this context (psl_context_attach_head)");
-    if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
-    if (out_cap < model->hp.n_vocab) {
-        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %d needed", (long long) out_cap, model->hp.n_vocab);
-    }
-    if (token < 0 || token >= model->hp.n_vocab) {
-        fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
-    }
-    replay();
-    draft_head->draft(token, step, mem->n_past(), interrupt, out);
-}
-
-void psl_context::head_block(int32_t token, int32_t n, float * out, int64_t out_cap) {
+// The checks of a head's draft call, in order; n: the rows it writes (0: a block asked for none).
+void psl_context::check_head_call(int32_t token, int32_t n, float * out, int64_t out_cap) const {
     if (!draft_head) fail(PSL_ERR_INVALID_ARGUMENT, "no draft head is attached to this context (psl_context_attach_head)");
     if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
     if (n < 1) fail(PSL_ERR_INVALID_ARGUMENT, "a block drafts at least one token, asked %d", n);
@@ -497,8 +571,18 @@ void psl_context::head_block(int32_t token, int32_t n, float * out, int64_t out_
     if (token < 0 || token >= model->hp.n_vocab) {
         fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
     }
-    replay();
-    draft_head->draft_block(token, n, mem->n_past(), interrupt, out);
+}
+
+void psl_context::head_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {
+    check_head_call(token, 1, out, out_cap);
+    replay(0);
+    draft_head->draft(token, step, mem->n_past(0), interrupt, out);
+}
+
+void psl_context::head_block(int32_t token, int32_t n, float * out, int64_t out_cap) {
+    check_head_call(token, n, out, out_cap);
+    replay(0);
+    draft_head->draft_block(token, n, mem->n_past(0), interrupt, out);
 }
 
 void psl_context::enable_mtp() {
@@ -512,10 +596,11 @@ void psl_context::enable_mtp() {
                                      mem->rs() ? mem->rs()->n_snap() + 1 : 64);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay
-    if (mem->n_past() > 0) mem->replay_all();
+    if (mem->cells().n_used() > 0) mem->replay_all();
 }
 
-void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap) {
+void psl_context::mtp_draft(int32_t seq, int32_t token, int32_t step, float * out, int64_t out_cap) {
+    check_seq(seq);
     if (!mtp) fail(PSL_ERR_INVALID_ARGUMENT, "MTP drafting is not enabled on this context (psl_context_enable_mtp)");
     if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL");
     if (out_cap < model->hp.n_vocab) {
@@ -524,8 +609,8 @@ void psl_context::mtp_draft(int32_t token, int32_t step, float * out, int64_t ou
     if (token < 0 || token >= model->hp.n_vocab) {
         fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", token, model->hp.n_vocab);
     }
-    replay();   // a pending replay also rebuilds the MTP cache
-    mtp->draft(token, step, mem->n_past(), interrupt, out);
+    replay(seq);   // a pending replay also rebuilds the MTP cache
+    mtp->draft(seq, token, step, interrupt, out);
 }
 
 void psl_context::set_threads(int32_t n) {

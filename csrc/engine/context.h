@@ -1,7 +1,10 @@
 // psl_context: a model's memory (memory/memory.h), the backends and their scheduler, and
-// eval(tokens) -> logits in graphs of at most n_batch tokens; MTP drafting rides on it (mtp.h).
+// decode(batch) -> logits in graphs of at most n_batch tokens, for the tokens of any of its
+// sequences (batch.h); eval(tokens) is sequence 0's. MTP drafting and draft heads (sequence 0
+// only) ride on it (mtp.h, head.h).
 #pragma once
 
+#include "engine/batch.h"
 #include "memory/memory.h"
 #include "model.h"
 #include "models/common/graph_common.h"
@@ -18,10 +21,6 @@ namespace psl {
 class HeadState;
 class MtpState;
 }
-
-// An eval mode beside psl_logits_mode, inside the core: every token's final hidden state
-// (psl_context_embed) instead of logits.
-constexpr int32_t PSL_MODE_EMBD = 3;
 
 struct psl_context {
     psl_model * model;                       // holds a reference (psl::retain)
@@ -41,7 +40,7 @@ struct psl_context {
     ggml_cgraph * gf = nullptr;
     std::unique_ptr<psl::Graph> graph;
     // The current graph is reused, allocation included, while these stay the same.
-    int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1;
+    int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1, graph_rows = -1;
 
     std::vector<float> logits;               // used when the caller gives no buffer
     int32_t n_rows = 0;
@@ -65,13 +64,16 @@ struct psl_context {
 
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
     void embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap);
-    void truncate(int32_t n_keep);
+    void decode(const psl_batch & batch, float * out, int64_t out_cap);
+    void truncate(int32_t seq, int32_t n_keep);
+    void copy(int32_t src, int32_t dst, int32_t n);
     void clear();
     void set_threads(int32_t n);
     void set_output_ids(const int32_t * ids, int32_t n);
     void add_output_ids(const int32_t * ids, int32_t n);
     void enable_mtp();
-    void mtp_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
+    void mtp_draft(int32_t seq, int32_t token, int32_t step, float * out, int64_t out_cap);
+    void check_seq(int32_t seq) const;
     void attach_head(psl_model * h);
     void head_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
     void head_block(int32_t token, int32_t n, float * out, int64_t out_cap);
@@ -79,11 +81,17 @@ struct psl_context {
 private:
     void free_head();
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
-    void build_graph(int32_t n_tokens, int32_t n_kv, int32_t mode);
-    void eval_batch(const int32_t * tokens, int32_t n_tokens, int32_t mode, float * out);
-    void check_batch(const int32_t * tokens, int32_t n) const;
-    void run(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t width);
-    void replay();
+    void build_graph(int32_t n_tokens, int32_t n_kv, psl::Graph::Outputs outputs, int32_t n_rows, bool embd);
+    void run(const psl::Batch & b, bool embd, float * out);
+    void compute(const psl::Batch & b, const std::vector<int32_t> & idx, bool rewrite, bool embd, float * out);
+    void write_rows(const std::vector<int32_t> & rows, bool consecutive, bool use_head, size_t width, float * out);
+    void make_room(const psl::Batch & b);
+    void replay(int32_t seq);
+    void check_head_seqs(const psl::Batch & b) const;
+    void check_head_call(int32_t token, int32_t n, float * out, int64_t out_cap) const;
     void reserve();
     std::vector<ggml_backend_t> backends() const;   // the scheduler's, the CPU last
+
+    // scratch of compute(): the graph's tokens, positions, sequences, cells, output rows
+    std::vector<int32_t> ub_tokens_, ub_pos_, ub_seq_, ub_cell_, ub_out_, ub_rows_;
 };

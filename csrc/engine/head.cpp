@@ -36,8 +36,7 @@ Graph & HeadGraph::prepare(int64_t key, const psl_model & m, const psl_model & t
     ctx_.reset(ggml_init(p));
     if (!ctx_) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create a draft head's graph context");
     ggml_cgraph * gf = ggml_new_graph_custom(ctx_.get(), graph_size_, false);
-    graph_ = std::make_unique<Graph>(ctx_.get(), gf, m, kv, n_tokens, n_kv, /*all_outputs =*/ true);
-    graph_->no_outputs = !outputs;
+    graph_ = std::make_unique<Graph>(ctx_.get(), gf, m, kv, n_tokens, n_kv, outputs ? Graph::Outputs::All : Graph::Outputs::None);
     graph_->causal = causal;
     graph_->other = &target;
     result_ = build(*graph_);
@@ -133,7 +132,7 @@ std::unique_ptr<HeadState> HeadState::make(psl_model & head, const psl_model & t
 HeadState::HeadState(psl_model & head, const psl_model & target, int32_t n_ctx, bool own_cache, ggml_type type_k,
                      ggml_type type_v)
     : head_(head), target_(target), n_ctx_(n_ctx),
-      kv_(own_cache ? std::make_unique<KvCache>(head, n_ctx, type_k, type_v) : nullptr) {
+      kv_(own_cache ? std::make_unique<KvCache>(head, n_ctx, 1, type_k, type_v) : nullptr) {
     retain(&head_);
 }
 

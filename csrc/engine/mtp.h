@@ -10,8 +10,9 @@
 // The MTP KV cache holds (x_p, h_{p-1}) for every token in the target's cache: the target's eval
 // fills it (one more cache layer, so truncation rolls it back with the rest) and keeps its
 // hidden rows on the host. A draft chains steps: step 0 runs (x_{n}, h_{n-1}) at n = n_past,
-// step s runs the step s-1 token with the step s-1 output h' at n + s; its cache writes lie past
-// n_past and are overwritten by the target's next eval.
+// step s runs the step s-1 token with the step s-1 output h' at n + s; its cache writes go to
+// scratch cells of the sequence (kv_cells.h), let go before anything else changes it. All of it
+// per sequence: each has its hidden rows and its chain.
 #pragma once
 
 #include "memory/hidden_ring.h"
@@ -38,27 +39,30 @@ public:
     MtpState(const psl_model & m, KvCache & kv, std::vector<ggml_backend_t> backends, int32_t n_ctx,
              int32_t min_rows);
     ~MtpState();
-    // Around the target's compute of a batch at n_past (g.mtp set).
-    void before_compute(const Graph & g, int32_t n_past);
-    void after_compute(const Graph & g, int32_t n_past);
-    void clear() {
-        hidden_.clear();
-        chain_step_ = -1;
-    }
-    // One draft step (see the header comment) after the target's n_past cached tokens (no replay
+    // Around the target's compute of a batch of sequence seq at n_past (g.mtp set).
+    void before_compute(const Graph & g, int32_t seq, int32_t n_past);
+    void after_compute(const Graph & g, int32_t seq, int32_t n_past);
+    void clear();
+    // One draft step of seq (see the header comment) after its n_past cached tokens (no replay
     // pending): logits [n_vocab] into out. A computation stopped by interrupt consumes it.
-    void draft(int32_t token, int32_t step, int32_t n_past, std::atomic<bool> & interrupt, float * out);
+    void draft(int32_t seq, int32_t token, int32_t step, std::atomic<bool> & interrupt, float * out);
 
 private:
+    struct Seq {
+        HiddenRing hidden;                        // the target's h by position
+        std::vector<float> chain;                 // the last step's output h'
+        int32_t step = -1, past = -1;             // the last draft step and the n_past it ran at
+    };
+    Seq & seq(int32_t s);
     void build(int32_t n_kv);
 
     const psl_model & m_;
     KvCache & kv_;
     int32_t n_ctx_;
     int32_t n_embd_;
-    HiddenRing hidden_;                           // the target's h by position
-    std::vector<float> chain_, scratch_;
-    int32_t chain_step_ = -1, chain_past_ = -1;   // the last draft step and the n_past it ran at
+    int32_t n_rows_;                              // hidden rows kept per sequence
+    std::vector<std::unique_ptr<Seq>> seqs_;      // made on first use
+    std::vector<float> scratch_;
     // the draft graph: its own scheduler, so that the target's graph stays allocated
     ggml_backend_sched_ptr sched_;
     size_t graph_size_ = 1024;

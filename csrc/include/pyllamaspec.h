@@ -157,7 +157,13 @@ typedef struct psl_context_params {
     int32_t n_threads;    /* CPU threads (0 = default)                                        */
     int32_t type_k;       /* ggml_type of the K cache: 1 = f16 (default), 0 = f32, 8 = q8_0   */
     int32_t type_v;       /* ggml_type of the V cache                                          */
+    int32_t n_seq_max;    /* sequences the context holds at once, ids 0 .. n_seq_max - 1, all  *
+                           * sharing the n_ctx cells (0 = default: PSL_SEQ_MAX, as a sequence  *
+                           * costs nothing until it holds tokens; 1 for a hybrid model, whose  *
+                           * recurrent state takes a snapshot ring per sequence)               */
 } psl_context_params;
+
+enum psl_limits { PSL_SEQ_MAX = 256 };   /* the most sequences a context holds */
 
 enum psl_logits_mode {
     PSL_LOGITS_NONE = 0,  /* no logits (prefill whose output is not needed) */
@@ -187,6 +193,49 @@ PSL_API psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, i
  * (out_cap floats; too small gives PSL_ERR_BUFFER_TOO_SMALL before any work). */
 PSL_API psl_status psl_context_embed(psl_context * ctx, const int32_t * tokens, int32_t n, float * out,
                                      int64_t out_cap);
+/* ---- sequences: one context, several token sequences (llama.cpp's seq_id) ----
+ * A context's cells are shared by its sequences (psl_context_params.n_seq_max of them); every
+ * call above that names none is sequence 0's. A sequence holds positions 0 .. n_past - 1. */
+typedef struct psl_batch {
+    int32_t         n_tokens;
+    const int32_t * tokens;     /* [n_tokens] token ids                                           */
+    const int32_t * pos;        /* [n_tokens] positions, or NULL: each token at its (first)       *
+                                 * sequence's next position                                       */
+    const int32_t * n_seq_id;   /* [n_tokens] how many sequences each token belongs to (1 ..      *
+                                 * n_seq_max), or NULL: one each                                  */
+    const int32_t * seq_id;     /* the sequence ids of token 0, then of token 1, ... (flat), or   *
+                                 * NULL: all in sequence 0                                        */
+    const int8_t  * logits;     /* [n_tokens] nonzero: a logits row for this token, or NULL: all  */
+} psl_batch;
+
+/* Evaluates a batch that may mix the tokens of several sequences, in one graph where n_batch
+ * allows (a hybrid model: one graph per sequence), and appends each token to its sequences.
+ * A token of several sequences (a shared prefix, a node of a token tree on several branches) is
+ * stored once in all of them and attends as its first sequence: to that sequence's tokens at
+ * positions <= its own (llama.cpp's convention). Each sequence's tokens, in batch order, must
+ * continue it: positions n_past, n_past + 1, ... (else PSL_ERR_INVALID_ARGUMENT); a hybrid model
+ * takes one sequence per token (else PSL_ERR_UNSUPPORTED). The rows of the flagged tokens are
+ * written in batch order, rows x n_vocab, to out (out_cap floats; NULL: the context's buffer,
+ * psl_context_logits). PSL_ERR_CONTEXT_FULL when a sequence would pass n_ctx or the cells are
+ * all taken. On failure every sequence is as it was before the call. */
+PSL_API psl_status psl_context_decode(psl_context * ctx, const psl_batch * batch, float * out, int64_t out_cap);
+/* Tokens in sequence seq (0 for an id out of range). */
+PSL_API int32_t    psl_context_seq_n_past(const psl_context * ctx, int32_t seq);
+/* Keeps the first n_keep tokens of sequence seq (the others keep theirs): psl_context_truncate
+ * for one sequence, O(1) likewise (a hybrid: within psl_context_max_rollback). */
+PSL_API psl_status psl_context_seq_truncate(psl_context * ctx, int32_t seq, int32_t n_keep);
+/* Sequence dst becomes the first n tokens of src (what dst held is dropped): the KV cells are
+ * shared, not copied, so a common prompt prefix is evaluated once; a hybrid's recurrent state
+ * is copied (n within src's snapshot ring or src's whole length; else dst replays them before
+ * its next eval). */
+PSL_API psl_status psl_context_seq_copy(psl_context * ctx, int32_t src, int32_t dst, int32_t n);
+/* The sequences the context holds (its n_seq_max), and the cells in use by all of them. */
+PSL_API int32_t    psl_context_n_seq_max(const psl_context * ctx);
+PSL_API int32_t    psl_context_n_cells_used(const psl_context * ctx);
+/* psl_context_mtp_draft for sequence seq (each sequence drafts from its own hidden state). */
+PSL_API psl_status psl_context_seq_mtp_draft(psl_context * ctx, int32_t seq, int32_t token, int32_t step,
+                                             float * logits, int64_t out_cap);
+
 /* The context's own logits buffer after an eval with out == NULL. Valid until the next eval. */
 PSL_API psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab);
 PSL_API int32_t    psl_context_n_past(const psl_context * ctx);
@@ -275,7 +324,8 @@ PSL_API psl_status psl_model_head_info(const psl_model * model, psl_head_info * 
 PSL_API psl_status psl_file_arch(const char * path, char * arch, size_t cap);
 /* Attaches a head to ctx (NULL detaches): checked against the target (hidden size, layer ids,
  * vocabulary; PSL_ERR_UNSUPPORTED names the misfit); the head keeps a reference to its model.
- * The cache is cleared: the next evals give the head its features. */
+ * The cache is cleared: the next evals give the head its features. A context with a head holds
+ * one sequence, 0: a batch, copy or truncation naming another gives PSL_ERR_UNSUPPORTED. */
 PSL_API psl_status psl_context_attach_head(psl_context * ctx, psl_model * head);
 /* EAGLE-3, Gemma 4 assistant: one chained draft step, n_vocab logits into logits (out_cap floats). Step 0 runs
  * `token` (the next token, not yet in the cache) with the features of position n_past - 1;

@@ -9,10 +9,10 @@
 
 namespace psl {
 
-KvCache::KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v)
-    : type_k_(type_k), type_v_(type_v) {
+KvCache::KvCache(const psl_model & m, int32_t n_cells, int32_t n_seq, ggml_type type_k, ggml_type type_v)
+    : type_k_(type_k), type_v_(type_v), n_cells_(GGML_PAD(n_cells, pad())),
+      cells_(n_cells, n_seq) {   // the padding is never handed out
     const HParams & hp = m.hp;
-    n_cells_ = GGML_PAD(n_cells, pad());
     for (int il = 0; il <= std::max(hp.n_layer, m.mtp_layer); ++il) {   // an MTP block's too, for add_mtp_layer
         if ((hp.kv_k_width(il) % ggml_blck_size(type_k)) != 0 || (hp.kv_v_width(il) % ggml_blck_size(type_v)) != 0) {
             fail(PSL_ERR_INVALID_ARGUMENT, "KV cache types %s/%s do not fit a row of %d/%d elements",
@@ -73,8 +73,6 @@ void KvCache::alloc_layers(const psl_model & m, int first, int last) {
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
     }
 }
-
-void KvCache::clear() { n_used_ = 0; }
 
 int32_t KvCache::n_kv_for(int32_t n) const { return std::min(n_cells_, (int32_t) GGML_PAD(n, pad())); }
 

@@ -1,7 +1,9 @@
-// The KV cache: one K and (unless MLA) one V tensor per layer over n_ctx cells, filled in
-// order. Its state is just the number of cells in use, so truncation (the speculative rollback)
-// is O(1); cells past it are masked out and overwritten later.
+// The KV cache: one K and (unless MLA) one V tensor per layer over n_ctx cells, and which
+// sequence holds which cell at which position (kv_cells.h). Truncation (the speculative
+// rollback) just lets cells go; cells no token may see are masked out and overwritten later.
 #pragma once
+
+#include "memory/kv_cells.h"
 
 #include "ggml.h"
 #include "ggml-backend.h"
@@ -18,17 +20,16 @@ class KvCache {
 public:
     // Every trunk layer's cache, each row as wide as HParams::kv_k_width / kv_v_width (none for
     // V under MLA; a shared layer's tensors are its source's).
-    KvCache(const psl_model & m, int32_t n_cells, ggml_type type_k, ggml_type type_v);
+    KvCache(const psl_model & m, int32_t n_cells, int32_t n_seq, ggml_type type_k, ggml_type type_v);
     // The MTP block's cache (one more layer at index n_layer), allocated when MTP drafting is
     // switched on, as llama.cpp gives it to its MTP context only.
     void add_mtp_layer(const psl_model & m);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
-    int32_t size() const { return n_cells_; }     // cells allocated (a multiple of pad())
-    int32_t used() const { return n_used_; }
-    void set_used(int32_t n) { n_used_ = n; }
-    void clear();
+    int32_t size() const { return n_cells_; }     // cells allocated (a multiple of pad()); cells().size() are used
+    KvCells & cells() { return cells_; }
+    const KvCells & cells() const { return cells_; }
 
     // Cells an attention over the first n must read: n rounded up to pad(), within size().
     int32_t n_kv_for(int32_t n) const;
@@ -42,7 +43,7 @@ private:
     void alloc_layers(const psl_model & m, int first, int last);
     ggml_type type_k_, type_v_;
     int32_t n_cells_;
-    int32_t n_used_ = 0;
+    KvCells cells_;
     std::vector<ggml_tensor *> k_, v_;
     // owned: a constructor that throws half way frees what it made
     std::vector<std::pair<ggml_backend_dev_t, ggml_context_ptr>> ctxs_;   // one per device

@@ -1,6 +1,6 @@
 // A context's memory: the KV cache truncates in O(1); the ring of recurrent states
 // (recurrent_state.h) serves recent truncations, and anything further back is rebuilt by
-// replaying the kept tokens before the next eval.
+// replaying the kept tokens before the next eval. All of it per sequence.
 #include "memory/memory.h"
 
 #include "error.h"
@@ -10,74 +10,103 @@
 
 namespace psl {
 
-Memory::Memory(const psl_model & m, int32_t n_ctx, ggml_type type_k, ggml_type type_v) : n_ctx_(n_ctx) {
-    kv_ = std::make_unique<KvCache>(m, n_ctx, type_k, type_v);
-    if (m.hp.hybrid()) rs_ = std::make_unique<RecurrentState>(m, recurrent_snapshots());
+Memory::Memory(const psl_model & m, int32_t n_ctx, int32_t n_seq, ggml_type type_k, ggml_type type_v)
+    : n_ctx_(n_ctx), replay_((size_t) n_seq, -1), history_((size_t) n_seq) {
+    kv_ = std::make_unique<KvCache>(m, n_ctx, n_seq, type_k, type_v);
+    if (m.hp.hybrid()) rs_ = std::make_unique<RecurrentState>(m, recurrent_snapshots(), n_seq);
 }
 
 int32_t Memory::max_rollback() const { return rs_ ? rs_->n_snap() - 1 : n_ctx_; }
 
-void Memory::begin_batch(int32_t n_tokens) {
-    if (rs_) rs_->begin_batch(kv_->used(), n_tokens);
+void Memory::begin_batch(int32_t seq, int32_t pos0, int32_t n_tokens) {
+    if (rs_) rs_->begin_batch(seq, pos0, n_tokens);
 }
 
-void Memory::end_batch(const int32_t * tokens, int32_t n_tokens) {
-    kv_->set_used(kv_->used() + n_tokens);
+void Memory::end_batch(int32_t seq, const int32_t * tokens, int32_t n_tokens) {
+    if (rs_) rs_->end_batch(seq, tokens, n_tokens);
+}
+
+void Memory::truncate(int32_t seq, int32_t n_keep) {
+    if (n_keep < 0 || n_keep > n_past(seq)) {
+        fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): sequence %d holds %d tokens", n_keep, seq, n_past(seq));
+    }
+    cells().truncate(seq, n_keep);
     if (rs_) {
-        rs_->end_batch(tokens, n_tokens);
+        keep_recurrent(seq, n_keep);
     } else {
-        history_.insert(history_.end(), tokens, tokens + n_tokens);
+        history_[seq].resize(n_keep);
+        if (replay_[seq] > n_keep) replay_[seq] = n_keep;
+        if (replay_[seq] == 0) replay_[seq] = -1;
     }
 }
 
-void Memory::truncate(int32_t n_keep) {
-    if (n_keep < 0 || n_keep > kv_->used()) {
-        fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): the cache holds %d tokens", n_keep, kv_->used());
+void Memory::copy(int32_t src, int32_t dst, int32_t n) {
+    if (n < 0 || n > n_past(src)) {
+        fail(PSL_ERR_OUT_OF_RANGE, "copy of %d tokens: sequence %d holds %d", n, src, n_past(src));
     }
-    kv_->set_used(n_keep);
-    if (rs_) keep_recurrent(n_keep);
+    if (src == dst) {
+        truncate(dst, n);
+        return;
+    }
+    cells().copy(src, dst, n);
     if (!rs_) {
-        history_.resize(n_keep);
-        if (replay_ > n_keep) replay_ = n_keep;
+        history_[dst].assign(history_[src].begin(), history_[src].begin() + n);
+        replay_[dst] = replay_[src] >= 0 ? std::min(replay_[src], n) : -1;
+        if (replay_[dst] == 0) replay_[dst] = -1;
+        return;
+    }
+    replay_[dst] = -1;
+    if (stale(src)) {   // src's states are being rebuilt: dst rebuilds its part from the history
+        rs_->set_history(dst, std::vector<int32_t>(rs_->history(src).begin(), rs_->history(src).begin() + n));
+        if (n > 0) replay_[dst] = n;
+        return;
+    }
+    if (!rs_->copy(src, dst, n)) {
+        rs_->set_history(dst, std::vector<int32_t>(rs_->history(src).begin(), rs_->history(src).begin() + n));
+        replay_[dst] = n;
     }
 }
 
 void Memory::clear() {
-    kv_->clear();
-    if (rs_) keep_recurrent(0);
-    if (!rs_) history_.clear(), replay_ = -1;
+    cells().clear();
+    for (int32_t s = 0; s < n_seq(); ++s) {
+        replay_[s] = -1;
+        if (rs_) rs_->rollback(s, 0);
+        history_[s].clear();
+    }
 }
 
-void Memory::keep_recurrent(int32_t n_keep) {
-    if (replay_ >= 0) {   // already stale: the replay just stops earlier
-        replay_ = std::min(replay_, n_keep);
-        if (replay_ == 0) replay_ = -1, rs_->rollback(0);
+void Memory::keep_recurrent(int32_t seq, int32_t n_keep) {
+    if (replay_[seq] >= 0) {   // already stale: the replay just stops earlier
+        replay_[seq] = std::min(replay_[seq], n_keep);
+        if (replay_[seq] == 0) replay_[seq] = -1, rs_->rollback(seq, 0);
         return;
     }
-    if (!rs_->rollback(n_keep)) replay_ = n_keep;
+    if (!rs_->rollback(seq, n_keep)) replay_[seq] = n_keep;
 }
 
 void Memory::replay_all() {
-    if (replay_ < 0) replay_ = kv_->used();
+    for (int32_t s = 0; s < n_seq(); ++s) {
+        if (replay_[s] < 0 && n_past(s) > 0) replay_[s] = n_past(s);
+    }
 }
 
-void Memory::replay(const std::function<void(const int32_t * tokens, int32_t n)> & eval) {
-    if (replay_ < 0) return;
-    const int32_t n = replay_;
-    const std::vector<int32_t> & h = rs_ ? rs_->history() : history_;
+void Memory::replay(int32_t seq, const std::function<void(const int32_t * tokens, int32_t n)> & eval) {
+    if (replay_[seq] < 0) return;
+    const int32_t n = replay_[seq];
+    const std::vector<int32_t> & h = rs_ ? rs_->history(seq) : history_[seq];
     std::vector<int32_t> toks(h.begin(), h.begin() + n);
-    kv_->set_used(0);
-    if (rs_) rs_->rollback(0);
-    if (!rs_) history_.clear();
+    if (rs_) rs_->rollback(seq, 0);
+    if (!rs_) history_[seq].clear();
     try {
         eval(toks.data(), n);
     } catch (...) {
-        kv_->set_used(n);   // still stale: the next call tries again
-        if (rs_) rs_->set_history(toks);
-        if (!rs_) history_ = toks;
+        // still stale: the next call tries again
+        if (rs_) rs_->set_history(seq, toks);
+        if (!rs_) history_[seq] = toks;
         throw;
     }
-    replay_ = -1;
+    replay_[seq] = -1;
 }
 
 }  // namespace psl

@@ -1,8 +1,8 @@
-// A context's memory: the KV cache and, for a hybrid model, the recurrent state ring
-// (recurrent_state.h), always holding the same tokens. Rollback is the memory's job: truncate
-// is O(1) for the KV cache and, within the ring's depth, for the recurrent state too. Further
-// back the recurrent state is stale, and the next replay() has the owner evaluate the kept tokens
-// again (from an empty cache) before anything else runs.
+// A context's memory: the KV cache and, for a hybrid model, the recurrent state rings
+// (recurrent_state.h), always holding the same tokens, per sequence. Rollback is the memory's
+// job: truncate is O(1) for the KV cache and, within the ring's depth, for the recurrent state
+// too. Further back the sequence's recurrent state is stale, and the next replay() has the owner
+// evaluate its kept tokens again (from an empty sequence) before anything else runs on it.
 #pragma once
 
 #include "memory/kv_cache.h"
@@ -17,45 +17,57 @@ namespace psl {
 
 class Memory {
 public:
-    // n_ctx: the context length (the KV cache rounds it up to its padding).
-    Memory(const psl_model & m, int32_t n_ctx, ggml_type type_k, ggml_type type_v);
+    // n_ctx: the context length (the KV cache rounds it up to its padding); n_seq: the
+    // sequences it holds (ids 0 .. n_seq - 1).
+    Memory(const psl_model & m, int32_t n_ctx, int32_t n_seq, ggml_type type_k, ggml_type type_v);
     Memory(const Memory &) = delete;
     Memory & operator=(const Memory &) = delete;
 
     KvCache & kv() { return *kv_; }
     const KvCache & kv() const { return *kv_; }
+    KvCells & cells() { return kv_->cells(); }
+    const KvCells & cells() const { return kv_->cells(); }
     RecurrentState * rs() { return rs_.get(); }   // null unless the model is hybrid
-    int32_t n_past() const { return kv_->used(); }
+    int32_t n_seq() const { return cells().n_seq(); }
+    int32_t n_past(int32_t seq = 0) const { return cells().n_past(seq); }
     // The deepest truncation that needs no replay: K - 1 with a recurrent state, else n_ctx.
     int32_t max_rollback() const;
 
-    // Around the computation of a batch of n_tokens at n_past(): before it (the ring rows it may
-    // overwrite are no longer trusted, also when it then fails half way), and after it succeeded
-    // (its tokens join the cache).
-    void begin_batch(int32_t n_tokens);
-    void end_batch(const int32_t * tokens, int32_t n_tokens);
+    // Around the computation of n tokens of one sequence at positions pos0.. (a hybrid's
+    // batches hold one sequence each; their cells are already the sequence's): before it (the
+    // ring rows it may overwrite are no longer trusted, also when it then fails half way), and
+    // after it succeeded (its tokens join the history).
+    void begin_batch(int32_t seq, int32_t pos0, int32_t n_tokens);
+    void end_batch(int32_t seq, const int32_t * tokens, int32_t n_tokens);
+    // Without a recurrent state: token joins seq's history (the replay source), after its batch
+    // succeeded.
+    void add_history(int32_t seq, int32_t token) { history_[seq].push_back(token); }
 
-    // Keeps the first n_keep tokens (PSL_ERR_OUT_OF_RANGE unless 0 <= n_keep <= n_past()).
-    void truncate(int32_t n_keep);
+    // Keeps the first n_keep tokens of seq (PSL_ERR_OUT_OF_RANGE unless 0 <= n_keep <= n_past).
+    void truncate(int32_t seq, int32_t n_keep);
+    // dst holds src's first n tokens (PSL_ERR_OUT_OF_RANGE unless 0 <= n <= n_past(src)): the
+    // KV cells are shared, a recurrent state is copied (or replayed, beyond the ring).
+    void copy(int32_t src, int32_t dst, int32_t n);
     void clear();
-    // Everything in the cache must be evaluated again (the next replay() starts from nothing):
-    // the tokens kept by the recurrent state, or by the memory itself without one, are the
-    // replay's source (an MTP block enabled on a filled cache needs its entries).
+    // Everything in the cache must be evaluated again (the next replay() of each sequence starts
+    // from nothing): the tokens kept by the recurrent state, or by the memory itself without one,
+    // are the replay's source (an MTP block enabled on a filled cache needs its entries).
     void replay_all();
-    // When the recurrent state is stale: empties the cache and calls eval(tokens, n) with the
-    // n kept tokens, which the owner evaluates (no logits) to rebuild every layer's memory. If
-    // eval throws, the cache is left as it was (still stale: the next call tries again) and the
-    // exception goes on.
-    void replay(const std::function<void(const int32_t * tokens, int32_t n)> & eval);
+    bool stale(int32_t seq) const { return replay_[seq] >= 0; }
+    // When seq's recurrent state is stale: calls eval(tokens, n) with its n kept tokens, which
+    // the owner evaluates again in the cells they have (no logits) to rebuild every layer's
+    // memory. If eval throws, the sequence is left as it was (still stale: the next call tries
+    // again) and the exception goes on.
+    void replay(int32_t seq, const std::function<void(const int32_t * tokens, int32_t n)> & eval);
 
 private:
-    void keep_recurrent(int32_t n_keep);
+    void keep_recurrent(int32_t seq, int32_t n_keep);
 
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<RecurrentState> rs_;
     int32_t n_ctx_;
-    int32_t replay_ = -1;   // >= 0: the recurrent state must be rebuilt up to here
-    std::vector<int32_t> history_;   // the tokens in the cache when there is no recurrent state
+    std::vector<int32_t> replay_;   // by sequence, >= 0: its memory must be rebuilt up to here
+    std::vector<std::vector<int32_t>> history_;   // by sequence: its tokens, when there is no recurrent state
 };
 
 }  // namespace psl

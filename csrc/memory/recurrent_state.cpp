@@ -21,7 +21,7 @@ int32_t recurrent_snapshots() {
     return (int32_t) n;
 }
 
-RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap) : n_snap_(n_snap) {
+RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap, int32_t n_seq) : n_snap_(n_snap), seqs_((size_t) n_seq) {
     const HParams & hp = m.hp;
     if (n_snap < 1) fail(PSL_ERR_INVALID_ARGUMENT, "the recurrent state needs at least one snapshot (got %d)", n_snap);
     // each layer's state sits on the device that runs the layer (a GPU, an RPC server, the CPU)
@@ -42,8 +42,9 @@ RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap) : n_snap_(n_
             continue;
         }
         ggml_context * ctx = ctx_for(m.layer_device(il));
-        conv_.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm.conv_row(), n_snap + 1));
-        ssm_.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm.state_row(), n_snap + 1));
+        const int64_t rows = (int64_t) n_seq * (n_snap + 1);
+        conv_.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm.conv_row(), rows));
+        ssm_.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm.state_row(), rows));
     }
     for (auto & [dev, ctx] : ctxs_) {
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
@@ -53,7 +54,7 @@ RecurrentState::RecurrentState(const psl_model & m, int32_t n_snap) : n_snap_(n_
                  ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.get(), buft) / 1048576.0, n_snap);
         }
         bufs_.emplace_back(buf);
-        ggml_backend_buffer_clear(buf, 0);   // row K, the state before any token, stays zero
+        ggml_backend_buffer_clear(buf, 0);   // each ring's row K, the state before any token, stays zero
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
     }
 }
@@ -64,42 +65,69 @@ size_t RecurrentState::bytes() const {
     return n;
 }
 
-void RecurrentState::fill_inputs(ggml_tensor * src, ggml_tensor * dst, ggml_tensor * dst_old, int32_t n_past,
-                                 int32_t n_tokens) {
+void RecurrentState::fill_inputs(ggml_tensor * src, ggml_tensor * dst, ggml_tensor * dst_old, int32_t seq,
+                                 int32_t n_past, int32_t n_tokens) {
     if (src && src->buffer) {
-        const int32_t row = n_past == 0 ? n_snap_ : (n_past - 1) % n_snap_;
-        ggml_backend_tensor_set(src, &row, 0, sizeof(row));
+        const int32_t r = n_past == 0 ? zero_row(seq) : row(seq, n_past - 1);
+        ggml_backend_tensor_set(src, &r, 0, sizeof(r));
     }
     const int32_t n = n_tokens, kg = n_written(n);
     idx_.resize(kg);
     if (dst && dst->buffer) {
-        for (int32_t s = 0; s < kg; ++s) idx_[s] = (n_past + n - 1 - s) % n_snap_;
+        for (int32_t s = 0; s < kg; ++s) idx_[s] = row(seq, n_past + n - 1 - s);
         ggml_backend_tensor_set(dst, idx_.data(), 0, sizeof(int64_t) * (size_t) kg);
     }
     if (dst_old && dst_old->buffer) {
-        for (int32_t j = 0; j < kg; ++j) idx_[j] = (n_past + n - kg + j) % n_snap_;
+        for (int32_t j = 0; j < kg; ++j) idx_[j] = row(seq, n_past + n - kg + j);
         ggml_backend_tensor_set(dst_old, idx_.data(), 0, sizeof(int64_t) * (size_t) kg);
     }
 }
 
-void RecurrentState::begin_batch(int32_t n_past, int32_t n_tokens) {
-    lo_ = std::max(lo_, n_past + n_tokens - n_snap_);
-    history_.resize(n_past);
+void RecurrentState::begin_batch(int32_t seq, int32_t n_past, int32_t n_tokens) {
+    Seq & s = seqs_[seq];
+    s.lo = std::max(s.lo, n_past + n_tokens - n_snap_);
+    s.history.resize(n_past);
 }
 
-void RecurrentState::end_batch(const int32_t * tokens, int32_t n) { history_.insert(history_.end(), tokens, tokens + n); }
+void RecurrentState::end_batch(int32_t seq, const int32_t * tokens, int32_t n) {
+    auto & h = seqs_[seq].history;
+    h.insert(h.end(), tokens, tokens + n);
+}
 
-bool RecurrentState::rollback(int32_t n_keep) {
+bool RecurrentState::rollback(int32_t seq, int32_t n_keep) {
+    Seq & s = seqs_[seq];
     if (n_keep == 0) {
-        lo_ = 0;
-        history_.clear();
+        s.lo = 0;
+        s.history.clear();
         return true;
     }
-    if (n_keep - 1 >= lo_ && n_keep <= (int32_t) history_.size()) {
-        history_.resize(n_keep);
+    if (n_keep - 1 >= s.lo && n_keep <= (int32_t) s.history.size()) {
+        s.history.resize(n_keep);
         return true;
     }
     return false;
+}
+
+bool RecurrentState::copy(int32_t src, int32_t dst, int32_t n) {
+    const Seq & from = seqs_[src];
+    if (src == dst) return rollback(dst, n);
+    if (n > 0 && !(n - 1 >= from.lo && n <= (int32_t) from.history.size())) return false;
+    Seq & to = seqs_[dst];
+    to.history.assign(from.history.begin(), from.history.begin() + n);
+    to.lo = n > 0 ? n - 1 : 0;
+    if (n == 0) return true;
+    // the state after position n - 1, row to row in every layer (through the host: a row is a
+    // layer's whole state, copied once per sequence that takes a shared prefix)
+    std::vector<uint8_t> buf;
+    for (size_t il = 0; il < conv_.size(); ++il) {
+        for (ggml_tensor * t : {conv_[il], ssm_[il]}) {
+            if (!t) continue;
+            buf.resize(t->nb[1]);
+            ggml_backend_tensor_get(t, buf.data(), (size_t) row(src, n - 1) * t->nb[1], t->nb[1]);
+            ggml_backend_tensor_set(t, buf.data(), (size_t) row(dst, n - 1) * t->nb[1], t->nb[1]);
+        }
+    }
+    return true;
 }
 
 }  // namespace psl

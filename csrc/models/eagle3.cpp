@@ -77,7 +77,7 @@ ggml_tensor * build(Graph & g) {
     ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wk, cur), hd, hp.n_head_kv, n);
     ggml_tensor * v = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wv, cur), hd, hp.n_head_kv, n);
     ggml_tensor * attn = g.attention(0, rope(g, q), rope(g, k), v, 1.0f / sqrtf((float) hd));
-    if (g.no_outputs) return attn;   // the cache entries are all that was asked
+    if (g.no_outputs()) return attn;   // the cache entries are all that was asked
     attn = g.keep_outputs(attn);
     ggml_tensor * x = ggml_add(ctx, ggml_mul_mat(ctx, l.wo, attn), g.keep_outputs(resid));
     x = ggml_add(ctx, x, g.ffn_swiglu(g.rms_norm(x, l.ffn_norm), l));

@@ -52,7 +52,7 @@ ggml_tensor * build(Graph & g) {
         x = ggml_add(ctx, x, g.rms_norm(f, l.ffn_post_norm));
     }
     ggml_tensor * logits = g.output(x, g.m.output_norm);
-    if (hp.final_logit_softcap > 0.0f && !g.no_outputs && !g.embeddings) {
+    if (hp.final_logit_softcap > 0.0f && !g.no_outputs() && !g.embeddings) {
         const float c = hp.final_logit_softcap;
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c)), c);
     }

@@ -207,7 +207,7 @@ ggml_tensor * build(Graph & g) {
         if (l.out_scale) x = ggml_mul(ctx, x, l.out_scale);
     }
     ggml_tensor * logits = g.output(x, g.m.output_norm);
-    if (hp.final_logit_softcap > 0.0f && !g.no_outputs) {
+    if (hp.final_logit_softcap > 0.0f && !g.no_outputs() && !g.embeddings) {
         const float c = hp.final_logit_softcap;
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c)), c);
     }

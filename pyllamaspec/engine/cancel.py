@@ -6,7 +6,8 @@
 
 set() interrupts the evaluation running inside the models the generation uses (a long prompt
 stops within one graph node, not at its end) and the loop stops before its next round; the
-result keeps the tokens produced so far.
+result keeps the tokens produced so far. What it interrupts is the generation's own sequences
+(sequence.py): a Model shared with other generations goes on with theirs.
 """
 from __future__ import annotations
 
@@ -14,16 +15,17 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from .model import Model
 
 
 class Cancel:
-    """A one-shot cancel flag that also interrupts the models it watches."""
+    """A one-shot cancel flag that also interrupts the models (or model sequences) it watches:
+    anything with interrupt(), clear_interrupt() and closed."""
 
     def __init__(self) -> None:
         self._set = False
         self._lock = threading.Lock()
-        self._models: list[Model] = []
+        self._models: list = []
+        self._added: list[list] = []            # per watching(): what watch() added inside it
 
     def set(self) -> None:
         """Cancels: safe from any thread, at any time, more than once."""
@@ -37,21 +39,30 @@ class Cancel:
 
     __bool__ = is_set
 
-    @contextmanager
-    def watching(self, *models: Model | None) -> Iterator["Cancel"]:
-        """While inside, set() interrupts these models' evaluations. On the way out an interrupt
-        that no evaluation consumed is withdrawn, so it cannot stop the models' next user."""
-        ms = [m for m in models if isinstance(m, Model)]
+    def watch(self, *models) -> None:
+        """Inside watching(): watch these too, until it ends."""
+        ms = [m for m in models if m is not None and hasattr(m, "interrupt")]
         with self._lock:
             self._models.extend(ms)
+            if self._added:
+                self._added[-1].extend(ms)
             for m in ms:
                 if self._set:
                     m.interrupt()
+
+    @contextmanager
+    def watching(self, *models) -> Iterator["Cancel"]:
+        """While inside, set() interrupts these models' evaluations (and those watch() adds).
+        On the way out an interrupt that no evaluation consumed is withdrawn, so it cannot stop
+        the models' next user."""
+        with self._lock:
+            self._added.append([])
+        self.watch(*models)
         try:
             yield self
         finally:
             with self._lock:
-                for m in ms:
+                for m in self._added.pop():
                     self._models.remove(m)
                     if not m.closed:
                         m.clear_interrupt()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -111,13 +113,78 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+# Bounds on one rendering: a template (from a GGUF file or --chat-template) may be hostile or
+# broken, and rendering runs in the server's threads: nested loops, huge string products or
+# deep recursion must end in a ChatTemplateError, soon, not pin a thread or eat the memory.
+RENDER_SECONDS = 5.0
+RENDER_CHARS = 16 << 20        # the text it may produce (a caller may ask for less)
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _Budget:
+    """The current thread's rendering deadline and output allowance (see render())."""
+    local = threading.local()
+
+    def __init__(self, seconds: float, chars: int):
+        self.deadline, self.chars, self.n = time.monotonic() + seconds, chars, 0
+
+    @classmethod
+    def tick(cls, n: int = 0) -> None:
+        b = getattr(cls.local, "budget", None)
+        if b is None:
+            return
+        b.n += 1
+        if n and n > b.chars:
+            raise _OverBudget(f"it would produce more than {b.chars} characters")
+        if b.n & 255 == 0 and time.monotonic() > b.deadline:
+            raise _OverBudget(f"it runs longer than {RENDER_SECONDS:g} s")
+
+
+def _range(*args):
+    """range() for templates: each step counts against the rendering's time budget."""
+    r = range(*args)
+    if len(r) > 100_000:                      # jinja's own sandbox limit
+        raise _OverBudget(f"range of {len(r)} items")
+    for i in r:
+        _Budget.tick()
+        yield i
+
+
+class _Ticking(list):
+    """A list whose iteration counts against the budget (nested loops over messages)."""
+
+    def __iter__(self):
+        for x in super().__iter__():
+            _Budget.tick()
+            yield x
+
+
+def _sized(x: Any) -> int:
+    return len(x) if isinstance(x, (str, list, tuple, bytes)) else 0
+
+
 @lru_cache(maxsize=32)
 def _compile(source: str):
     import jinja2
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    class Env(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*" and isinstance(left, int) != isinstance(right, int):
+                k = left if isinstance(left, int) else right
+                _Budget.tick(max(0, k) * max(_sized(left), _sized(right)))
+            if operator == "**" and isinstance(right, int) and abs(right) > 4096:
+                raise _OverBudget(f"power of {right}")
+            return super().call_binop(context, operator, left, right)
+
+    env = Env(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.globals["range"] = _range
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -171,8 +238,10 @@ class ChatTemplate:
         return supports_parallel_tool_calls(self.source, _compile)
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-               tools: list | None = None, **kwargs: Any) -> str:
-        """The prompt text, as Hugging Face's apply_chat_template(tokenize=False) gives it."""
+               tools: list | None = None, max_chars: int = RENDER_CHARS, **kwargs: Any) -> str:
+        """The prompt text, as Hugging Face's apply_chat_template(tokenize=False) gives it.
+        Bounded: a rendering that runs longer than RENDER_SECONDS, would produce more than
+        max_chars characters, or fails (recursion, memory, overflow) is a ChatTemplateError."""
         import jinja2
 
         msgs = check_messages(messages)
@@ -190,22 +259,44 @@ class ChatTemplate:
             msgs = [template_message(m) for m in msgs]
             if supports_object_arguments(self.source, _compile):
                 msgs = object_arguments(msgs)
-        msgs = _llamacpp_messages(self.source, msgs)
+        msgs = _Ticking(_llamacpp_messages(self.source, msgs))
         try:
-            text = _compile(self.source).render(messages=msgs, add_generation_prompt=add_generation_prompt,
-                                                **variables)
+            text = _bounded_render(_compile(self.source), max_chars, messages=msgs,
+                                   add_generation_prompt=add_generation_prompt, **variables)
         except _RaisedByTemplate as e:
             raise ChatTemplateError(f"chat template ({self.name}) refused the conversation: {e}") from None
+        except _OverBudget as e:
+            raise ChatTemplateError(f"chat template ({self.name}) stopped: {e}") from None
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {e}") from None
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
-            raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {e}") from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, MemoryError,
+                RecursionError) as e:
+            raise ChatTemplateError(f"chat template ({self.name}) failed: {type(e).__name__}: {str(e)[:200]}") from None
         if _is_harmony(self.source) and not add_generation_prompt:
             # llama.cpp (its issue 15417): a conversation rendered for inference ends its last
             # final message with <|end|>, not the <|return|> that closes a finished exchange
             head, sep, tail = text.rpartition("<|return|>")
             text = head + "<|end|>" + tail if sep else text
         return text
+
+
+def _bounded_render(template, max_chars: int, **ctx: Any) -> str:
+    """template.render(**ctx) within the budget: the output is gathered piece by piece, each
+    piece (and each loop step, _range / _Ticking) checking the deadline and the size."""
+    _Budget.local.budget = budget = _Budget(RENDER_SECONDS, max_chars)
+    try:
+        parts, n = [], 0
+        for piece in template.generate(**ctx):
+            n += len(piece)
+            if n > max_chars:
+                raise _OverBudget(f"it would produce more than {max_chars} characters")
+            parts.append(piece)
+            budget.n += 1
+            if budget.n & 255 == 0 and time.monotonic() > budget.deadline:
+                raise _OverBudget(f"it runs longer than {RENDER_SECONDS:g} s")
+        return "".join(parts)
+    finally:
+        _Budget.local.budget = None
 
 
 # ---- what llama.cpp does to a conversation before rendering it (common/chat.cpp) ----
@@ -224,8 +315,9 @@ def _supports_system_role(source: str) -> bool:
     that refuses or ignores one gets it merged into the first user message instead)."""
     probe = [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "User message"}]
     try:
-        out = _compile(source).render(messages=probe, add_generation_prompt=False, bos_token="", eos_token="")
-    except Exception:        # noqa: BLE001 - any failure on the probe means "not supported"
+        out = _bounded_render(_compile(source), 1 << 20, messages=_Ticking(probe), add_generation_prompt=False,
+                              bos_token="", eos_token="")
+    except (Exception, RecursionError, MemoryError):   # noqa: BLE001 - any failure on the probe: "not supported"
         return False
     return _PROBE_SYSTEM in out
 
@@ -353,11 +445,12 @@ class ChatPrompt:
             raise InvalidArgumentError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
         return cls(tuple(msgs), chat_template, add_generation_prompt, tuple(kwargs.items()))
 
-    def render(self, model) -> tuple[list[int], list[str]]:
-        """(prompt ids, stop strings the template implies)."""
+    def render(self, model, max_chars: int = RENDER_CHARS) -> tuple[list[int], list[str]]:
+        """(prompt ids, stop strings the template implies). max_chars bounds the rendered text
+        (ChatTemplateError beyond it): a server passes what its context could take."""
         tmpl = model_template(model, self.chat_template)
         text = tmpl.render(list(self.messages), add_generation_prompt=self.add_generation_prompt,
-                           **dict(self.kwargs))
+                           max_chars=max_chars, **dict(self.kwargs))
         return prompt_ids(model, text, tmpl), self._stops(model, tmpl)
 
     def template(self, model) -> ChatTemplate:

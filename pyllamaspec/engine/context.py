@@ -22,6 +22,7 @@ class Context(ABC):
     n_threads: int
     max_rollback: int          # how far truncate() rolls back in O(1) (a hybrid's snapshot ring)
     memory: dict               # kv_bytes, n_cells, recurrent_bytes: what the cache of past tokens holds
+    n_seq_max: int = 1         # sequences it holds at once (ids 0 .. n_seq_max - 1)
     alive: bool = True         # False once its state is lost (a dead RPC worker)
     info: dict | None = None   # the loaded model's ModelInfo fields, where the model is elsewhere
 
@@ -39,6 +40,28 @@ class Context(ABC):
 
     @abstractmethod
     def truncate(self, n_keep: int) -> None: ...
+
+    # -- sequences (psl_context_decode and the psl_context_seq_* calls) ---------------------
+    @abstractmethod
+    def decode(self, tokens: np.ndarray, n_seq_id: np.ndarray | None, seq_id: np.ndarray | None,
+               flags: np.ndarray | None, out: np.ndarray, rows: int) -> None:
+        """Evaluates a batch of several sequences (int32 tokens; int32 n_seq_id and the flat int32
+        seq_id, None: all sequence 0; int8 flags, None: every row): `rows` rows into out."""
+
+    @abstractmethod
+    def seq_n_past(self, seq: int) -> int: ...
+
+    @abstractmethod
+    def seq_truncate(self, seq: int, n_keep: int) -> None: ...
+
+    @abstractmethod
+    def seq_copy(self, src: int, dst: int, n: int) -> None: ...
+
+    @abstractmethod
+    def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None: ...
+
+    def n_cells_used(self) -> int:
+        return self.n_past()
 
     @abstractmethod
     def clear(self) -> None: ...
@@ -94,11 +117,12 @@ class Context(ABC):
 class LocalContext(Context):
     """A psl_context of the core, in this process."""
 
-    def __init__(self, model, n_ctx: int, n_batch: int, n_threads: int, type_k: int, type_v: int):
+    def __init__(self, model, n_ctx: int, n_batch: int, n_threads: int, type_k: int, type_v: int,
+                 n_seq_max: int = 0):
         self._model = model                      # the psl_model it was made from (owned by Model)
         cp = lib.psl_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_threads = n_ctx, n_batch, n_threads
-        cp.type_k, cp.type_v = type_k, type_v
+        cp.type_k, cp.type_v, cp.n_seq_max = type_k, type_v, n_seq_max
         out = ffi.new("psl_context **")
         _native.check(lib.psl_context_new(model, ffi.addressof(cp), out))
         self._ctx = out[0]
@@ -107,6 +131,7 @@ class LocalContext(Context):
         kv, cells, rs = ffi.new("uint64_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
         _native.check(lib.psl_context_memory(self._ctx, kv, cells, rs))
         self.memory = {"kv_bytes": int(kv[0]), "n_cells": int(cells[0]), "recurrent_bytes": int(rs[0])}
+        self.n_seq_max = lib.psl_context_n_seq_max(self._ctx)
 
     def _read_params(self) -> None:
         got = ffi.new("psl_context_params *")
@@ -126,6 +151,39 @@ class LocalContext(Context):
 
     def truncate(self, n_keep: int) -> None:
         _native.check(lib.psl_context_truncate(self._ctx, n_keep))
+
+    def decode(self, tokens: np.ndarray, n_seq_id: np.ndarray | None, seq_id: np.ndarray | None,
+               flags: np.ndarray | None, out: np.ndarray, rows: int) -> None:
+        b = ffi.new("psl_batch *")
+        keep = [ffi.from_buffer("int32_t[]", tokens)]
+        b.n_tokens, b.tokens = len(tokens), keep[0]
+        if seq_id is not None:
+            keep.append(ffi.from_buffer("int32_t[]", seq_id))
+            b.seq_id = keep[-1]
+        if n_seq_id is not None:
+            keep.append(ffi.from_buffer("int32_t[]", n_seq_id))
+            b.n_seq_id = keep[-1]
+        if flags is not None:
+            keep.append(ffi.from_buffer("int8_t[]", flags))
+            b.logits = keep[-1]
+        _native.check(lib.psl_context_decode(self._ctx, b, ffi.from_buffer("float[]", out, require_writable=True),
+                                             out.size))
+
+    def seq_n_past(self, seq: int) -> int:
+        return lib.psl_context_seq_n_past(self._ctx, seq)
+
+    def seq_truncate(self, seq: int, n_keep: int) -> None:
+        _native.check(lib.psl_context_seq_truncate(self._ctx, seq, n_keep))
+
+    def seq_copy(self, src: int, dst: int, n: int) -> None:
+        _native.check(lib.psl_context_seq_copy(self._ctx, src, dst, n))
+
+    def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_seq_mtp_draft(self._ctx, seq, token, step,
+                                                    ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def n_cells_used(self) -> int:
+        return lib.psl_context_n_cells_used(self._ctx)
 
     def clear(self) -> None:
         lib.psl_context_clear(self._ctx)

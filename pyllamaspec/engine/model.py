@@ -8,12 +8,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ModelIOError, ModelNotFoundError
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelIOError, ModelNotFoundError
 from ..files import split as _split
 from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
 from .context import Context, LocalContext
 from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
+from .sequence import Sequence as Seq, SequencePool, check_out, common_prefix, logits_mode
 from .vocab import VocabMixin
 
 # ggml_type ids accepted for the KV cache.
@@ -23,8 +24,6 @@ KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
-
-_LOGITS_MODES = {"none": 0, "last": 1, "all": 2}
 
 # GGUF metadata value types (gguf_type).
 _GGUF_INT = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
@@ -85,6 +84,11 @@ class Model(VocabMixin, _native.Closeable):
     frees the model; any call after that raises ModelClosedError. interrupt() stops an eval from
     any thread (EvaluationInterrupted). Ctrl-C stops an eval at once (KeyboardInterrupt).
 
+    Sequences: the context holds up to n_seq_max token sequences (sequence.py), sharing its
+    n_ctx cells. eval, truncate, n_past and cached_tokens are sequence 0's; a generation leases
+    a sequence of its own (lease()), so generations on threads that share the Model never mix,
+    and decode() evaluates the tokens of several sequences in one batch.
+
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
@@ -101,7 +105,7 @@ class Model(VocabMixin, _native.Closeable):
                  n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
                  type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
                  rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
-                 rpc_timeout: float = 60.0, rpc_isolate: bool = True):
+                 rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._context: Context | None = None
@@ -116,6 +120,7 @@ class Model(VocabMixin, _native.Closeable):
         n_batch = _args.integer("n_batch", n_batch)
         n_threads = _args.integer("n_threads", 0 if n_threads is None else n_threads, 0, lib.psl_max_threads())
         n_gpu_layers = _args.integer("n_gpu_layers", n_gpu_layers, -1)
+        n_seq_max = _args.integer("n_seq_max", n_seq_max, 0, lib.PSL_SEQ_MAX)
         for name, t in (("type_k", type_k), ("type_v", type_v)):
             if not isinstance(t, str) or t not in KV_TYPES:
                 raise InvalidArgumentError(f"{name} must be one of {sorted(KV_TYPES)}, got {t!r}")
@@ -133,7 +138,7 @@ class Model(VocabMixin, _native.Closeable):
                 self._open_local(path, servers, split, n_gpu_layers=n_gpu_layers, n_threads=n_threads, use_mmap=use_mmap,
                                  use_repack=use_repack, tokenizer=tokenizer, prefetch=prefetch)
                 self._context = LocalContext(self._model, type_k=KV_TYPES[type_k], type_v=KV_TYPES[type_v],
-                                             **ctx_kw)
+                                             n_seq_max=n_seq_max, **ctx_kw)
         except BaseException:
             self.close()
             raise
@@ -150,10 +155,14 @@ class Model(VocabMixin, _native.Closeable):
         self.n_vocab = self.info.n_vocab
         self.output_ids: np.ndarray | None = None   # see set_output_ids
         self._metadata: dict[str, Any] | None = None
-        # The ids in the KV cache, in order (the core keeps only K/V): a new prompt then
-        # evaluates only what follows its longest common prefix with them (cached_tokens).
-        self._cache_ids: list[int] = []
         self.head: "DraftHead | None" = None        # the draft head attached (attach_head)
+        # The sequences (each keeps the ids in its cache, in order, as the core keeps only K/V:
+        # a new prompt then evaluates only what follows its longest common prefix with them)
+        self.n_seq_max: int = c.n_seq_max
+        self._pool = SequencePool(self, c.n_seq_max)
+        self._seq0 = self._pool.get(0)
+        self._sig = threading.Lock()             # interrupts of a sequence vs. the call running
+        self._running: Seq | None = None
 
     def _open_local(self, path: str, servers: list[str], split: list[float] | None, *, n_gpu_layers: int,
                     n_threads: int, use_mmap: bool, use_repack: bool, tokenizer: bool, prefetch: bool) -> None:
@@ -228,6 +237,8 @@ class Model(VocabMixin, _native.Closeable):
         if "_users" not in self.__dict__:          # __init__ failed before there was anything
             return
         self._users.close(self._free, stop=self._stop)
+        if "_pool" in self.__dict__:
+            self._pool.wake()                      # leases waiting for a sequence give up
 
     def _stop(self) -> None:
         if self._context is not None:
@@ -323,46 +334,111 @@ class Model(VocabMixin, _native.Closeable):
     # -- evaluation -------------------------------------------------------------------------
     @property
     def n_past(self) -> int:
-        """Tokens in the KV cache."""
-        with self._excl:
-            return self._context.n_past()
+        """Tokens in the KV cache (sequence 0)."""
+        return self._seq0.n_past
 
     @property
     def cached_tokens(self) -> list[int]:
-        """The token ids the KV cache holds, in order (a copy)."""
-        with self._excl:
-            return list(self._cache_ids)
+        """The token ids the KV cache holds (sequence 0), in order (a copy)."""
+        return self._seq0.cached_tokens
 
-    def _sync_cache_ids(self, evaluated: list[int]) -> None:
+    def sequence(self, seq_id: int) -> Seq:
+        """Sequence seq_id of the context (0 .. n_seq_max - 1), leased or not."""
+        return self._pool.get(seq_id)
+
+    def lease(self, prompt: Sequence[int] | None = None, *, wait: bool = True, stop=None) -> Seq | None:
+        """A sequence of its own for a generation (release() it, or use it as a context
+        manager): the free one whose cache shares most of prompt, which then holds the longest
+        prefix of prompt that any sequence holds (copied: shared cells). Waits while every
+        sequence is leased (None if not wait; stop() true: EvaluationInterrupted)."""
+        s = self._pool.lease(None if prompt is None else list(prompt), wait, stop)
+        if s is not None and prompt:
+            try:
+                self._adopt_prefix(s, list(prompt))
+            except BaseException:
+                s.release()
+                raise
+        return s
+
+    def _adopt_prefix(self, s: Seq, prompt: list[int]) -> None:
+        with self._excl:
+            src, n = self._pool.best_source(prompt, s)
+            if src is not None and n > common_prefix(s._cache_ids, prompt):
+                self._context.seq_copy(src.id, s.id, n)
+                s._cache_ids = src._cache_ids[:n]
+
+    def _call(self, seq: Seq | None, fn, interruptible: bool = True):
+        """fn(context) under the Model's lock; an eval of seq (interruptible) can be stopped by
+        seq.interrupt() alone."""
+        with self._excl:
+            c = self._context
+            if seq is None or not interruptible:
+                return fn(c)
+            with self._sig:
+                if seq._interrupt:
+                    seq._interrupt = False
+                    raise EvaluationInterrupted("evaluation interrupted", 10)
+                self._running = seq
+            try:
+                return fn(c)
+            except EvaluationInterrupted:
+                seq._interrupt = False               # consumed
+                raise
+            finally:
+                with self._sig:
+                    self._running = None
+                    if seq._sent:                    # consumed by the eval, or withdrawn now
+                        seq._sent = False
+                        c.clear_interrupt()
+
+    def _interrupt_seq(self, seq: Seq) -> None:
+        with self._sig:
+            seq._interrupt = True
+            if self._running is seq:
+                seq._sent = True
+                self._users.signal(lambda: self._context.interrupt())
+
+    def _sync(self, seq: Seq, evaluated: list[int]) -> None:
         # After an eval of `evaluated`, whatever became of it: the core holds them all (done,
         # even if a KeyboardInterrupt arrived the moment the call returned) or none (a failed
         # eval leaves the cache as it was); should it ever keep part, forget the ids past what
         # it holds rather than lie.
+        ids = seq._cache_ids
         if not self._context.alive:
-            self._cache_ids.clear()
+            ids.clear()
             return
-        n = self._context.n_past()
-        ids = self._cache_ids
+        n = self._context.seq_n_past(seq.id)
         if n == len(ids) + len(evaluated):
             ids.extend(evaluated)
         elif n != len(ids):
             del ids[min(n, len(ids)):]
             if n > len(ids):                       # unknown tokens: nothing may be reused
-                self._context.clear()
+                self._context.seq_truncate(seq.id, 0)
                 ids.clear()
 
+    def _make_room(self, n_new: int, using: dict) -> None:
+        """Empties sequences nobody holds (least recently used first) while the cells would not
+        take n_new more tokens, for sequences `using` ({sequence: its new tokens}) that can
+        take them; nothing when emptying them all could not make room."""
+        c = self._context
+        if self.n_seq_max == 1 or c.n_cells_used() + n_new <= self.n_ctx:
+            return
+        if any(len(s._cache_ids) + k > self.n_ctx for s, k in using.items()):
+            return                                 # a sequence past n_ctx: refused anyway
+        held = sum(len(s._cache_ids) for s in self._pool.all() if s.leased or s in using)
+        if held + n_new > self.n_ctx:
+            return
+        for s in self._pool.idle():
+            if c.n_cells_used() + n_new <= self.n_ctx:
+                return
+            if s not in using:
+                c.seq_truncate(s.id, 0)
+                s._cache_ids.clear()
+
     def reuse_prefix(self, ids: Sequence[int]) -> int:
-        """Truncates the cache to its longest common prefix with ids; returns its length (the
-        tokens of ids that need no evaluation)."""
-        with self._excl:
-            cached = self._cache_ids
-            n = min(len(cached), len(ids))
-            i = 0
-            while i < n and cached[i] == ids[i]:
-                i += 1
-            self._context.truncate(i)
-            del cached[i:]
-            return i
+        """Truncates the cache (sequence 0) to its longest common prefix with ids; returns its
+        length (the tokens of ids that need no evaluation)."""
+        return self._seq0.reuse_prefix(ids)
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = False, *,
                             chat_template: str | None = None, **kwargs: Any) -> "str | list[int]":
@@ -388,25 +464,95 @@ class Model(VocabMixin, _native.Closeable):
         out: an optional float32 C-contiguous array to write into (reused across calls).
         Ctrl-C stops a long evaluation at once: KeyboardInterrupt, the cache as it was; so does
         interrupt() from another thread, with EvaluationInterrupted.
-        Returns the logits array, written by the core in place.
+        Returns the logits array, written by the core in place. Sequence 0's; see lease().
         """
-        mode = _LOGITS_MODES.get(logits) if isinstance(logits, str) else None
-        if mode is None:
-            raise InvalidArgumentError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
+        return self._eval_one(self._seq0, tokens, logits, out)
+
+    def _eval_one(self, seq: Seq, tokens, logits: str, out: np.ndarray | None) -> np.ndarray:
+        mode = logits_mode(logits)
         toks = _args.token_ids("tokens", tokens, self.n_vocab)
         n = toks.shape[0]
         rows = n if mode == 2 else (1 if mode == 1 and n else 0)
-        if out is None:
-            out = np.empty((rows, self.n_vocab), dtype=np.float32)
-        elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
-                or not out.flags.writeable:
-            raise InvalidArgumentError("out must be a writeable C-contiguous float32 numpy array")
+        out = check_out(out, rows, self.n_vocab)
         evaluated = toks.tolist()
-        with self._excl:
+
+        def run(c: Context) -> None:
+            self._make_room(n, {seq: n})
             try:
-                self._context.eval(toks, mode, out, rows)
+                if seq.id == 0:                  # the one-sequence call (a remote context's too)
+                    c.eval(toks, mode, out, rows)
+                else:
+                    flags = np.full(n, 1 if mode == 2 else 0, np.int8)
+                    if mode == 1 and n:
+                        flags[-1] = 1
+                    c.decode(toks, None, np.full(n, seq.id, np.int32), flags, out, rows)
             finally:
-                self._sync_cache_ids(evaluated)
+                self._sync(seq, evaluated)
+        self._call(seq, run)
+        return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
+
+    def decode(self, parts: Sequence[tuple[Seq, Sequence[int] | np.ndarray, str]],
+               out: np.ndarray | None = None) -> list[np.ndarray]:
+        """Evaluates the tokens of several sequences in one batch: parts are (sequence, tokens,
+        logits) with logits "all", "last" or "none", one part per sequence; returns each part's
+        logits rows (views of one array; out, if given, is that array). On failure every
+        sequence is as it was. Not stopped by one sequence's interrupt()."""
+        seqs, toks, flags = [], [], []
+        for s, t, lg in parts:
+            if s in seqs:
+                raise InvalidArgumentError(f"sequence {getattr(s, 'id', s)} appears twice in one decode()")
+            mode = logits_mode(lg)
+            a = _args.token_ids("tokens", t, self.n_vocab)
+            f = np.full(len(a), mode == 2, bool)
+            if mode == 1 and len(a):
+                f[-1] = True
+            seqs.append(s), toks.append(a), flags.append(f)
+        tokens = np.concatenate(toks) if toks else np.zeros(0, np.int32)
+        owners = [s for s, a in zip(seqs, toks) for _ in range(len(a))]
+        rows = self.decode_batch(tokens, owners, np.concatenate(flags) if flags else np.zeros(0, bool), out)
+        res, r = [], 0
+        for f in flags:
+            k = int(f.sum())
+            res.append(rows[r:r + k])
+            r += k
+        return res
+
+    def decode_batch(self, tokens: Sequence[int] | np.ndarray, seqs: Sequence["Seq | Sequence[Seq]"],
+                     logits: Sequence[bool] | np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """psl_context_decode: token i joins the sequence seqs[i] (or each of a list of them: a
+        token several sequences share, a node of a token tree, attending as the first; see
+        csrc/engine/batch.h), each sequence's tokens continuing it; logits[i] asks for token i's
+        row (None: every row). Returns the rows in batch order [n_rows, n_vocab]."""
+        toks = _args.token_ids("tokens", tokens, self.n_vocab)
+        n = len(toks)
+        lists = [list(x) if isinstance(x, (list, tuple)) else [x] for x in seqs]
+        if len(lists) != n:
+            raise InvalidArgumentError(f"{n} tokens but {len(lists)} sequence entries")
+        for ss in lists:
+            for s in ss:
+                if not isinstance(s, Seq) or s.model is not self:
+                    raise InvalidArgumentError("decode_batch() takes sequences of this model")
+        flag = np.ones(n, np.int8) if logits is None else np.asarray(logits, bool).astype(np.int8)
+        if flag.shape != (n,):
+            raise InvalidArgumentError(f"logits must have one flag per token ({n})")
+        n_seq_id = np.array([len(ss) for ss in lists], np.int32)
+        seq_id = np.array([s.id for ss in lists for s in ss], np.int32)
+        rows = int(flag.sum())
+        out = check_out(out, rows, self.n_vocab)
+        evaluated: dict[Seq, list[int]] = {}
+        for t, ss in zip(toks.tolist(), lists):
+            for s in ss:
+                evaluated.setdefault(s, []).append(t)
+        simple = bool((n_seq_id == 1).all())
+
+        def run(c: Context) -> None:
+            self._make_room(n, {s: len(ev) for s, ev in evaluated.items()})
+            try:
+                c.decode(toks, None if simple else n_seq_id, seq_id, flag, out, rows)
+            finally:
+                for s, ev in evaluated.items():
+                    self._sync(s, ev)
+        self._call(None, run)
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
 
     def embed_tokens(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -416,27 +562,31 @@ class Model(VocabMixin, _native.Closeable):
         toks = _args.token_ids("tokens", tokens, self.n_vocab)
         out = np.empty((toks.shape[0], self.info.n_embd), dtype=np.float32)
         evaluated = toks.tolist()
-        with self._excl:
+
+        def run(c: Context) -> None:             # sequence 0's, as psl_context_embed is
+            self._make_room(len(evaluated), {self._seq0: len(evaluated)})
             try:
-                self._context.embed(toks, out)
+                c.embed(toks, out)
             finally:
-                self._sync_cache_ids(evaluated)
+                self._sync(self._seq0, evaluated)
+        self._call(self._seq0, run)
         return out
 
     def embed(self, text: "str | Sequence[int]", pooling: str = "mean", normalize: int = 2) -> np.ndarray:
         """The embedding of a text (or token ids) as llama-server makes it with --embeddings: the
-        cache emptied, the text tokenized with special tokens (BOS where the model adds one), its
+        cache (sequence 0: it waits while a generation holds it) emptied, the text tokenized with special tokens (BOS where the model adds one), its
         final hidden states pooled ("mean" over all tokens, "last": the last token's, "none": every
         row, [n, n_embd], not normalized, as llama-server) and normalized (llama.cpp's
         embd_normalize: 2 Euclidean (default), 1 taxicab, 0 max absolute into int16's range, -1
-        none, p > 2 the p-norm). The cache then holds the text."""
+        none, p > 2 the p-norm). Sequence 0 then holds the text."""
         from .embedding import check_pooling, normalize as norm, pool
         check_pooling(pooling)
         ids = self.tokenize(text, add_special=True, parse_special=True) if isinstance(text, str) else list(text)
         if not ids:
             raise InvalidArgumentError("nothing to embed: the input has no tokens")
-        self.clear()
-        rows = pool(self.embed_tokens(ids), pooling)
+        with self._pool.lease_id(0):             # sequence 0 alone: other generations' stay
+            self._seq0.clear()
+            rows = pool(self.embed_tokens(ids), pooling)
         return rows if pooling == "none" else norm(rows, normalize)
 
     def check_draft(self, draft: "Model") -> None:
@@ -448,11 +598,8 @@ class Model(VocabMixin, _native.Closeable):
             self._check(lib.psl_vocab_compatible(self._model, draft._model))
 
     def truncate(self, n_keep: int) -> None:
-        """Keep the first n_keep tokens of the cache (O(1) rollback)."""
-        n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)
-        with self._excl:
-            self._context.truncate(n_keep)
-            del self._cache_ids[n_keep:]
+        """Keep the first n_keep tokens of the cache (sequence 0; O(1) rollback)."""
+        self._seq0.truncate(n_keep)
 
     def set_output_ids(self, ids: "np.ndarray | list[int] | None") -> None:
         """Compute logits only for these token ids (the others read -inf); None: all of them.
@@ -504,14 +651,17 @@ class Model(VocabMixin, _native.Closeable):
         """One chained MTP step (psl_context_mtp_draft): step 0 runs `token`, the one after the
         cache, with the target's last hidden state; step s the step s - 1 draft token. Returns
         the n_vocab logits of the token after it; the cache is unchanged."""
+        return self._mtp_draft(self._seq0, token, step, out)
+
+    def _mtp_draft(self, seq: Seq, token: int, step: int, out: np.ndarray | None) -> np.ndarray:
         token = _args.integer("token", token, -_args.INT32_MAX - 1)
         step = _args.integer("step", step, -_args.INT32_MAX - 1)
         if out is None:
             out = np.empty(self.n_vocab, np.float32)
         elif out.dtype != np.float32 or not out.flags.c_contiguous:
             raise InvalidArgumentError("out must be a C-contiguous float32 array")
-        with self._excl:
-            self._context.mtp_draft(token, step, out)
+        self._call(seq, lambda c: c.mtp_draft(token, step, out) if seq.id == 0
+                   else c.seq_mtp_draft(seq.id, token, step, out))
         return out
 
     # -- draft heads (EAGLE-3, DFlash: engine/head.py) --------------------------------------
@@ -532,7 +682,11 @@ class Model(VocabMixin, _native.Closeable):
                 with head._users:
                     self._context.attach_head(head._model)
             self.head = head
-            self._cache_ids.clear()
+            # the core cleared every sequence; a head follows sequence 0 alone, so generations
+            # lease only it while one is attached
+            for s in self._pool.all():
+                s._cache_ids.clear()
+            self._pool.limit = 1 if head is not None else self.n_seq_max
 
     def head_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
         """One chained EAGLE-3 step (psl_context_head_draft): step 0 runs `token`, the one after
@@ -563,10 +717,18 @@ class Model(VocabMixin, _native.Closeable):
         return out
 
     def clear(self) -> None:
-        """Empty the KV cache."""
+        """Empty the KV cache: every sequence, but those leased by a generation running now."""
         with self._excl:
-            self._context.clear()
-            self._cache_ids.clear()
+            seqs = self._pool.all()
+            if not any(s.leased for s in seqs):
+                self._context.clear()
+                for s in seqs:
+                    s._cache_ids.clear()
+                return
+            for s in seqs:
+                if not s.leased or s is self._seq0:
+                    self._context.seq_truncate(s.id, 0)
+                    s._cache_ids.clear()
 
     def perf(self, reset: bool = False) -> dict[str, float]:
         """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset,

@@ -267,6 +267,42 @@ class RemoteContext(Context):
     def n_past(self) -> int:
         return self.call("n_past")
 
+    # one sequence: the worker's context is driven through sequence 0's calls
+    def _seq0(self, seq: int) -> None:
+        if seq != 0:
+            raise InvalidArgumentError(f"a model on RPC servers holds one sequence (asked for {seq})")
+
+    def decode(self, tokens: np.ndarray, n_seq_id: np.ndarray | None, seq_id: np.ndarray | None,
+               flags: np.ndarray | None, out: np.ndarray, rows: int) -> None:
+        if seq_id is not None:
+            for s in seq_id.tolist():
+                self._seq0(s)
+        n = len(tokens)
+        if flags is None or flags.all():
+            mode = 2
+        elif not flags.any():
+            mode = 0
+        elif n and flags[-1] and flags.sum() == 1:
+            mode = 1
+        else:
+            raise InvalidArgumentError("a model on RPC servers gives logits for all, the last or no tokens")
+        self.eval(tokens, mode, out, rows)
+
+    def seq_n_past(self, seq: int) -> int:
+        return self.n_past() if seq == 0 else 0
+
+    def seq_truncate(self, seq: int, n_keep: int) -> None:
+        self._seq0(seq)
+        self.truncate(n_keep)
+
+    def seq_copy(self, src: int, dst: int, n: int) -> None:
+        self._seq0(src)
+        self._seq0(dst)
+        self.truncate(n)
+
+    def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None:
+        self.enable_mtp()
+
     def truncate(self, n_keep: int) -> None:
         self.call("truncate", n_keep)
 

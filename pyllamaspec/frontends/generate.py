@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 import time
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence, Union
+
+import numpy as np
 
 from ..engine import _args
 from ..engine.cancel import Cancel
@@ -17,6 +19,7 @@ from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedErr
 from ..speculation.decoder import Decoder, DraftParams, Stats
 from ..speculation.params import NgramParams
 from ..speculation.spec_types import parse as parse_spec_types
+from .output import Piece, TextOutput
 from .structured.formats import GrammarSpec, constraint_spec
 
 ModelLike = Union[str, "os.PathLike[str]", Model]
@@ -32,16 +35,6 @@ class GenerationResult:
     seed: int
     logprobs: list[TokenLogprobs] | None = None   # one per generated token, when asked
     message: dict | None = None  # a chat's answer as read under its format (tool calls, JSON)
-
-
-@dataclass
-class Piece:
-    """A piece of streamed text and whether the draft proposed the token it came from; with
-    per_token, one per token (text "" while held back), with its logprobs when asked."""
-    text: str
-    token: int
-    from_draft: bool
-    logprobs: TokenLogprobs | None = None
 
 
 def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
@@ -93,21 +86,12 @@ def _max_threads() -> int:
 def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
     if stop is None:
         return []
+    if not isinstance(stop, (str, list, tuple)):
+        raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {type(stop).__name__}")
     stops = [stop] if isinstance(stop, str) else list(stop)
     if not all(isinstance(s, str) and s for s in stops):
         raise InvalidArgumentError("stop must be a non-empty string or a list of them")
     return stops
-
-
-def _held_back(text: str, stops: list[str]) -> int:
-    """Length of the longest suffix of text that could still grow into a stop string."""
-    best = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:n]):
-                best = n
-                break
-    return best
 
 
 def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model | DraftHead | str | None", *,
@@ -133,14 +117,8 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
         if constraint is not None:
             constraint = constraint.for_chat(prompt, model)
             result["reader"] = constraint.reader()     # how chat() reads the answer
-    elif isinstance(prompt, str):
-        ids = model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
     else:
-        ids = _args.token_ids("prompt", prompt, model.n_vocab).tolist()
-    if not cache_prompt:
-        for m in (model, draft_model):
-            if isinstance(m, Model):
-                m.clear()
+        ids = prompt_ids(prompt, model, add_special, parse_special)
     grammar = constraint.make(model) if constraint is not None else None
     dec = Decoder(model, draft_model, sampling, draft, logprobs=logprobs, grammar=grammar)
     result.setdefault("reader", None)
@@ -148,8 +126,12 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
                   text="", logprobs=None if logprobs is None else [], eog=None)
     t0 = None                    # when generation (after the prompt) started
     try:
-        with cancel.watching(model, dec.draft) if cancel is not None else nullcontext():
-            dec.prefill(ids, progress)
+        with cancel.watching() if cancel is not None else nullcontext():
+            # sequences of its own in the models (generations sharing them never mix)
+            dec.open(ids, fresh=not cache_prompt, stop=cancel.is_set if cancel is not None else None)
+            if cancel is not None:
+                cancel.watch(*dec.sequences())
+            dec.prefill(ids, fresh=not cache_prompt, progress=progress)
             if max_tokens == 0:
                 return
             t0 = time.perf_counter()
@@ -169,62 +151,34 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
         dec.close()
 
 
+def prompt_ids(prompt: str | Sequence[int], model: Model, add_special: bool = True,
+               parse_special: bool = True) -> list[int]:
+    """A prompt's token ids: text tokenized, ids checked against the vocabulary."""
+    if isinstance(prompt, str):
+        return model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+    return _args.token_ids("prompt", prompt, model.n_vocab).tolist()
+
+
 def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
             cancel: Cancel | None, per_token: bool = False) -> Iterator[Piece]:
     """Rounds of dec until a stop: yields the text as it becomes final (held back while it could
     still be the start of a stop string); result["text"] is what went out."""
-    model = dec.target
-    out_tokens: list[int] = result["tokens"]
-    out_logprobs: list[TokenLogprobs] | None = result["logprobs"]
-    text, emitted = "", 0        # all text so far; how much of it went out
-    hit_stop_string = False
+    out = TextOutput(dec.target, stop, max_tokens, result, per_token)
+    ok = False
     try:
-        with model.detokenizer() as detok:
-            while not hit_stop_string:
-                if cancel is not None and cancel.is_set():
-                    result["finish_reason"] = "cancelled"
-                    break
-                if dec.room() < 1:
-                    result["finish_reason"] = "context_full"
-                    break
-                done = False
-                new = dec.step(max_tokens - len(out_tokens))
-                lps = dec.round_logprobs if out_logprobs is not None else [None] * len(new)
-                for (tok, from_draft), lp in zip(new, lps):
-                    if model.is_eog(tok):
-                        result["finish_reason"], done = "stop", True
-                        result["eog"] = Piece("", tok, from_draft, lp)
-                        break
-                    out_tokens.append(tok)
-                    if out_logprobs is not None:
-                        out_logprobs.append(lp)
-                    text += detok.push(tok)
-                    if stop:
-                        start = max(0, emitted - max(map(len, stop)))
-                        hits = [(i, s) for i, s in ((text.find(s, start), s) for s in stop) if i >= 0]
-                        if hits:                    # cut the text at the stop string
-                            at, result["stopping_word"] = min(hits)
-                            text = text[:at]
-                            result["finish_reason"], hit_stop_string = "stop", True
-                    safe = len(text) if hit_stop_string or not stop else len(text) - _held_back(text, stop)
-                    if safe > emitted or per_token:
-                        yield Piece(text[emitted:safe], tok, from_draft, lp)
-                        emitted = max(emitted, safe)
-                    if hit_stop_string:
-                        break
-                    if len(out_tokens) >= max_tokens:
-                        result["finish_reason"], done = "length", True
-                        break
-                if done:
-                    break
-            if not hit_stop_string:     # no stop string can complete any more: release the rest
-                text += detok.flush()
-                if len(text) > emitted:
-                    last = -1 if per_token or not out_tokens else out_tokens[-1]
-                    yield Piece(text[emitted:], last, False)
-                    emitted = len(text)
+        while not out.done:
+            if cancel is not None and cancel.is_set():
+                out.finish("cancelled")
+                break
+            if dec.room() < 1:
+                out.finish("context_full")
+                break
+            new = dec.step(out.wants)
+            yield from out.push(new, dec.round_logprobs if out.logprobs is not None else None)
+        ok = True
     finally:
-        result["text"] = text[:emitted]
+        pieces = out.close(flush=ok)
+    yield from pieces
 
 
 @dataclass
@@ -254,17 +208,26 @@ def _check_prompt(prompt) -> None:
     _args.int_sequence("prompt", prompt)         # types now; the vocabulary range once loaded
 
 
+def is_batch(prompt) -> bool:
+    """Several prompts: a list of strings, or of token-id lists (a flat list of ints is one)."""
+    return (isinstance(prompt, (list, tuple)) and bool(prompt)
+            and all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and not is_messages(p))
+                    for p in prompt))
+
+
 def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_p, min_p, seed, n_draft,
              n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
              parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
              logprobs, cache_prompt, spec_type, ngram_params, grammar=None, json_schema=None, response_format=None,
-             forced=True, _constraint=None):
+             forced=True, _constraint=None, n_parallel=None):
     """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
-    generation as a generator of Pieces, loading what needs loading."""
+    generation as a generator of Pieces, loading what needs loading. Several prompts: (run,
+    seeds), run(results) decoding them together (a list of result dicts)."""
     if adaptive is None:
         adaptive = seed is None or temperature == 0
-    if seed is None:
-        seed = int.from_bytes(os.urandom(8), "little")
+    batch = is_batch(prompt)
+    seeds = [seed if seed is not None else int.from_bytes(os.urandom(8), "little") for _ in (prompt if batch else [0])]
+    seed = seeds[0]
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                               repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                               presence_penalty=presence_penalty, penalty_last_n=penalty_last_n)
@@ -284,7 +247,10 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
         _args.integer("n_threads", n_threads, 0, _max_threads())
     if logprobs is not None:
         _args.integer("logprobs", logprobs, 0, MAX_LOGPROBS)
-    _check_prompt(prompt)
+    for p in prompt if batch else [prompt]:
+        _check_prompt(p)
+    if n_parallel is not None:
+        n_parallel = _args.integer("n_parallel", n_parallel, 1, 256)
     if not isinstance(cache_prompt, bool):
         raise InvalidArgumentError(f"cache_prompt must be True or False, got {cache_prompt!r}")
     if cancel is not None and not isinstance(cancel, Cancel):
@@ -295,17 +261,29 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
         raise InvalidArgumentError(f"draft_model must be a path, a Model, a DraftHead, 'ngram', 'mtp' or "
                                    f"speculative type names, got {type(draft_model).__name__}")
 
+    def models(stack: ExitStack):
+        kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        target = _open(model, stack, **kw)
+        return target, _open_draft(_mtp_if_same(draft_model, target, spec_type), stack, **kw)
+
     def run(per_token: bool, result: dict) -> Iterator[Piece]:
         with ExitStack() as stack:
-            kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
-            target = _open(model, stack, **kw)
-            dm = _open_draft(_mtp_if_same(draft_model, target, spec_type), stack, **kw)
+            target, dm = models(stack)
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
                                      max_tokens=max_tokens, stop=stops, result=result,
                                      add_special=add_special, parse_special=parse_special, cancel=cancel,
                                      logprobs=logprobs, per_token=per_token, cache_prompt=cache_prompt,
                                      constraint=constraint)
-    return run, seed
+
+    def run_many(results: list[dict]) -> None:
+        from .generate_batch import generate_together
+        with ExitStack() as stack:
+            target, dm = models(stack)
+            ids = [prompt_ids(p, target, add_special, parse_special) for p in prompt]
+            results[:] = generate_together(ids, target, dm, [replace(sampling, seed=s) for s in seeds], draft,
+                                           max_tokens=max_tokens, stop=stops, cancel=cancel, logprobs=logprobs,
+                                           cache_prompt=cache_prompt, n_parallel=n_parallel, constraint=constraint)
+    return (run_many, seeds) if batch else (run, seed)
 
 
 def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
@@ -319,8 +297,17 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
              spec_type: str | Sequence[str] | None = None, ngram_params: NgramParams | None = None,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
-             forced: bool = True, _constraint: GrammarSpec | None = None):
+             forced: bool = True, _constraint: GrammarSpec | None = None, n_parallel: int | None = None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
+
+    Several prompts (a list of strings, or of token-id lists; a flat list of ints is one
+    tokenized prompt) are decoded together and give a list of results, each as its own call
+    would (greedy: the same tokens; sampled: the same distribution, and with a seed the same
+    text: each prompt gets that seed), every round's drafts of all of them verified in one
+    target evaluation; n_parallel (default: all, up to the model's sequences and what its
+    context holds) caps how many run at once, the others wait their turn. Each prompt has its
+    own grammar state under grammar / json_schema. A draft head (EAGLE-3, DFlash, a Gemma 4
+    assistant) follows one sequence of its target: with it, n_parallel must be 1.
 
     Models are paths (loaded for this call) or loaded Model objects (reused: what their caches
     hold of the prompt, its longest common prefix with the last call's, is not evaluated again
@@ -352,6 +339,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     token, as llama-server does (GrammarError for a bad grammar or schema); speculation stays
     exact under them, and with forced=True the text the grammar forces is drafted for free.
     """
+    if stream and is_batch(prompt):
+        raise InvalidArgumentError("stream=True takes one prompt (several are decoded together and returned as a list)")
     run, seed = _prepare(prompt, model, draft_model, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                          top_p=top_p, min_p=min_p, seed=seed, n_draft=n_draft, n_min=n_min, p_min=p_min,
                          adaptive=adaptive, ngram=ngram, draft_vocab=draft_vocab, stop=stop, n_ctx=n_ctx,
@@ -361,12 +350,20 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
                          penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt,
                          spec_type=spec_type, ngram_params=ngram_params,
                          grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
-                         _constraint=_constraint)
+                         _constraint=_constraint, n_parallel=n_parallel)
+    if is_batch(prompt):
+        results: list[dict] = []
+        run(results)
+        return [_result(r, s) for r, s in zip(results, seed)]
     result: dict = {}
     if stream:
         return (p.text for p in run(False, result))
     for _ in run(False, result):
         pass
+    return _result(result, seed)
+
+
+def _result(result: dict, seed: int) -> GenerationResult:
     reader = result.get("reader")
     if reader is not None:
         reader.push(result["text"])
@@ -383,7 +380,9 @@ def stream_generate(prompt: str | Sequence[int], model: ModelLike, draft_model: 
     arguments but stream; they are checked here, before the first item is asked for."""
     if "stream" in kwargs:
         raise InvalidArgumentError("stream_generate always streams: drop stream=")
-    defaults = {k: v for k, v in generate.__kwdefaults__.items() if k != "stream"}
+    if is_batch(prompt):
+        raise InvalidArgumentError("stream_generate takes one prompt (generate() takes several)")
+    defaults = {k: v for k, v in generate.__kwdefaults__.items() if k not in ("stream", "n_parallel")}
     unknown = set(kwargs) - set(defaults)
     if unknown:
         raise InvalidArgumentError(f"unknown argument(s): {', '.join(sorted(unknown))}")

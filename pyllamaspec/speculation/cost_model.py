@@ -16,6 +16,35 @@ import numpy as np
 from .pair_stats import PairStats
 
 
+def cost_at(costs: dict[int, float], n: int) -> float:
+    """Seconds an evaluation of n tokens takes, from the measured costs by batch size: measured,
+    interpolated linearly between measurements, or extrapolated optimistically beyond them."""
+    pts = sorted(costs.items())
+    if n in costs:
+        return costs[n]
+    if len(pts) == 1:                      # one point: assume cost grows slowly with n
+        n0, c0 = pts[0]
+        return c0 * (1 + 0.02 * (n - n0))
+    if n > pts[-1][0]:
+        # Beyond the largest batch measured, assume half the average growth so far: batches
+        # cost less per token as they grow, and an optimistic guess gets measured (then
+        # corrected) the first time it is chosen, where a pessimistic one would never be.
+        (n0, c0), (n1, c1) = pts[0], pts[-1]
+        return c1 + 0.5 * (c1 - c0) / (n1 - n0) * (n - n1)
+    lo = max((p for p in pts if p[0] < n), default=pts[0])
+    hi = min((p for p in pts if p[0] > n), default=pts[-1])
+    if lo[0] == hi[0]:
+        lo, hi = pts[0], pts[1]
+    slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+    return max(1e-9, lo[1] + slope * (n - lo[0]))
+
+
+def updated_cost(old: float | None, x: float) -> float:
+    """A cost estimate updated with measurement x: faster is believed at once, slower slowly
+    (delays only ever slow a measurement down: a page fault, a busy machine)."""
+    return x if old is None or x < old else 0.8 * old + 0.2 * x
+
+
 class DraftPolicy:
     """Picks the draft length k that maximizes expected tokens per second.
 
@@ -201,10 +230,7 @@ class DraftPolicy:
         cd = self.c_draft or 0.0
         return (cd if k > 0 else 0.0) if self.per_round else k * cd
 
-    @staticmethod
-    def _cost(old: float | None, x: float) -> float:
-        """A cost estimate updated with measurement x: faster is believed at once, slower slowly."""
-        return x if old is None or x < old else 0.8 * old + 0.2 * x
+    _cost = staticmethod(updated_cost)
 
     def observe_draft(self, seconds: float, n_tokens: int) -> None:
         if n_tokens > 0:
@@ -219,24 +245,7 @@ class DraftPolicy:
         self.c_target[n] = self._cost(self.c_target.get(n), seconds)
 
     def target_cost(self, n: int) -> float:
-        pts = sorted(self.c_target.items())
-        if n in self.c_target:
-            return self.c_target[n]
-        if len(pts) == 1:                      # one point: assume cost grows slowly with n
-            n0, c0 = pts[0]
-            return c0 * (1 + 0.02 * (n - n0))
-        if n > pts[-1][0]:
-            # Beyond the largest batch measured, assume half the average growth so far: batches
-            # cost less per token as they grow, and an optimistic guess gets measured (then
-            # corrected) the first time it is chosen, where a pessimistic one would never be.
-            (n0, c0), (n1, c1) = pts[0], pts[-1]
-            return c1 + 0.5 * (c1 - c0) / (n1 - n0) * (n - n1)
-        lo = max((p for p in pts if p[0] < n), default=pts[0])
-        hi = min((p for p in pts if p[0] > n), default=pts[-1])
-        if lo[0] == hi[0]:
-            lo, hi = pts[0], pts[1]
-        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        return max(1e-9, lo[1] + slope * (n - lo[0]))
+        return cost_at(self.c_target, n)
 
     @staticmethod
     def expected_tokens(alpha: float, k: int) -> float:

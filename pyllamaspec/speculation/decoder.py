@@ -15,9 +15,11 @@ The tokens produced are distributed exactly as the target's own (greedy: identic
 k is, so k is free to optimize: a cost model picks it each round from the measured costs and
 the running acceptance rate, and picks k = 0 (plain decoding) when speculation would not pay.
 
-Bookkeeping: `seq` holds every token so far. The target's cache holds seq[:-1] between rounds
+Bookkeeping: `seq` holds every token so far. The target's sequence (one of the target Model's,
+leased for this generation: generations sharing a Model never mix) holds seq[:-1] between rounds
 (the last token is fed with the next drafts); a drafter keeps whatever state it needs in step
-(drafters/base.py). Which drafter it is never matters to the round.
+(drafters/base.py). Which drafter it is never matters to the round. Several decoders' rounds
+made together, verified in one target evaluation: batch.py.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from ..engine import _args
 from ..engine.grammar import Grammar
 from ..engine.head import DraftHead
 from ..engine.model import Model
+from ..engine.sequence import Sequence
 from ..engine.sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 from ..errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .cost_model import DraftPolicy
@@ -59,6 +62,14 @@ class Stats:
     accepted_per_round: list[int] = field(default_factory=list)
     forced: int = 0              # drafts a grammar forced (free: no drafter proposed them)
     forced_accepted: int = 0
+    batch_rounds: int = 0        # rounds verified together with other sequences' (batch.py)
+    batch_seqs: int = 0          # the sequences those rounds' evaluations carried, summed
+    batch_plain: int = 0         # of them, rounds the batch's cost model decoded plainly
+
+    @property
+    def mean_batch(self) -> float:
+        """Sequences per target evaluation, on average (1: alone)."""
+        return self.batch_seqs / self.batch_rounds if self.batch_rounds else 1.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -144,20 +155,36 @@ class Decoder:
         self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
         self.stats = Stats()
         self.seq: list[int] = []
+        self.tseq: Sequence | None = None        # the target's sequence this generation holds
 
     @property
     def draft(self) -> Model | None:
         """The draft model the drafter evaluates, if it has one."""
         return self.drafter.draft_model if self.drafter is not None else None
 
+    def sequences(self) -> list[Sequence]:
+        """The model sequences this generation holds (the target's, a draft model's)."""
+        d = self.drafter.draft_seq if self.drafter is not None else None
+        return [s for s in (self.tseq, d) if s is not None]
+
     # -- prompt ---------------------------------------------------------------------------
-    def prefill(self, prompt: list[int], progress=None) -> None:
+    def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
+        """Takes a sequence of the target (and the drafter its own) for a generation after
+        prompt: the one holding most of it (fresh: an empty one), waiting while every sequence
+        is taken (stop() gives up, EvaluationInterrupted). prefill() opens if not done yet."""
+        if self.tseq is None:
+            self.tseq = self.target.lease(None if fresh else prompt[:-1], stop=stop)
+        if self.drafter is not None:
+            self.drafter.open(prompt, fresh, stop)
+
+    def prefill(self, prompt: list[int], fresh: bool = False, progress=None) -> None:
         """Evaluate the prompt (all but its last token, which the first round feeds). What a
         model's cache already holds of it (its longest common prefix with the cached ids: the
-        previous turns of a chat) is kept, not evaluated again; on the CPU the result is
-        bit-identical to a fresh evaluation where the model's batched and one-token evaluations
-        are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp). progress(done, total): called
-        after each batch of the target's evaluation (a long prompt's progress bar)."""
+        previous turns of a chat) is kept, not evaluated again (fresh: nothing is kept); on
+        the CPU the result is bit-identical to a fresh evaluation where the model's batched and
+        one-token evaluations are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp).
+        progress(done, total): called after each batch of the target's evaluation (a long
+        prompt's progress bar)."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
         for m in (self.target, self.draft):
@@ -165,15 +192,18 @@ class Decoder:
                 raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {m.n_ctx} "
                                        f"(raise n_ctx / -c)")
         t0 = time.perf_counter()
+        self.open(prompt, fresh)
         self.seq = list(prompt)
         head = np.asarray(prompt[:-1], np.int32)
         if self.sampling.penalized:              # llama.cpp penalizes repeats of the prompt too
             self.t_sampler.reset(prompt)
-        n_keep = self.target.reuse_prefix(prompt[:-1])
+        if fresh:
+            self.tseq.clear()
+        n_keep = self.tseq.reuse_prefix(prompt[:-1])
         if n_keep < len(head):
             self._eval_prompt(head[n_keep:], progress)
         if self.drafter is not None:
-            self.stats.n_draft_reused = self.drafter.prefill(self.seq)
+            self.stats.n_draft_reused = self.drafter.prefill(self.seq, self.tseq, fresh)
         self.stats.n_prompt = len(prompt)
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
@@ -182,11 +212,11 @@ class Decoder:
         """The prompt's tokens into the target's cache; with progress, one n_batch batch per call
         (the batches the core would make of one call: the same evaluation)."""
         if progress is None:
-            self.target.eval(ids, logits="none")
+            self.tseq.eval(ids, logits="none")
             return
         step = max(1, self.target.n_batch)
         for i in range(0, len(ids), step):
-            self.target.eval(ids[i:i + step], logits="none")
+            self.tseq.eval(ids[i:i + step], logits="none")
             progress(min(i + step, len(ids)), len(ids))
 
     # -- rounds ---------------------------------------------------------------------------
@@ -208,23 +238,33 @@ class Decoder:
         t0 = time.perf_counter()
         self.stats.t_draft += t0 - t_round
         # the target scores [last, x_1..x_k] in one batch: p_1..p_{k+1}
-        n_past = self.target.n_past
+        n_past = self.tseq.n_past
         p = self._score(draft)
+        return self.settle(draft, p, n_past, t0, t_round)
+
+    def settle(self, draft: Draft, p: np.ndarray, n_past: int, t0: float, t_round: float,
+               batch: int = 1) -> list[tuple[int, bool]]:
+        """The round after the target scored the draft (rows p, its sequence at n_past before
+        them): the acceptance test, the rollback, the bookkeeping. batch: the sequences the
+        target's evaluation carried (its cost is the batch's, observed by batch.py)."""
         # x_i is accepted with probability min(1, p_i(x_i)/q_i(x_i)) (greedy: iff it is the
         # argmax); the first rejection draws from norm(max(0, p_i - q_i)), else a bonus from p_{k+1}
         # (under a grammar p and q lose the forbidden tokens first: the sampler holds it)
+        if self.banned is not None and self.banned.size:
+            p[:, self.banned] = -np.inf
         n_acc, nxt = self.t_sampler.verify(p, draft.tokens, draft.q)
-        self.target.truncate(n_past + 1 + n_acc)           # roll back the rejected drafts
+        self.tseq.truncate(n_past + 1 + n_acc)             # roll back the rejected drafts
         dt = time.perf_counter() - t0
         self.stats.t_target += dt
-        self.policy.observe_target(draft.n + 1, dt)
+        if batch == 1:
+            self.policy.observe_target(draft.n + 1, dt)
         new = [int(t) for t in draft.tokens[:n_acc]] + [int(nxt)]
         self._extend(new, p)
         self.constraint.advance(new)                         # the grammar takes the round's text
-        self._observe(draft, new, n_acc, t_round)
+        self._observe(draft, new, n_acc, t_round, batch)
         return [(t, i < n_acc) for i, t in enumerate(new)]
 
-    def _observe(self, draft: Draft, new: list[int], n_acc: int, t_round: float) -> None:
+    def _observe(self, draft: Draft, new: list[int], n_acc: int, t_round: float, batch: int = 1) -> None:
         """The drafter rolls back its own state and the cost model learns from the drafter's
         part of the draft (forced drafts are the grammar's, not the drafter's)."""
         own = draft.n - draft.n_forced
@@ -232,7 +272,7 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.accepted(self.seq, new, draft)
             p_max = draft.p_max[:own] if draft.p_max is not None else None
-            self.policy.observe_verified(own, own_acc, p_max, time.perf_counter() - t_round)
+            self.policy.observe_verified(own, own_acc, p_max, (time.perf_counter() - t_round) / batch)
         if self.drafter is not None or self.constraint.active:
             self.stats.record_round(own, own_acc, draft.n_forced, n_acc - own_acc)
 
@@ -246,15 +286,16 @@ class Decoder:
         return min(self.k_max, room - 1, max(0, want - 1) if want is not None else room,
                    self.target.max_rollback)
 
-    def _score(self, draft: Draft) -> np.ndarray:
-        """The target's logits for the round's batch: the last token, then the draft (a chain)."""
+    def batch_tokens(self, draft: Draft) -> np.ndarray:
+        """The round's batch: the last token, then the draft (a chain)."""
         n = draft.n + 1
         self.batch[0] = self.seq[-1]
         self.batch[1:n] = draft.tokens
-        p = self.target.eval(self.batch[:n], logits="all", out=self.t_logits)
-        if self.banned is not None and self.banned.size:
-            p[:, self.banned] = -np.inf
-        return p
+        return self.batch[:n]
+
+    def _score(self, draft: Draft) -> np.ndarray:
+        """The target's logits for the round's batch."""
+        return self.tseq.eval(self.batch_tokens(draft), logits="all", out=self.t_logits)
 
     def _extend(self, new: list[int], rows: np.ndarray) -> None:
         """Appends a round's tokens to the text, the penalties' history and the logprobs (row i
@@ -269,20 +310,36 @@ class Decoder:
         """Drops from both caches what lies past the first n tokens of the sequence: tokens a
         round accepted beyond the output (a stop string, max_tokens), so that the caches hold
         what the caller saw and the next call's prefix reuse starts from it."""
-        for m in (self.target, self.draft):
+        for s in self.sequences():
             try:
-                if m is not None and not m.closed and m.n_past > n:
-                    m.truncate(n)
+                if not s.closed and s.n_past > n:
+                    s.truncate(n)
             except PyllamaspecError:      # a model that failed (a lost RPC server): its error stands
                 pass
 
     def close(self) -> None:
-        """Leaves the models as they were given (a draft model's head restored), keeping the
-        acceptance estimates for the next generation with the same pair."""
+        """Leaves the models as they were given (a draft model's head restored, the sequences
+        given back with what they hold for the next prompt), keeping the acceptance estimates
+        for the next generation with the same pair."""
         if self.drafter is not None and self.dp.adaptive and self.stats.rounds:
             self.policy.save()
         if self.drafter is not None:
             self.drafter.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self.tseq is not None:
+            self.tseq.release()
+            self.tseq = None
+
+    def __del__(self) -> None:                # a decoder dropped without close(): its sequences go back
+        try:
+            self._release()
+            d = self.drafter.draft_seq if self.drafter is not None else None
+            if d is not None:
+                d.release()
+        except Exception:
+            pass
 
     def tokens(self) -> Iterator[tuple[int, bool]]:
         """Yields (token, from_draft) forever (until the context is full)."""

@@ -22,11 +22,14 @@ class DraftCost:
 @dataclass
 class PairStats:
     """One (target, drafter) pair: the target's eval cost by batch size (seconds; shared with the
-    target's other pairs), the drafter's cost, and the acceptance estimates the last generation
-    left (DraftPolicy.state(); None: none yet)."""
+    target's other pairs, whether the batch is one sequence's or several), the drafter's cost
+    (per drafted token alone; per step of a batch round by the number of sequences), and the
+    acceptance estimates the last generation left (DraftPolicy.state(); None: none yet)."""
     target_costs: dict[int, float] = field(default_factory=dict)
     draft_cost: DraftCost = field(default_factory=DraftCost)
     acceptance: dict | None = None
+    # a batch round's draft (batch.py): seconds per drafting step with n sequences drafting
+    draft_step_costs: dict[int, float] = field(default_factory=dict)
 
 
 class PairRegistry:

@@ -8,8 +8,8 @@
 namespace psl {
 
 Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
-             int32_t n_kv, bool all_outputs)
-    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_kv(n_kv), all_outputs(all_outputs) {
+             int32_t n_kv, Outputs outputs, int32_t n_out_rows)
+    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_kv(n_kv), outputs(outputs), n_out_rows(n_out_rows) {
     inp_pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     ggml_set_name(inp_pos, "inp_pos");
     ggml_set_input(inp_pos);
@@ -23,6 +23,11 @@ Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache 
         inp_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
         ggml_set_name(inp_mask_swa, "inp_mask_swa");
         ggml_set_input(inp_mask_swa);
+    }
+    if (outputs == Outputs::Rows) {
+        inp_out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_out_rows);
+        ggml_set_name(inp_out_ids, "inp_out_ids");
+        ggml_set_input(inp_out_ids);
     }
 }
 
@@ -237,12 +242,14 @@ ggml_tensor * Graph::keep_outputs(ggml_tensor * x) const {
 }
 
 ggml_tensor * Graph::output_rows(ggml_tensor * x) const {
-    if (all_outputs || no_outputs || x->ne[1] == 1) return x;
+    // (x->ne[1] != n_tokens: already kept, e.g. by the last layer before output())
+    if (outputs == Outputs::All || outputs == Outputs::None || x->ne[1] != n_tokens || n_tokens == 1) return x;
+    if (outputs == Outputs::Rows) return ggml_get_rows(ctx, x, inp_out_ids);
     return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (size_t) (x->ne[1] - 1) * x->nb[1]);
 }
 
 ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
-    if (no_outputs) {
+    if (no_outputs()) {
         if (keep_final) {
             final_hidden = rms_norm(x, norm_w);
             ggml_set_output(final_hidden);
@@ -267,46 +274,86 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
     return logits;
 }
 
-void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) {
-    if (g.inp_tokens) ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) g.n_tokens);
-    pos_.resize(g.n_tokens);
-    idx_.resize(g.n_tokens);
-    for (int32_t i = 0; i < g.n_tokens; ++i) {
-        pos_[i] = n_past + i;
-        idx_[i] = n_past + i;
-    }
-    if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos_.data(), 0, sizeof(int32_t) * (size_t) g.n_tokens);
-    if (g.inp_kv_idx->buffer) ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) g.n_tokens);
-
+// What does not depend on the cache's layout: tokens, positions (also M-RoPE's and the attention
+// temperature's), the recurrent state's rows (a hybrid's graph holds one sequence, seq0, at
+// consecutive positions).
+void GraphInputs::fill_common(const Graph & g, const int32_t * tokens, const int32_t * pos, int32_t seq0) {
+    const int32_t n = g.n_tokens;
+    if (g.inp_tokens) ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) n);
+    if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos, 0, sizeof(int32_t) * (size_t) n);
+    if (g.inp_kv_idx->buffer) ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) n);
     if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
-        pos_.assign(4 * (size_t) g.n_tokens, 0);
-        for (int32_t i = 0; i < g.n_tokens; ++i) {
-            for (int j = 0; j < 3; ++j) pos_[(size_t) j * g.n_tokens + i] = n_past + i;
+        pos4_.assign(4 * (size_t) n, 0);
+        for (int32_t i = 0; i < n; ++i) {
+            for (int j = 0; j < 3; ++j) pos4_[(size_t) j * n + i] = pos[i];
         }
-        ggml_backend_tensor_set(g.inp_pos4, pos_.data(), 0, sizeof(int32_t) * pos_.size());
+        ggml_backend_tensor_set(g.inp_pos4, pos4_.data(), 0, sizeof(int32_t) * pos4_.size());
     }
     if (g.inp_attn_scale && g.inp_attn_scale->buffer) {   // as llama.cpp computes it (in double)
         const HParams & hp = g.m.hp;
-        scale_.resize(g.n_tokens);
-        for (int32_t i = 0; i < g.n_tokens; ++i) {
-            const float p = (float) (n_past + i);
+        scale_.resize(n);
+        for (int32_t i = 0; i < n; ++i) {
+            const float p = (float) pos[i];
             scale_[i] = (float) (std::log(std::floor(p / (float) hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0);
         }
         ggml_backend_tensor_set(g.inp_attn_scale, scale_.data(), 0, sizeof(float) * scale_.size());
     }
-    if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, n_past, g.n_tokens);
+    if (g.rs) g.rs->fill_inputs(g.inp_rs_src, g.inp_rs_dst, g.inp_rs_dst_old, seq0, pos[0], n);
+}
 
-    // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
-    // with a sliding window only the last n_swa of them. Not causal (a dflash block): every
-    // token sees the whole batch too.
+void GraphInputs::fill(const Graph & g, const UBatch & ub, const KvCells & cells) {
+    const int32_t n = g.n_tokens;
+    idx_.resize(n);
+    for (int32_t i = 0; i < n; ++i) idx_[i] = ub.cell[i];
+    if (g.inp_out_ids && g.inp_out_ids->buffer) {
+        ggml_backend_tensor_set(g.inp_out_ids, ub.out_ids, 0, sizeof(int32_t) * (size_t) g.n_out_rows);
+    }
+    fill_common(g, ub.tokens, ub.pos, ub.seq[0]);
+    fill_masks(g, ub, cells);
+}
+
+// Token i (position p of sequence s) sees the cells of s's positions 0..p; with a sliding
+// window only the last n_swa of them. One sequence whose cells ascend gives the causal mask of
+// a one-sequence cache, cell for cell.
+void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells) {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
     const size_t n = (size_t) g.n_kv * g.n_tokens;
     mask_.assign(n, ninf);
     if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
+        const int32_t p = ub.pos[i], s = ub.seq[i];
+        ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
+        ggml_fp16_t * srow = g.inp_mask_swa ? mask_swa_.data() + (size_t) i * g.n_kv : nullptr;
+        for (int32_t q = 0; q <= p; ++q) {
+            const int32_t c = cells.cell_at(s, q);
+            row[c] = zero;
+            if (srow && q > p - n_swa) srow[c] = zero;
+        }
+    }
+    set_masks(g);
+}
+
+void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) {
+    const int32_t n = g.n_tokens;
+    pos_.resize(n);
+    idx_.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+        pos_[i] = n_past + i;
+        idx_[i] = n_past + i;
+    }
+    fill_common(g, tokens, pos_.data(), 0);
+    // Causal mask over the cells: token i (position n_past + i) sees cells j <= n_past + i;
+    // with a sliding window only the last n_swa of them. Not causal (a dflash block): every
+    // token sees the whole batch too.
+    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+    const int32_t n_swa = g.m.hp.n_swa;
+    const size_t nm = (size_t) g.n_kv * g.n_tokens;
+    mask_.assign(nm, ninf);
+    if (g.inp_mask_swa) mask_swa_.assign(nm, ninf);
+    for (int32_t i = 0; i < n; ++i) {
         const int32_t pos = n_past + i;
-        const int32_t last = g.causal ? pos - (g.sees_own ? 0 : 1) : n_past + g.n_tokens - 1;
+        const int32_t last = g.causal ? pos - (g.sees_own ? 0 : 1) : n_past + n - 1;
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
         std::fill(row, row + last + 1, zero);
         if (g.inp_mask_swa) {
@@ -314,6 +361,11 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
             std::fill(srow + std::max(0, pos - n_swa + 1), srow + last + 1, zero);
         }
     }
+    set_masks(g);
+}
+
+void GraphInputs::set_masks(const Graph & g) {
+    const size_t n = (size_t) g.n_kv * g.n_tokens;
     // a mask no layer uses is not in the graph, so it has no memory
     if (g.inp_mask->buffer) ggml_backend_tensor_set(g.inp_mask, mask_.data(), 0, n * sizeof(ggml_fp16_t));
     if (g.inp_mask_swa && g.inp_mask_swa->buffer) {

@@ -6,22 +6,28 @@
 #include "model.h"
 
 #include <utility>
+#include <vector>
 
 namespace psl {
 
 class RecurrentState;
 
 // One forward graph over n_tokens new tokens attending to the first n_kv cache cells. Where the
-// tokens sit (positions, cells, mask) is all input data, so one graph serves many steps.
+// tokens sit (positions, sequences, cells, mask) and which rows give logits is all input data,
+// so one graph serves many steps.
 struct Graph {
+    // Which tokens' logits the graph computes: every token's, the last one's, the rows named
+    // by inp_out_ids (n_out_rows of them), or none (the graph ends at the last layer).
+    enum class Outputs { All, Last, Rows, None };
+
     ggml_context * ctx;
     ggml_cgraph * gf;
     const psl_model & m;
     KvCache & kv;
     int32_t n_tokens;
     int32_t n_kv;                // cells the attention reads
-    bool all_outputs;            // logits for every token, else for the last only
-    bool no_outputs = false;     // no logits at all: the graph ends at the last layer
+    Outputs outputs;
+    int32_t n_out_rows;          // with Outputs::Rows
     bool embeddings = false;     // the output norm's rows, not logits: the graph ends before the head
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
@@ -32,6 +38,7 @@ struct Graph {
     ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
     ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, n_tokens], causal
     ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, n_tokens], causal and windowed
+    ggml_tensor * inp_out_ids = nullptr;    // I32 [n_out_rows]: the rows whose logits are wanted (Rows)
     // hybrid models (see recurrent_state.h); created by the architecture when it needs them
     RecurrentState * rs = nullptr;
     ggml_tensor * inp_rs_src = nullptr;     // I32 [1]: the state row the batch starts from
@@ -61,7 +68,8 @@ struct Graph {
     ggml_tensor * final_hidden = nullptr;   // F32 [n_embd, n_outputs] (no outputs: n_tokens)
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
-          int32_t n_kv, bool all_outputs);
+          int32_t n_kv, Outputs outputs, int32_t n_out_rows = 0);
+    bool no_outputs() const { return outputs == Outputs::None; }
 
     ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
     // Called with the residual stream entering layer il: a head's captured feature when asked.
@@ -117,26 +125,50 @@ struct Graph {
     std::pair<ggml_tensor *, ggml_tensor *> moe_route(ggml_tensor * logits, const Layer & l, const MoeOpts & o) const;
     // The shared expert (SwiGLU), times its sigmoid gate when the layer has one (qwen2moe).
     ggml_tensor * ffn_shared_expert(ggml_tensor * x, const Layer & l) const;
-    // The columns of x whose logits are wanted (all, or the last); called on the last layer so
-    // that its remaining work skips the other rows (all rows stay when an MTP block reads them).
+    // The columns of x whose logits are wanted (all, the last, or the rows named); called on the
+    // last layer so that its remaining work skips the other rows (all rows stay when an MTP
+    // block reads them).
     ggml_tensor * keep_outputs(ggml_tensor * x) const;
     ggml_tensor * output_rows(ggml_tensor * x) const;   // the same, whatever MTP needs
     // Keeps the rows whose logits are wanted, final norm, output head: [n_vocab, n_outputs]
     // (with embeddings, the normed rows: [n_embd, n_tokens]).
     ggml_tensor * output(ggml_tensor * x, ggml_tensor * norm_w);
-    int32_t n_outputs() const { return no_outputs ? 0 : all_outputs ? n_tokens : 1; }
+    int32_t n_outputs() const {
+        return outputs == Outputs::None ? 0 : outputs == Outputs::All ? n_tokens : outputs == Outputs::Last ? 1 : n_out_rows;
+    }
+};
+
+// What one graph computes: n tokens, each with its position, the sequence it attends as and the
+// cache cell it is written to (already the sequences', see KvCells), and with Outputs::Rows the
+// rows (indices into these n) whose logits are wanted. A hybrid's batch holds one sequence, at
+// consecutive positions.
+struct UBatch {
+    int32_t n = 0;
+    const int32_t * tokens = nullptr;
+    const int32_t * pos = nullptr;
+    const int32_t * seq = nullptr;
+    const int32_t * cell = nullptr;
+    const int32_t * out_ids = nullptr;
 };
 
 // The host side of a graph's inputs: where its tokens sit (positions, cache cells), the causal
-// masks (windowed too, for sliding-window layers) and the recurrent state's rows, filled before
-// each compute; the buffers are kept between steps.
+// masks per sequence (windowed too, for sliding-window layers), the rows kept for logits and the
+// recurrent state's rows, filled before each compute; the buffers are kept between steps.
 class GraphInputs {
 public:
-    // g's inputs for its n_tokens tokens at positions n_past, n_past + 1, ...
+    // g's inputs for the tokens of ub; cells says which cells each sequence holds.
+    void fill(const Graph & g, const UBatch & ub, const KvCells & cells);
+    // One sequence in cells 0, 1, ... (a draft head's own cache, or its view of the target's
+    // sequence 0): g's n_tokens tokens at positions and cells n_past, n_past + 1, ...; honours
+    // g.causal / g.sees_own.
     void fill(const Graph & g, const int32_t * tokens, int32_t n_past);
 
 private:
-    std::vector<int32_t> pos_;
+    void fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells);
+    void fill_common(const Graph & g, const int32_t * tokens, const int32_t * pos, int32_t seq0);
+    void set_masks(const Graph & g);
+
+    std::vector<int32_t> pos_, pos4_;
     std::vector<int64_t> idx_;
     std::vector<ggml_fp16_t> mask_, mask_swa_;
     std::vector<float> scale_;

@@ -32,7 +32,9 @@ def error_response(e: APIError) -> JSONResponse:
 
 
 class ApiKey:
-    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY`` (401 else)."""
+    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY`` (401 else).
+    The header's bytes are compared with the key's UTF-8 bytes (what clients send for a key
+    that is not ASCII; decoding the header as Latin-1 first would never match it)."""
 
     def __init__(self, app, key: str | None):
         self.app, self.key = app, key
@@ -41,13 +43,44 @@ class ApiKey:
         if self.key is None or scope["type"] != "http" or scope["path"] in PUBLIC:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        if not given or not hmac.compare_digest(given.encode(), self.key.encode()):
+        auth = headers.get(b"authorization", b"")
+        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        if not given or not hmac.compare_digest(given, self.key.encode("utf-8")):
             msg = "missing API key (Authorization: Bearer ...)" if not given else "invalid API key"
             resp = error_response(APIError(msg, 401, type="authentication_error", code="invalid_api_key"))
             return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over max_bytes is refused with 413 before it is read (its
+    Content-Length says so) or as soon as it passes the limit (chunked), so that a huge prompt
+    never sits in memory."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    def _error(self) -> APIError:
+        return APIError(f"the request body is larger than {self.max_bytes} bytes (the server's --max-body-size)", 413,
+                        code="request_too_large")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not self.max_bytes:
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return await error_response(self._error())(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:
+                    raise HTTPException(413, self._error().message)
+            return msg
+        return await self.app(scope, counted, send)
 
 
 async def _body(request: Request):
@@ -56,6 +89,12 @@ async def _body(request: Request):
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise APIError("the request body is nested too deeply") from None
+    except ValueError as e:           # an integer of more digits than Python converts
+        raise APIError(f"the request body cannot be read: {e}") from None
+    finally:
+        del raw
 
 
 def _sse(obj) -> bytes:
@@ -178,7 +217,8 @@ def _drafter_name(d) -> str | None:
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     return error_response(APIError(exc.detail or "error", exc.status_code,
-                                   type="not_found_error" if exc.status_code == 404 else "invalid_request_error"))
+                                   type="not_found_error" if exc.status_code == 404 else "invalid_request_error",
+                                   code="request_too_large" if exc.status_code == 413 else None))
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
@@ -186,10 +226,13 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error_response(_as_api_error(exc))
 
 
+MAX_BODY = 16 << 20       # bytes; --max-body-size
+
+
 def create_app(worker: Worker, alias: str, api_key: str | None = None, options: Options | None = None,
-               model_path: str = "") -> Starlette:
-    """The routes of llama-server: OpenAI's (here) and its own (native_routes.py); `options` are
-    its switches (--metrics, --embeddings, --pooling, ...)."""
+               model_path: str = "", max_body: int = MAX_BODY) -> Starlette:
+    """The routes of llama-server: OpenAI's (here) and its own (native_routes.py, /slots and
+    /props among them); `options` are its switches (--metrics, --embeddings, --pooling, ...)."""
     r = Routes(worker, alias)
     r.native = NativeRoutes(worker, alias, model_path, options or Options(), r._generate)
     routes = [
@@ -205,7 +248,7 @@ def create_app(worker: Worker, alias: str, api_key: str | None = None, options: 
         yield
         await run_in_threadpool(worker.close)
 
-    return Starlette(routes=routes, middleware=[Middleware(ApiKey, key=api_key)],
+    return Starlette(routes=routes, middleware=[Middleware(BodyLimit, max_bytes=max_body), Middleware(ApiKey, key=api_key)],
                      exception_handlers={HTTPException: _http_error, Exception: _server_error}, lifespan=lifespan)
 
 

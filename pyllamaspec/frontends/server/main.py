@@ -36,6 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
+    g.add_argument("-np", "--parallel", type=int, default=-1,
+                   help="slots: requests decoded together, every round's drafts verified in one target "
+                        "evaluation (default -1 = auto: 4, sharing the whole context)")
+    g.add_argument("-kvu", "--kv-unified", dest="kv_unified", action="store_true", default=None,
+                   help="every slot may use the whole context (default with -np auto; else each slot "
+                        "gets -c / -np tokens, as llama-server)")
+    g.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false")
+    g.add_argument("--max-body-size", dest="max_body_size", type=int, default=16 << 20, metavar="BYTES",
+                   help="requests with a larger body are refused (413) before it is read (default 16 MiB; 0 = no limit)")
+    g.add_argument("-cb", "--cont-batching", action="store_true", default=True,
+                   help="continuous batching: always on (llama-server's flag, accepted)")
+    g.add_argument("-nocb", "--no-cont-batching", dest="cont_batching", action="store_false",
+                   help="not supported: continuous batching stays on")
     return ap
 
 
@@ -88,12 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     from .app import create_app
     from .native_routes import Options
     from .worker import Defaults, Worker
+    from ...engine.head import DraftHead
 
     ap = build_parser()
     a = parse_args(ap, argv)
     a.prompt = a.file = None                   # what cli's helpers read and a server has not
     if not (a.model or a.hf_repo or a.demo):
         ap.error("give a model: -m TARGET.gguf, -hf user/repo[:QUANT] or --demo")
+    if a.parallel == 0 or a.parallel < -1 or a.parallel > 256:
+        ap.error(f"-np/--parallel must be -1 (auto) or 1 to 256, got {a.parallel}")
+    auto = a.parallel == -1
+    n_parallel = 4 if auto else a.parallel            # llama-server's auto: 4 slots, one shared context
+    kv_unified = auto if a.kv_unified is None else a.kv_unified
+    a.n_seq_max = n_parallel                           # a hybrid model keeps a state ring per slot
     try:
         sampling, draft_params, _ = settings_from_args(a)
         if a.verbose:
@@ -112,18 +132,24 @@ def main(argv: list[str] | None = None) -> int:
             types = draft_params.spec_type if draft_params.spec_type is not None else spec_types_of(drafter)
             if drafter is None and types:               # drafting without a draft file
                 drafter = ",".join(types)
+            if isinstance(drafter, DraftHead) and n_parallel > 1:
+                if not auto:                            # its features follow one sequence of the target
+                    raise PyllamaspecError(f"-np {n_parallel}: a draft head ({drafter.kind}) drafts for one "
+                                           f"sequence of its target; run it with -np 1")
+                n_parallel = 1
             defaults = Defaults(sampling, draft_params, seeded=a.seed >= 0,
                                 chat_template=a.chat_template_file or a.chat_template,
-                                max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint)
+                                max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint,
+                                n_parallel=n_parallel, kv_unified=kv_unified)
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
                            normalize=a.embd_normalize, ui=a.ui)
-            app = create_app(worker, alias, key, opts, model_path=target_path)
+            app = create_app(worker, alias, key, opts, model_path=target_path, max_body=a.max_body_size)
             what = ("plain decoding" if not types else f"{','.join(types)}"
                     + (f" with {draft_path}" if draft_path and drafter is not None else ""))
-            print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, "
-                  f"listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
+            print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, {n_parallel} slot(s) of "
+                  f"{worker.n_ctx_slot}, listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
             # a stream still running at shutdown is cut after 5 s (its generation then stops)
             uvicorn.run(app, host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
                         timeout_graceful_shutdown=5)

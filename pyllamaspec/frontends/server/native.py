@@ -78,7 +78,7 @@ def whole(req: GenRequest, model: str, result: dict, settings: dict, text_of: To
     stats: Stats | None = result.get("stats")
     text = result.get("text", "")
     out = {"index": 0, "content": text, "tokens": list(result.get("tokens", ())) if req.return_tokens else [],
-           "id_slot": 0, "stop": True, "model": model, "tokens_predicted": len(result.get("tokens", ())),
+           "id_slot": result.get("id_slot", 0), "stop": True, "model": model, "tokens_predicted": len(result.get("tokens", ())),
            "tokens_evaluated": len(result.get("prompt_tokens", ())), "generation_settings": settings,
            "prompt": prompt_text, "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type(result),
            "stopping_word": result.get("stopping_word", ""),

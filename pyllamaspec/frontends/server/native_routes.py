@@ -97,8 +97,8 @@ class NativeRoutes:
                     if value.logprobs is not None:
                         lps.append(value.logprobs)
                     if value.text:
-                        yield _sse(native.chunk(job.req, value.text, tokens, lps, n, len(job.ids),
-                                                self.worker.token_bytes))
+                        c = native.chunk(job.req, value.text, tokens, lps, n, len(job.ids), self.worker.token_bytes)
+                        yield _sse({**c, "id_slot": max(job.slot, 0)})
                         tokens, lps = [], []
                 elif kind == "error":
                     yield _sse(as_api_error(value).body())
@@ -176,8 +176,8 @@ class NativeRoutes:
             "default_generation_settings": {
                 "params": native.sampling_params(d.sampling, d.draft if self.worker.has_drafter else None,
                                                  d.max_tokens),
-                "n_ctx": t.n_ctx},
-            "total_slots": 1, "model_alias": self.alias, "model_path": self.model_path,
+                "n_ctx": self.worker.n_ctx_slot},
+            "total_slots": self.worker.n_slots, "model_alias": self.alias, "model_path": self.model_path,
             "model_ftype": t.info.file_type_name,
             "modalities": {"vision": False, "video": False, "audio": False},
             "endpoint_slots": self.opts.slots, "endpoint_props": False, "endpoint_metrics": self.opts.metrics,
@@ -193,9 +193,9 @@ class NativeRoutes:
         if not self.opts.slots:
             return _not_supported("slots endpoint", "--slots")
         w = self.worker
-        if request.query_params.get("fail_on_no_slot") and w.busy:
+        if request.query_params.get("fail_on_no_slot") and w.n_busy >= w.n_slots:
             return _error(APIError("no slot available", 503, type="unavailable_error"))
-        return JSONResponse([native.describe_slot(0, w.target.n_ctx, w.has_drafter, w.busy, w.task)])
+        return JSONResponse(w.slots())
 
     async def post_slot(self, request: Request) -> Response:
         return _not_supported("slots action", "--slot-save-path")
@@ -213,7 +213,7 @@ class NativeRoutes:
                   "requests_cancelled_total": c.cancelled,
                   "prompt_tokens_seconds": c.prompt_tokens / c.prompt_seconds if c.prompt_seconds else 0.0,
                   "predicted_tokens_seconds": c.tokens / c.predicted_seconds if c.predicted_seconds else 0.0,
-                  "requests_processing": int(w.busy), "requests_deferred": w.queued}
+                  "requests_processing": w.n_busy, "requests_deferred": w.queued}
         return PlainTextResponse(native.metrics_text(values), media_type="text/plain; version=0.0.4",
                                  headers={"Process-Start-Time-Unix": str(int(self.started))})
 

@@ -98,12 +98,20 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
     kind = "an integer" if integer else "a number"
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
         if not (integer and isinstance(v, float) and v.is_integer()):
-            raise APIError(f"'{name}' must be {kind}, got {_type_name(v)} {v!r}", param=name)
+            raise APIError(f"'{name}' must be {kind}, got {_type_name(v)} {_short(v)}", param=name)
         v = int(v)
-    if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
+    # (an int of hundreds of digits is compared as an int: float() of it would overflow)
+    bad = (isinstance(v, float) and not math.isfinite(v)) or v < lo or v > hi
+    if bad or (lo_open and v == lo) or (hi_open and v == hi):
         rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-        raise APIError(f"'{name}' must be in {rng}, got {v!r}", param=name)
+        raise APIError(f"'{name}' must be in {rng}, got {_short(v)}", param=name)
     return v
+
+
+def _short(v: Any) -> str:
+    """repr(v), shortened: an error message does not echo a huge value."""
+    r = repr(v) if not isinstance(v, int) or abs(v) < 10**30 else f"an integer of {len(str(abs(v)))} digits"
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def _bool(body: dict, name: str, default: bool = False) -> bool:
@@ -150,10 +158,8 @@ def _sampling(body: dict) -> dict:
 
 
 def _slot(body: dict) -> int:
-    """id_slot: -1 (any) or 0, the one slot this server has."""
+    """id_slot: -1 (any) or a slot's id (the worker checks it against its -np slots)."""
     v = _number(body, "id_slot", -1, 2**31 - 1, integer=True)
-    if v is not None and v not in (-1, 0):
-        raise APIError(f"'id_slot' {v}: this server has 1 slot (id 0)", param="id_slot")
     return -1 if v is None else v
 
 
@@ -237,8 +243,9 @@ def _messages(body: dict) -> list[dict]:
         if not isinstance(m, dict):
             raise APIError(f"messages[{i}] must be an object, got {_type_name(m)}", param=f"messages[{i}]")
         role = m.get("role")
-        if role not in ROLES:
-            raise APIError(f"messages[{i}].role {role!r} is not supported (use one of {', '.join(ROLES)})",
+        if not isinstance(role, str) or role not in ROLES:
+            what = _short(role) if isinstance(role, str) or role is None else f"of type {_type_name(role)}"
+            raise APIError(f"messages[{i}].role {what} is not supported (use one of {', '.join(ROLES)})",
                            param=f"messages[{i}].role")
         out.append(_message(i, m, ROLES[role]))
     return out
@@ -363,6 +370,10 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
     if stats.forced:                          # text a grammar forced, drafted for free
         t.update(draft_n_forced=stats.forced, draft_n_forced_accepted=stats.forced_accepted,
                  tokens_per_round=stats.mean_accepted)
+    if stats.batch_rounds:
+        # rounds verified with other slots': how many sequences an evaluation carried on average,
+        # and in how many of them the batch's cost model decoded plainly (more slots, less room)
+        t.update(batch_n=stats.mean_batch, batch_rounds=stats.batch_rounds, batch_plain_rounds=stats.batch_plain)
     return t
 
 

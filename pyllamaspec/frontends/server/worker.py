@@ -1,11 +1,15 @@
-"""The models' worker: one thread runs the requests one at a time, in arrival order, through
-pyllamaspec's generation loop (iter_generate), and hands each request's pieces to the event
-loop that waits on them; the event loop stays free (/health answers during a generation).
+"""The models' worker: one thread runs the requests in n_parallel slots (llama-server's -np,
+continuous batching): a request takes a free slot in arrival order, its prompt is evaluated,
+then every round one target evaluation carries the drafts of all running slots
+(frontends/scheduler.py, speculation/batch.py); each request's pieces go to the event loop that
+waits on them, which stays free (/health answers during a generation).
 
-Each request has a Cancel: a client that goes away sets it, which interrupts the evaluation
-running on the models and stops the loop before its next round; a request cancelled while it
-waits in the queue is dropped unrun. The models' caches persist from request to request, so a
-prompt that extends the previous one (a chat one turn longer) evaluates only its new tokens."""
+Each request has a Cancel: a client that goes away sets it, which interrupts its prompt's
+evaluation and takes it out before the next round; a request cancelled while it waits is
+dropped unrun. A slot is a sequence of the models' contexts: the one holding most of the new
+prompt is taken (or that prefix is copied from another), so a prompt that extends an earlier one
+(a chat one turn longer) evaluates only its new tokens. Functions that use the models' caches
+(an embedding) run on the same thread when no slot is busy (run_exclusive)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +18,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
@@ -23,7 +28,8 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import DraftParams
-from ..generate import Piece, iter_generate
+from ..output import Piece
+from ..scheduler import Generation, Scheduler
 from ..structured.formats import GrammarSpec
 from .openai_format import APIError, GenRequest
 
@@ -38,6 +44,8 @@ class Defaults:
     seeded: bool = False                  # -s given: requests without a seed use it
     chat_template: str | None = None
     max_tokens: int | None = None         # -n: a request's max_tokens when it gives none (None: to the end)
+    n_parallel: int = 1                   # -np: slots
+    kv_unified: bool = True               # every slot may use the whole context (else n_ctx / n_parallel each)
     constraint: GrammarSpec | None = None  # --grammar / --json-schema: for requests without their own
 
 
@@ -55,6 +63,12 @@ class Job:
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
+    gen: Generation | None = None         # while it runs in a slot
+    slot: int = -1                        # its slot's id (0 .. n_parallel - 1)
+    task: int = 0                         # llama-server's id_task: the request's number
+    info: dict | None = None              # what /slots shows of it (native.describe_slot)
+    n_out: int = 0                        # tokens sent
+    n_at_cancel: int | None = None
 
     def stop(self) -> None:
         """Cancels the request (from the event loop): a no-op once it has finished."""
@@ -110,7 +124,7 @@ class Counters:
 
 
 class Worker:
-    """Owns the target and drafter; runs Jobs on its own thread."""
+    """Owns the target and drafter; runs Jobs in n_parallel slots on its own thread."""
 
     def __init__(self, target: Model, drafter: Model | str | None, defaults: Defaults):
         self.target, self.drafter, self.defaults = target, drafter, defaults
@@ -118,9 +132,20 @@ class Worker:
             if isinstance(m, Model):       # uvicorn owns Ctrl-C; generations stop by Cancel
                 m.catch_sigint(False)
         self.counters = Counters()
-        self.busy = False
-        self.task: dict | None = None      # the slot's current (else last) request, for /slots
+        n = defaults.n_parallel
+        self.n_slots = n
+        self.n_ctx_slot = min(m.n_ctx for m in (target, drafter) if isinstance(m, Model))
+        if not defaults.kv_unified:
+            self.n_ctx_slot //= n
+        self.sched = Scheduler(target, n, k_max=defaults.draft.n_draft)
+        # the longest token in bytes: a text of B bytes is at least B / max_piece tokens, so a
+        # prompt that cannot fit is refused before it is tokenized (or rendered) in full
+        self.max_piece = max(1, max(len(target.token_to_piece(i, render_special=True)) for i in range(target.n_vocab)))
         self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._waiting: deque[Job] = deque()
+        self._running: list[Job] = []
+        self._calls: deque[_Call] = deque()       # run_exclusive's, waiting for idle slots
+        self.last: dict[int, dict] = {}           # each slot's last request, for /slots
         self._pieces: dict[int, bytes] = {}
         self._thread = threading.Thread(target=self._run_forever, name="pyllamaspec-worker", daemon=True)
         self._thread.start()
@@ -130,8 +155,17 @@ class Worker:
         return self.drafter is not None
 
     @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    @property
+    def n_busy(self) -> int:
+        """Slots processing a request."""
+        return len(self._running)
+
+    @property
     def queued(self) -> int:
-        return self._jobs.qsize()
+        return self._jobs.qsize() + len(self._waiting)
 
     def token_bytes(self, token: int) -> bytes:
         b = self._pieces.get(token)
@@ -145,39 +179,17 @@ class Worker:
         does not fit."""
         t = self.target
         stops = list(req.stop)
-        constraint = req.constraint or self.defaults.constraint
-        try:
-            if req.kind == "chat":
-                tools = {"tools": list(constraint.tools.tools)} if constraint is not None and constraint.tools else {}
-                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template, **tools)
-                ids, chat_stops = prompt.render(t)
-                stops += [s for s in chat_stops if s not in stops]
-                if constraint is not None:
-                    constraint = constraint.for_chat(prompt, t)
-            elif isinstance(req.prompt, str):
-                ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
-            elif any(isinstance(x, str) for x in req.prompt):   # llama-server's mixed prompt
-                ids = []
-                for x in req.prompt:
-                    ids += t.tokenize(x, add_special=not ids, parse_special=True) if isinstance(x, str) else [x]
-                bad = [i for i in ids if not 0 <= i < t.n_vocab]
-                if bad:
-                    raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
-                                   param="prompt")
-            else:
-                ids = list(req.prompt)
-                bad = [i for i in ids if not 0 <= i < t.n_vocab]
-                if bad:
-                    raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
-                                   param="prompt")
-            if constraint is not None:
-                constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
-        except GrammarError as e:
-            raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(constraint.kind,
-                                                                                       "response_format")) from None
-        except PyllamaspecError as e:      # a template refusing the conversation, ...
-            raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
-        n_ctx = min(m.n_ctx for m in (t, self.drafter) if isinstance(m, Model))
+        param = "messages" if req.kind == "chat" else "prompt"
+        if req.kind == "chat":
+            self._fits(sum(len(m["content"]) for m in req.messages), param)
+        elif isinstance(req.prompt, str):
+            self._fits(len(req.prompt), param)
+        if not -1 <= req.id_slot < self.n_slots:
+            raise APIError(f"'id_slot' {req.id_slot}: this server has {self.n_slots} slot"
+                           f"{'s' if self.n_slots > 1 else ''} (id{'s 0..' if self.n_slots > 1 else ' '}"
+                           f"{self.n_slots - 1})", param="id_slot")
+        ids, stops, constraint = self._prompt(req, stops)
+        n_ctx = self.n_ctx_slot
         if not ids:
             raise APIError("the prompt is empty (no tokens)", param="prompt")
         if len(ids) >= n_ctx:
@@ -194,6 +206,45 @@ class Worker:
         if max_tokens is None:
             max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
         return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint)
+
+    def _prompt(self, req: GenRequest, stops: list[str]) -> tuple[list[int], list[str], GrammarSpec | None]:
+        """The prompt's ids (a chat rendered with its tools), its stops, the request's grammar."""
+        t = self.target
+        constraint = req.constraint or self.defaults.constraint
+        try:
+            if req.kind == "chat":
+                tools = {"tools": list(constraint.tools.tools)} if constraint is not None and constraint.tools else {}
+                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template, **tools)
+                ids, chat_stops = prompt.render(t, max_chars=self.n_ctx_slot * self.max_piece)
+                stops += [s for s in chat_stops if s not in stops]
+                if constraint is not None:
+                    constraint = constraint.for_chat(prompt, t)
+            elif isinstance(req.prompt, str):
+                ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
+            else:
+                ids = []
+                for x in req.prompt:               # llama-server's mixed prompt: texts and ids
+                    ids += t.tokenize(x, add_special=not ids, parse_special=True) if isinstance(x, str) else [x]
+                bad = [i for i in ids if not 0 <= i < t.n_vocab]
+                if bad:
+                    raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
+                                   param="prompt")
+            if constraint is not None:
+                constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
+        except GrammarError as e:
+            raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(constraint.kind,
+                                                                                       "response_format")) from None
+        except PyllamaspecError as e:      # a template refusing the conversation, ...
+            raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
+        return ids, stops, constraint
+
+    def _fits(self, n_chars: int, param: str) -> None:
+        """Refuses a text of n_chars characters (at least as many bytes) that is at least
+        n_ctx_slot tokens long whatever the tokenizer does with it."""
+        floor = n_chars // self.max_piece
+        if floor >= self.n_ctx_slot:
+            raise APIError(f"the prompt has {n_chars} characters, at least {floor} tokens: more than the context "
+                           f"of {self.n_ctx_slot} holds (the server's -c)", param=param, code="context_length_exceeded")
 
     def _params(self, req: GenRequest) -> tuple[SamplingParams, DraftParams]:
         d = self.defaults
@@ -213,7 +264,7 @@ class Worker:
             draft = DraftParams(**{**draft.__dict__, "adaptive": False})
         return sampling, draft
 
-    # -- running (the worker thread) ----------------------------------------------------------
+    # -- running (the worker thread) -----------------------------------------------------------
     def submit(self, job: Job) -> None:
         self._jobs.put(job)
 
@@ -222,85 +273,136 @@ class Worker:
         self._thread.join(timeout=30)
 
     def run_exclusive(self, fn, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """fn() on the worker thread, in turn with the generations (it may use the models' caches:
-        an embedding), its result or exception in the future."""
+        """fn() on the worker thread once no slot is busy (it may use the models' caches: an
+        embedding), its result or exception in the future."""
         fut = loop.create_future()
         self._jobs.put(_Call(fn, fut, loop))
         return fut
 
     def _run_forever(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
+            if not self._take_jobs():
                 return
-            if isinstance(job, _Call):
-                job.run()
+            while self._calls and not self._running:
+                self._calls.popleft().run()
+            self._admit()
+            if not self._running:
                 continue
+            try:
+                self.sched.step(self._emit)
+            except BaseException as e:    # noqa: BLE001 - the round's requests fail, the worker goes on
+                log.exception("generation failed")
+                for job in [j for j in self._running if j.gen is not None and j.gen.done]:
+                    self._finish(job, error=e)
+
+    def _take_jobs(self) -> bool:
+        """Moves new requests to the waiting line, blocking while nothing runs; False: closing."""
+        block = not self._running and not self._waiting and not self._calls
+        while True:
+            try:
+                job = self._jobs.get(block=block, timeout=None if block else 0)
+            except queue.Empty:
+                return True
+            if job is None:
+                for j in self._running + list(self._waiting):
+                    j.stop()
+                return False
+            if isinstance(job, _Call):
+                self._calls.append(job)
+            else:
+                self._waiting.append(job)
+            block = False
+
+    def _admit(self) -> None:
+        """Starts waiting requests in arrival order while a slot (and the cells) are free."""
+        while self._waiting and not self._calls:      # calls first: they wait for idle slots
+            job = self._waiting[0]
             if job.cancel.is_set():
+                self._waiting.popleft()
                 self.counters.dropped += 1
                 job.emit("error", APIError("the request was cancelled", 499))
                 continue
-            self.busy = True
+            g = Generation(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
+                           max_tokens=job.max_tokens, stop=job.stops, logprobs=job.req.logprobs,
+                           per_token=job.req.logprobs is not None or job.req.return_tokens, cancel=job.cancel,
+                           cache_prompt=job.req.cache_prompt, constraint=job.constraint)
+            taken = {j.slot for j in self._running}
+            if not self.sched.has_room(g) or job.req.id_slot in taken:
+                return                             # (a request for a busy slot waits for it)
+            self._waiting.popleft()
+            job.gen = g
+            job.slot = job.req.id_slot if job.req.id_slot >= 0 else \
+                next(i for i in range(self.n_slots + len(taken) + 1) if i not in taken)
+            self.counters.tasks += 1
+            job.task = self.counters.tasks
+            job.info = self._task_info(job)
+            self.last[job.slot] = job.info
+            self._running.append(job)
             try:
-                self._run(job)
-            except BaseException as e:    # noqa: BLE001 - never let a request take the worker down
+                self.sched.admit(g, self._emit)
+            except BaseException as e:    # noqa: BLE001 - its prompt failed: this request only
                 log.exception("generation failed")
-                self.counters.errors += 1
-                job.emit("error", e)
-            finally:
-                self.busy = False
+                self._finish(job, error=e)
 
-    def _run(self, job: Job) -> None:
-        result: dict = {}
-        n_at_cancel = None
-        pieces = iter_generate(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
-                               max_tokens=job.max_tokens, stop=job.stops, result=result, cancel=job.cancel,
-                               logprobs=job.req.logprobs, cache_prompt=job.req.cache_prompt,
-                               per_token=job.req.logprobs is not None or job.req.return_tokens,
-                               constraint=job.constraint)
-        task = self._start_task(job)
-        n = 0
-        try:
-            for p in pieces:
-                if n_at_cancel is None and job.cancel.is_set():
-                    n_at_cancel = n
-                n += p.token >= 0
-                task["generated"] += p.text
-                task["n_decoded"], task["n_remain"] = n, job.max_tokens - n
-                job.emit("piece", p)
-        finally:
-            pieces.close()
+    def _job_of(self, g: Generation) -> Job:
+        return next(j for j in self._running if j.gen is g)
+
+    def _emit(self, g: Generation, pieces: list[Piece]) -> None:
+        job = self._job_of(g)
+        for p in pieces:
+            if job.n_at_cancel is None and job.cancel.is_set():
+                job.n_at_cancel = job.n_out
+            job.n_out += p.token >= 0
+            job.info["generated"] += p.text
+            job.info["n_decoded"], job.info["n_remain"] = job.n_out, job.max_tokens - job.n_out
+            job.emit("piece", p)
+        if g.done:
+            self._finish(job)
+
+    def _finish(self, job: Job, error: BaseException | None = None) -> None:
+        if job in self._running:
+            self._running.remove(job)
+        if error is not None:
+            self.counters.errors += 1
+            job.emit("error", error)
+            return
+        result = job.gen.result
+        result["id_slot"] = job.slot
         self.counters.requests += 1
         self.counters.tokens += len(result.get("tokens", ()))
         if result.get("stats") is not None:
-            task["n_cached"] = result["stats"].n_reused
+            job.info["n_cached"] = result["stats"].n_reused
             self.counters.add(result["stats"], len(job.ids), len(result.get("tokens", ())))
         if result.get("finish_reason") == "cancelled":
             self.counters.cancelled += 1
-            done = time.perf_counter()
             self.counters.last_cancel = {
-                "stop_ms": 1e3 * (done - job.cancelled_at) if job.cancelled_at else None,
-                "tokens_after_cancel": n - n_at_cancel if n_at_cancel is not None else 0,
+                "stop_ms": 1e3 * (time.perf_counter() - job.cancelled_at) if job.cancelled_at else None,
+                "tokens_after_cancel": job.n_out - job.n_at_cancel if job.n_at_cancel is not None else 0,
                 "tokens": len(result.get("tokens", ())), "max_tokens": job.max_tokens}
-        self.busy = False                  # before the answer goes out: /slots read after it sees it idle
         job.emit("done", result)
 
-    def _start_task(self, job: Job) -> dict:
-        """What /slots shows of the request now running (and, after it, of the last one)."""
+    def _task_info(self, job: Job) -> dict:
+        """What /slots shows of a request (while it runs, and after it as its slot's last)."""
         from .native import sampling_params
-        self.counters.tasks += 1
-        self.task = {"id": self.counters.tasks, "n_prompt": len(job.ids), "n_cached": 0, "n_decoded": 0,
-                     "n_remain": job.max_tokens, "generated": "",
-                     "prompt": self.target.detokenize(job.ids, render_special=True),
-                     "params": sampling_params(job.sampling, job.draft if self.has_drafter else None, job.max_tokens,
-                                               job.req.stream, job.req.logprobs or 0)}
-        return self.task
+        return {"id": job.task, "n_prompt": len(job.ids), "n_cached": 0, "n_decoded": 0,
+                "n_remain": job.max_tokens, "generated": "",
+                "prompt": self.target.detokenize(job.ids, render_special=True),
+                "params": sampling_params(job.sampling, job.draft if self.has_drafter else None, job.max_tokens,
+                                          job.req.stream, job.req.logprobs or 0)}
+
+    def slots(self) -> list[dict]:
+        """llama-server's /slots: one object per slot, with its current (else last) request."""
+        from .native import describe_slot
+        busy = {j.slot for j in list(self._running)}
+        return [describe_slot(i, self.n_ctx_slot, self.has_drafter, i in busy, self.last.get(i))
+                for i in range(self.n_slots)]
 
     def health(self) -> dict:
         c = self.counters
+        n_run = len(self._running)
         return {"status": "ok", "busy": self.busy, "queued": self.queued, "requests": c.requests,
                 "cancelled": c.cancelled, "dropped": c.dropped, "errors": c.errors, "tokens": c.tokens,
-                "last_cancel": c.last_cancel}
+                "last_cancel": c.last_cancel, "slots_idle": self.n_slots - n_run, "slots_processing": n_run}
 
 
 @dataclass

@@ -13,17 +13,24 @@ Shapes a drafter may propose:
 A drafter that reads the target's hidden states (the MTP head, EAGLE-3, DFlash) holds the target
 and has its context keep those rows while it verifies (the core keeps them: csrc/engine/mtp.h,
 csrc/engine/head.h), so verification stays one target eval and the round does not change.
+
+Drafting for several sequences at once (speculation/batch.py): propose_steps() is propose() as a
+generator that yields each evaluation it needs (an Eval of a model sequence, or a Call) and is
+sent back its result, so that a batch round runs the same step of every sequence's draft as one
+evaluation per model. propose() drives it alone (drive()). A drafter that evaluates nothing just
+returns its draft.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 import numpy as np
 
 if TYPE_CHECKING:
     from ...engine.model import Model
+    from ...engine.sequence import Sequence
     from ..cost_model import DraftPolicy
 
 
@@ -55,6 +62,42 @@ class Draft:
 NO_DRAFT = Draft(np.empty(0, np.int32))
 
 
+@dataclass
+class Eval:
+    """An evaluation a drafter needs: tokens appended to a model sequence, logits "last" or
+    "none"; its result is the logits rows. Those of several drafters on one model run as one
+    Model.decode."""
+    seq: "Sequence"
+    tokens: np.ndarray
+    logits: str = "last"
+    out: np.ndarray | None = None
+
+    def run(self) -> np.ndarray:
+        return self.seq.eval(self.tokens, logits=self.logits, out=self.out)
+
+
+@dataclass
+class Call:
+    """Any other step a drafter needs (an MTP draft step): run alone."""
+    fn: Callable[[], Any]
+
+    def run(self) -> Any:
+        return self.fn()
+
+
+Steps = Generator["Eval | Call", Any, Any]
+
+
+def drive(steps: Steps) -> Any:
+    """Runs a drafter's steps one by one; returns what the generator returns."""
+    try:
+        req = next(steps)
+        while True:
+            req = steps.send(req.run())
+    except StopIteration as e:
+        return e.value
+
+
 class Drafter(ABC):
     """What every drafter implements. `key` names the drafter for what is learned about it with
     a target (speculation/pair_stats.py); `draft_model` is the Model it evaluates besides the
@@ -63,10 +106,20 @@ class Drafter(ABC):
     key: str = ""
     draft_model: "Model | None" = None
     cost_per_round: bool = False   # a draft costs one pass whatever its length (DraftPolicy.per_round)
+    draft_seq: "Sequence | None" = None     # the draft model's sequence this generation holds
+    # the target sequences it can follow at once: 1 for a draft head (the core keeps its
+    # features for the target's sequence 0 only), refused in batched generation / parallel slots
+    max_sequences: int = 1 << 30
 
-    def prefill(self, prompt: list[int]) -> int:
-        """Prepares for a generation after `prompt` (whose last token the first round feeds);
-        returns how many prompt tokens it reused from an earlier generation."""
+    def open(self, prompt: list[int], fresh: bool = False, stop: "Callable[[], bool] | None" = None) -> None:
+        """Takes what it evaluates in for a generation after `prompt` (a draft model's
+        sequence: the one holding most of the prompt, or an empty one when fresh), before
+        anything is evaluated, waiting while none is free (stop() gives up)."""
+
+    def prefill(self, prompt: list[int], target: "Sequence | None" = None, fresh: bool = False) -> int:
+        """Prepares for a generation after `prompt` (whose last token the first round feeds) in
+        the target's sequence `target`; returns how many prompt tokens it reused from an
+        earlier generation (fresh: none)."""
         return 0
 
     @property
@@ -90,9 +143,16 @@ class Drafter(ABC):
         distribution with the forbidden tokens removed (SampledDrafter does); the round cuts any
         draft before a token the grammar forbids (right for point-mass drafts only)."""
 
+    def propose_steps(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None,
+                      batch: bool = False) -> Steps:
+        """propose() as steps (see the module's docstring). batch: a batch round, whose caller
+        sets k_cap (the cost model of the batch) and measures the draft's time."""
+        return self.propose(seq, k_cap, policy, constraint)
+        yield  # noqa: unreachable - makes this a generator that asks for nothing
+
     def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
         """The round made `new` text (seq ends with it): the accepted prefix of draft and the
         target's own token. The drafter rolls back whatever else it evaluated."""
 
     def close(self) -> None:
-        """Leaves the models it was given as they were."""
+        """Leaves the models it was given as they were (and gives back its sequence)."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .base import NO_DRAFT, Draft, Drafter
 
 if TYPE_CHECKING:
+    from ...engine.sequence import Sequence
     from ...engine.model import Model
     from ..cost_model import DraftPolicy
 
@@ -36,8 +37,20 @@ class ChainDrafter(Drafter):
     def max_draft(self) -> int:
         return max(d.max_draft for d in self.drafters)
 
-    def prefill(self, prompt: list[int]) -> int:
-        return max(d.prefill(prompt) for d in self.drafters)
+    @property
+    def draft_seq(self) -> "Sequence | None":
+        return next((d.draft_seq for d in self.drafters if d.draft_seq is not None), None)
+
+    @property
+    def max_sequences(self) -> int:
+        return min(d.max_sequences for d in self.drafters)
+
+    def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
+        for d in self.drafters:
+            d.open(prompt, fresh, stop)
+
+    def prefill(self, prompt: list[int], target: "Sequence | None" = None, fresh: bool = False) -> int:
+        return max(d.prefill(prompt, target, fresh) for d in self.drafters)
 
     def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
         self.winner = None

@@ -19,7 +19,7 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError
 from ..params import DraftParams
-from .base import NO_DRAFT, Draft
+from .base import NO_DRAFT, Call, Draft
 from .sampled import SampledDrafter
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ class DflashDrafter(SampledDrafter):
 
     SEED_MIX = (0xD6E8FEB86659FD93, 0xC2B2AE3D27D4EB4F)
     cost_per_round = True
+    max_sequences = 1                  # the core's head follows the target's sequence 0
 
     def __init__(self, target: Model, head: DraftHead, sampling: SamplingParams, params: DraftParams,
                  eog: frozenset[int]):
@@ -55,6 +56,9 @@ class DflashDrafter(SampledDrafter):
         if self.n_block < 1:
             return NO_DRAFT
         return super().propose(seq, k_cap, policy, constraint)
+
+    def next_step(self, token: int, k: int) -> Call:
+        return Call(lambda: self.next_logits(token, k))
 
     def next_logits(self, token: int, k: int) -> np.ndarray:
         if k == 0:

@@ -15,6 +15,7 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError
 from ..params import DraftParams
+from .base import Call
 from .sampled import SampledDrafter
 
 __all__ = ["Eagle3Drafter"]
@@ -25,6 +26,7 @@ class Eagle3Drafter(SampledDrafter):
 
     SEED_MIX = (0xA24BAED4963EE407, 0x9FB21C651E98DF25)
     KIND = "eagle3"
+    max_sequences = 1                  # the core's head follows the target's sequence 0
 
     def __init__(self, target: Model, head: DraftHead, sampling: SamplingParams, params: DraftParams,
                  eog: frozenset[int]):
@@ -37,6 +39,9 @@ class Eagle3Drafter(SampledDrafter):
 
     def room(self) -> int:
         return self.target.n_ctx - self.target.n_past
+
+    def next_step(self, token: int, k: int) -> Call:
+        return Call(lambda: self.next_logits(token, k))
 
     def next_logits(self, token: int, k: int) -> np.ndarray:
         return self.target.head_draft(token, k, out=self.logits)

@@ -1,11 +1,14 @@
 """A draft model: a small model of the target's vocabulary samples drafts from its adjusted
 distribution q (llama.cpp's draft-simple, with sampled verification).
 
-Its cache holds seq[:-1] except for `skipped` tokens: after a long stretch of plain decoding it
-catches up on the last CATCH_UP_MAX tokens only, placed right after what it holds (a drafter may
-see any text; the target's verification keeps the output exact)."""
+Its sequence (one of the draft model's, leased for the generation) holds seq[:-1] except for
+`skipped` tokens: after a long stretch of plain decoding it catches up on the last CATCH_UP_MAX
+tokens only, placed right after what it holds (a drafter may see any text; the target's
+verification keeps the output exact). Generations sharing a draft model share its restricted
+head: the last one to finish gives the head back as it was."""
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -14,11 +17,15 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError, NoVocabularyError
 from ..params import DraftParams
-from .base import Draft
+from .base import Draft, Eval, Steps
 from .sampled import SampledDrafter
 
 # Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
 _COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
+# By draft model: [the drafters using it (weakly: one dropped without close() does not count),
+# the head it had before the first of them]
+_HEAD_USERS: "weakref.WeakKeyDictionary[Model, list]" = weakref.WeakKeyDictionary()
+_HEAD_LOCK = threading.Lock()
 
 
 def _common_ids(target: Model, n: int) -> np.ndarray | None:
@@ -44,7 +51,14 @@ class ModelDrafter(SampledDrafter):
         super().__init__(model.n_vocab, sampling, params, eog)
         self.model = self.draft_model = model
         self.key = model.path
-        self.saved_head = model.output_ids
+        self.draft_seq = None
+        with _HEAD_LOCK:
+            users = _HEAD_USERS.get(model)
+            if users is None or not users[0]:
+                users = _HEAD_USERS[model] = [weakref.WeakSet(), model.output_ids]
+            users[0].add(self)
+            self.saved_head = users[1]
+        self._open = True
         self._restrict_head(target)
         # Tokens the text uses join the head as they appear (rare names, identifiers, a loop
         # of odd tokens): texts repeat their own rare tokens.
@@ -73,17 +87,25 @@ class ModelDrafter(SampledDrafter):
     def max_draft(self) -> int:
         return self.model.max_rollback + 1       # the draft drops at most k - 1 of its tokens
 
-    def prefill(self, prompt: list[int]) -> int:
-        """Brings the draft's cache to hold prompt[:-1], evaluating only what follows its
-        longest common prefix with what it holds; returns how many tokens were reused."""
+    def prefill(self, prompt: list[int], target=None, fresh: bool = False) -> int:
+        """Brings its draft sequence to hold prompt[:-1], evaluating only what follows its
+        longest common prefix with what it (or another of the draft's sequences) holds;
+        returns how many tokens were reused."""
         super().prefill(prompt)
         head = np.asarray(prompt[:-1], np.int32)
-        n_keep = self.model.reuse_prefix(head.tolist())
+        self.open(prompt, fresh)
+        if fresh:
+            self.draft_seq.clear()
+        n_keep = self.draft_seq.reuse_prefix(head.tolist())
         if n_keep < len(head):
-            self.model.eval(head[n_keep:], logits="none")
+            self.draft_seq.eval(head[n_keep:], logits="none")
         self.skipped = 0
         self.learn(head)
         return n_keep
+
+    def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
+        if self.draft_seq is None:
+            self.draft_seq = self.model.lease(None if fresh else prompt[:-1], stop=stop)
 
     def learn(self, tokens) -> None:
         """Adds the tokens the restricted head lacks."""
@@ -97,36 +119,51 @@ class ModelDrafter(SampledDrafter):
     def _unseen(self, seq: list[int]) -> tuple[int, int]:
         """(tokens of seq[:-1] the draft has not seen, how many of them it would evaluate: the
         last CATCH_UP_MAX at most, leaving room in its context for the last token)."""
-        d = self.model
-        gap = len(seq) - 1 - d.n_past - self.skipped
-        return gap, max(0, min(gap, self.CATCH_UP_MAX, d.n_ctx - d.n_past - 1))
+        n_past = self.draft_seq.n_past
+        gap = len(seq) - 1 - n_past - self.skipped
+        return gap, max(0, min(gap, self.CATCH_UP_MAX, self.model.n_ctx - n_past - 1))
 
     def pending(self, seq: list[int]) -> int:
         return self._unseen(seq)[1]
 
-    def catch_up(self, seq: list[int]) -> int:
+    def catch_up_steps(self, seq: list[int]) -> Steps:
         gap, n = self._unseen(seq)
         self.skipped += gap - n
         if n:
-            self.model.eval(np.asarray(seq[len(seq) - 1 - n:-1], np.int32), logits="none")
+            yield Eval(self.draft_seq, np.asarray(seq[len(seq) - 1 - n:-1], np.int32), "none")
         return n
 
     def room(self) -> int:
-        return self.model.n_ctx - self.model.n_past
+        return self.model.n_ctx - self.draft_seq.n_past
 
-    def next_logits(self, token: int, k: int) -> np.ndarray:
+    def next_step(self, token: int, k: int) -> Eval:
         self.step_buf[0] = token
-        return self.model.eval(self.step_buf, logits="last", out=self.logits)[0]
+        return Eval(self.draft_seq, self.step_buf, "last", self.logits)
 
     def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
         super().accepted(seq, new, draft)
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round
-        self.model.truncate(min(self.model.n_past, len(seq) - 1 - self.skipped))
+        d = self.draft_seq
+        d.truncate(min(d.n_past, len(seq) - 1 - self.skipped))
         if self.in_head is not None and not self.in_head[new[-1]]:
             self.learn(new[-1:])                 # accepted drafts were in the head already
 
     def close(self) -> None:
-        """Gives the draft model its head back as it was."""
+        """Gives back its draft sequence and, the last drafter on the model to close, the
+        draft model's head as it was."""
+        if not self._open:
+            return
+        self._open = False
+        if self.draft_seq is not None:
+            self.draft_seq.release()
+            self.draft_seq = None
         m = self.model
-        if not m.closed and (m.output_ids is not self.saved_head):
+        with _HEAD_LOCK:
+            users = _HEAD_USERS.get(m)
+            if users is not None:
+                users[0].discard(self)
+            last = users is None or not users[0]
+            if users is not None and last:
+                del _HEAD_USERS[m]
+        if last and not m.closed and (m.output_ids is not self.saved_head):
             m.set_output_ids(self.saved_head)

@@ -17,6 +17,7 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import UnsupportedModelError
 from ..params import DraftParams
+from .base import Call
 from .sampled import SampledDrafter
 
 __all__ = ["MtpDrafter"]
@@ -36,10 +37,15 @@ class MtpDrafter(SampledDrafter):
         super().__init__(target.n_vocab, sampling, params, eog)
         target.enable_mtp()
         self.target = target
+        self.tseq = None                        # the target's sequence the generation holds
         self.logits = np.empty(target.n_vocab, np.float32)
 
-    def room(self) -> int:
-        return self.target.n_ctx - self.target.n_past
+    def prefill(self, prompt: list[int], target=None, fresh: bool = False) -> int:
+        self.tseq = target if target is not None else self.target.sequence(0)
+        return super().prefill(prompt)
 
-    def next_logits(self, token: int, k: int) -> np.ndarray:
-        return self.target.mtp_draft(token, k, out=self.logits)
+    def room(self) -> int:
+        return self.target.n_ctx - self.tseq.n_past
+
+    def next_step(self, token: int, k: int) -> Call:
+        return Call(lambda: self.tseq.mtp_draft(token, k, out=self.logits))

@@ -39,7 +39,7 @@ class LlamaNgramDrafter(Drafter):
     def on_accept(self, n_accepted: int) -> None:
         """The target took the first n_accepted tokens of the last non-empty draft."""
 
-    def prefill(self, prompt: list[int]) -> int:
+    def prefill(self, prompt: list[int], target=None, fresh: bool = False) -> int:
         self.begin(list(prompt[:-1]))
         return 0
 

@@ -15,15 +15,16 @@ import numpy as np
 
 from ...engine.sampling import Sampler, SamplingParams
 from ..params import DraftParams
-from .base import NO_DRAFT, Draft, Drafter
+from .base import NO_DRAFT, Call, Draft, Drafter, Eval, Steps, drive
 
 if TYPE_CHECKING:
     from ..cost_model import DraftPolicy
 
 
 class SampledDrafter(Drafter):
-    """A drafter with a distribution q of its own. Subclasses give next_logits() and, if they
-    keep a cache of their own, pending() / catch_up()."""
+    """A drafter with a distribution q of its own. Subclasses give next_step() (the evaluation
+    that gives the logits of the next draft position) and, if they keep a cache of their own,
+    pending() / catch_up_steps()."""
 
     SEED_MIX = (0x9E3779B97F4A7C15, 0x632BE59BD9B4E019)   # its sampler's seed, from the target's
 
@@ -41,8 +42,16 @@ class SampledDrafter(Drafter):
         self.grammar = None                      # the round's grammar, if any (propose)
 
     @abstractmethod
+    def next_step(self, token: int, k: int) -> "Eval | Call":
+        """The step whose result holds the logits of draft position k, given the token before
+        it (seq[-1], then each draft): one row, or a vector."""
+
     def next_logits(self, token: int, k: int) -> np.ndarray:
-        """The logits of draft position k, given the token before it (seq[-1], then each draft)."""
+        return self._row(self.next_step(token, k).run())
+
+    @staticmethod
+    def _row(result: np.ndarray) -> np.ndarray:
+        return result[0] if result.ndim == 2 else result
 
     def room(self) -> int:
         """Tokens its cache can still take."""
@@ -52,34 +61,43 @@ class SampledDrafter(Drafter):
         """Tokens catch_up() would evaluate."""
         return 0
 
-    def catch_up(self, seq: list[int]) -> int:
+    def catch_up_steps(self, seq: list[int]) -> Steps:
         """Evaluates the text of seq[:-1] it has not seen; returns how many tokens."""
         return 0
+        yield  # noqa: unreachable - a generator
 
-    def prefill(self, prompt: list[int]) -> int:
+    def catch_up(self, seq: list[int]) -> int:
+        return drive(self.catch_up_steps(seq))
+
+    def prefill(self, prompt: list[int], target=None, fresh: bool = False) -> int:
         if self.penalized:                       # llama.cpp penalizes repeats of the prompt too
             self.sampler.reset(prompt)
         return 0
 
     def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:
+        return drive(self.propose_steps(seq, k_cap, policy, constraint))
+
+    def propose_steps(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None,
+                      batch: bool = False) -> Steps:
         self._constrain(constraint.grammar if constraint is not None else None)
         dp = self.params
-        k_max = policy.choose(k_cap, self.pending(seq)) if dp.adaptive else k_cap
+        k_max = policy.choose(k_cap, self.pending(seq)) if dp.adaptive and not batch else k_cap
         if k_max <= 0:
             return NO_DRAFT
         # the cost model's first round measures a batch of START_K + 1: nothing may cut it
         first = dp.adaptive and policy.measuring
         t0 = time.perf_counter()
-        n_up = self.catch_up(seq)
+        n_up = yield from self.catch_up_steps(seq)
         t1 = time.perf_counter()
         # with sampling, the draft's confidence in a token tells how likely it is to be
         # accepted, and the cost model stops the draft token by token; greedy drafts carry no
         # such signal (their top probability is 1 by construction)
         per_token = dp.adaptive and not first and not self.greedy
-        k = self.draft(int(seq[-1]), min(k_max, self.room()), 0.0 if first else dp.stop_p,
-                       policy if per_token else None)
-        policy.observe_catch_up(t1 - t0, n_up)
-        policy.observe_draft(time.perf_counter() - t1, self.evals)
+        k = yield from self.draft_steps(int(seq[-1]), min(k_max, self.room()), 0.0 if first else dp.stop_p,
+                                        policy if per_token else None)
+        if not batch:                            # a batch round times its steps itself
+            policy.observe_catch_up(t1 - t0, n_up)
+            policy.observe_draft(time.perf_counter() - t1, self.evals)
         return Draft(self.out[:k], None if self.q is None else self.q[:k], p_max=self.p_max[:k])
 
     def _constrain(self, grammar) -> None:
@@ -92,11 +110,14 @@ class SampledDrafter(Drafter):
 
     def draft(self, first: int, k_max: int, p_min: float, policy: "DraftPolicy | None") -> int:
         """Drafts up to k_max tokens after `first` into self.out; returns how many."""
+        return drive(self.draft_steps(first, k_max, p_min, policy))
+
+    def draft_steps(self, first: int, k_max: int, p_min: float, policy: "DraftPolicy | None") -> Steps:
         k, self.evals = 0, 0
         p_all = 1.0                              # the chance that the whole draft is accepted
         tok = first
         while k < k_max:
-            logits = self.next_logits(tok, k)
+            logits = self._row((yield self.next_step(tok, k)))
             self.evals += 1
             drafted, p_max = self.sampler.sample(logits, None if self.q is None else self.q[k])
             more = True

@@ -1,0 +1,56 @@
+// The C API of sequences (batch.h, kv_cells.h): decode a batch of several sequences, and
+// truncate, copy and count per sequence.
+#include "error.h"
+#include "engine/context.h"
+#include "engine/mtp.h"
+#include "pyllamaspec.h"
+
+#include <chrono>
+
+using namespace psl;
+
+extern "C" {
+
+psl_status psl_context_decode(psl_context * ctx, const psl_batch * batch, float * out, int64_t out_cap) {
+    return guard([&] {
+        if (!ctx || !batch) fail(PSL_ERR_INVALID_ARGUMENT, "ctx or batch is NULL");
+        const auto t0 = std::chrono::steady_clock::now();
+        ctx->decode(*batch, out, out_cap);
+        ctx->perf.t_eval_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        ctx->perf.n_evals += 1;
+        ctx->perf.n_tokens += batch->n_tokens;
+    });
+}
+
+int32_t psl_context_seq_n_past(const psl_context * ctx, int32_t seq) {
+    if (!ctx || seq < 0 || seq >= ctx->mem->n_seq()) return 0;
+    return ctx->mem->n_past(seq);
+}
+
+psl_status psl_context_seq_truncate(psl_context * ctx, int32_t seq, int32_t n_keep) {
+    return guard([&] {
+        if (!ctx) fail(PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        ctx->truncate(seq, n_keep);
+    });
+}
+
+psl_status psl_context_seq_copy(psl_context * ctx, int32_t src, int32_t dst, int32_t n) {
+    return guard([&] {
+        if (!ctx) fail(PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        ctx->copy(src, dst, n);
+    });
+}
+
+int32_t psl_context_n_seq_max(const psl_context * ctx) { return ctx ? ctx->mem->n_seq() : 0; }
+
+int32_t psl_context_n_cells_used(const psl_context * ctx) { return ctx ? ctx->mem->cells().n_used() : 0; }
+
+psl_status psl_context_seq_mtp_draft(psl_context * ctx, int32_t seq, int32_t token, int32_t step, float * logits,
+                                     int64_t out_cap) {
+    return guard([&] {
+        if (!ctx) fail(PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        ctx->mtp_draft(seq, token, step, logits, out_cap);
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,65 @@
+// Which sequences hold each KV cell, and at which position (llama.cpp's seq_id / pos per cell).
+// A sequence holds positions 0 .. n_past - 1, one cell each (a batch appends consecutive
+// positions, truncation drops a tail, a copy shares a prefix): seq_cells[s][p] is the cell of
+// position p. A cell held by several sequences (a shared prompt prefix, a tree node on several
+// branches) is freed when the last of them lets go.
+//
+// Scratch cells: an MTP draft step writes the K/V of its draft token past a sequence's end; the
+// cell is the sequence's at that position for the draft steps' masks only (cell_at), and is
+// dropped before anything else changes the sequence.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace psl {
+
+class KvCells {
+public:
+    KvCells(int32_t n_cells, int32_t n_seq);
+
+    int32_t size() const { return (int32_t) refs_.size(); }
+    int32_t n_seq() const { return (int32_t) seqs_.size(); }
+    int32_t n_used() const { return n_used_; }
+    int32_t n_free() const { return size() - n_used_; }
+    // One past the highest cell in use: what an attention must read.
+    int32_t used_end() const;
+
+    int32_t n_past(int32_t seq) const { return (int32_t) seqs_[seq].size(); }
+    // The cell of position pos of seq: its own for pos < n_past, else its scratch cell there.
+    int32_t cell_at(int32_t seq, int32_t pos) const;
+    int32_t pos_of(int32_t cell) const { return pos_[cell]; }
+    bool shared(int32_t cell) const { return refs_[cell] > 1; }
+
+    // A free cell for the next token of seq: the first after the sequence's last cell, so that
+    // its cells ascend with its positions (an attention then reads them in the order a
+    // one-sequence cache has them), else the lowest free one. -1 when none is free.
+    int32_t find_free(int32_t seq) const;
+    // Cell `cell` (free) becomes position n_past of each of seqs[0..n) (the same in each).
+    void append(int32_t cell, const int32_t * seqs, int32_t n);
+    // Keeps the first n_keep positions of seq.
+    void truncate(int32_t seq, int32_t n_keep);
+    // dst holds src's first n positions (its own cells let go first).
+    void copy(int32_t src, int32_t dst, int32_t n);
+    void clear();
+
+    int32_t n_scratch(int32_t seq) const { return (int32_t) scratch_[seq].size(); }
+    // A free cell as seq's position n_past + n_scratch (-1 when none is free).
+    int32_t add_scratch(int32_t seq);
+    void drop_scratch(int32_t seq);
+    void drop_all_scratch();
+
+private:
+    void release(int32_t cell);
+    void take(int32_t cell, int32_t pos);
+
+    std::vector<int32_t> pos_;                  // by cell, -1 when free
+    std::vector<int32_t> refs_;                 // by cell: the sequences (or a scratch) holding it
+    std::vector<std::vector<int32_t>> seqs_;    // by sequence: the cell of each position
+    std::vector<std::vector<int32_t>> scratch_; // by sequence: scratch cells past its end
+    int32_t n_used_ = 0;
+    mutable int32_t end_ = 0;                   // an upper bound of used_end()
+    mutable int32_t lo_ = 0;                    // a lower bound of the lowest free cell
+};
+
+}  // namespace psl

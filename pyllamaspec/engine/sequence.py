@@ -1,0 +1,239 @@
+"""Sequences: one Model, several token sequences in its context (llama.cpp's seq_id), each with
+its own part of the KV cache, so that generations sharing a Model never see each other's tokens.
+
+    with model.lease(prompt_ids) as seq:      # a free sequence (waits while all are taken)
+        seq.reuse_prefix(prompt_ids)          # what it (or another sequence) holds of the prompt
+        logits = seq.eval(ids, logits="last")
+    rows = model.decode([(s1, t1, "all"), (s2, t2, "all")])   # several sequences, one evaluation
+
+The Model's own eval / truncate / n_past / cached_tokens are sequence 0's (Model.sequence(0)), as
+they were before a context held several. A lease picks the free sequence whose cache shares the
+longest prefix with the prompt (ties: the lowest id, so one user at a time keeps sequence 0), and
+when another sequence, busy or not, shares a longer one, copies that prefix into it (cells shared,
+nothing evaluated). Sequences nobody holds keep their tokens for later prompts until the cells are
+needed: then the least recently used are emptied.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Sequence as Seq
+
+import numpy as np
+
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError
+from . import _args
+
+_LOGITS_MODES = {"none": 0, "last": 1, "all": 2}
+_clock = itertools.count(1)
+
+
+def logits_mode(logits: str) -> int:
+    mode = _LOGITS_MODES.get(logits) if isinstance(logits, str) else None
+    if mode is None:
+        raise InvalidArgumentError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
+    return mode
+
+
+def check_out(out: np.ndarray | None, rows: int, n_vocab: int) -> np.ndarray:
+    if out is None:
+        return np.empty((rows, n_vocab), dtype=np.float32)
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+            or not out.flags.writeable:
+        raise InvalidArgumentError("out must be a writeable C-contiguous float32 numpy array")
+    return out
+
+
+def common_prefix(a: Seq[int], b: Seq[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Sequence:
+    """One sequence of a Model's context: its tokens, evaluated and rolled back on their own.
+    Calls run one at a time with the Model's other calls (its lock). interrupt() stops an eval
+    of this sequence (and only of it) now or, if none runs, the next one; a batch that carries
+    several sequences (Model.decode) is not stopped by one of them."""
+
+    def __init__(self, model: Any, seq_id: int):     # model: the Model (model.py imports this module)
+        self.model, self.id = model, seq_id
+        self._cache_ids: list[int] = []     # the ids the core holds for it, in order
+        self.leased = False
+        self.last_used = 0
+        self._interrupt = False              # asked for, not yet consumed by an eval
+        self._sent = False                   # passed to the core during the running call
+
+    def __repr__(self) -> str:
+        return f"<Sequence {self.id} of {self.model.path!r}: {len(self._cache_ids)} tokens>"
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.model.closed
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in this sequence's cache."""
+        return self.model._call(self, lambda c: c.seq_n_past(self.id), interruptible=False)
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The token ids this sequence holds, in order (a copy)."""
+        with self.model._excl:
+            return list(self._cache_ids)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx
+
+    # -- evaluation -------------------------------------------------------------------------
+    def eval(self, tokens: Seq[int] | np.ndarray, logits: str = "all", out: np.ndarray | None = None) -> np.ndarray:
+        """Model.eval for this sequence: tokens at positions [n_past, n_past + n)."""
+        return self.model._eval_one(self, tokens, logits, out)
+
+    def truncate(self, n_keep: int) -> None:
+        """Keeps its first n_keep tokens (O(1) rollback)."""
+        n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)
+
+        def run(c) -> None:
+            c.seq_truncate(self.id, n_keep)
+            del self._cache_ids[n_keep:]
+        self.model._call(self, run, interruptible=False)
+
+    def clear(self) -> None:
+        """Empties this sequence."""
+        self.truncate(0)
+
+    def reuse_prefix(self, ids: Seq[int]) -> int:
+        """Truncates the sequence to its longest common prefix with ids; returns its length
+        (the tokens of ids that need no evaluation)."""
+        def run(c) -> int:
+            i = common_prefix(self._cache_ids, ids)
+            c.seq_truncate(self.id, i)
+            del self._cache_ids[i:]
+            return i
+        return self.model._call(self, run, interruptible=False)
+
+    def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Model.mtp_draft from this sequence's hidden state."""
+        return self.model._mtp_draft(self, token, step, out)
+
+    # -- interrupts ---------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Stops this sequence's eval running now or, if none is, its next one
+        (EvaluationInterrupted, the cache as it was). Safe from any thread."""
+        self.model._interrupt_seq(self)
+
+    def clear_interrupt(self) -> None:
+        """Withdraws an interrupt() that no eval has consumed yet."""
+        self._interrupt = False
+
+    # -- lease --------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Gives the sequence back to the Model (its tokens stay for later prompts)."""
+        self.model._pool.release(self)
+
+    def __enter__(self) -> "Sequence":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class SequencePool:
+    """The sequences of one Model: made on first use, leased one generation at a time."""
+
+    def __init__(self, model: Any, n_seq: int):
+        self.model, self.n_seq = model, n_seq
+        self.limit = n_seq                    # sequences a lease may take (1 while a draft head is attached)
+        self._seqs: dict[int, Sequence] = {}
+        self._cv = threading.Condition(threading.Lock())
+
+    def get(self, seq_id: int) -> Sequence:
+        seq_id = _args.integer("seq_id", seq_id, 0, self.n_seq - 1)
+        with self._cv:
+            s = self._seqs.get(seq_id)
+            if s is None:
+                s = self._seqs[seq_id] = Sequence(self.model, seq_id)
+            return s
+
+    def all(self) -> list[Sequence]:
+        with self._cv:
+            return list(self._seqs.values())
+
+    def lease(self, prompt: Seq[int] | None, wait: bool = True, stop=None) -> Sequence | None:
+        """A free sequence, the one whose cache shares most of prompt (see the module's
+        docstring); None when all are leased and not wait, else waits for one (stop(): gives up
+        with EvaluationInterrupted)."""
+        with self._cv:
+            while True:
+                if self.model.closed:
+                    raise ModelClosedError("the model is closed")
+                free = [i for i in range(self.limit) if i not in self._seqs or not self._seqs[i].leased]
+                if free or not wait:
+                    break
+                if stop is not None and stop():
+                    raise EvaluationInterrupted("cancelled while waiting for a free sequence", 10)
+                self._cv.wait(0.05 if stop is not None else 0.5)
+            if not free:
+                return None
+            # the free sequences that hold something, then the lowest empty id
+            cands = [i for i in free if i in self._seqs and self._seqs[i]._cache_ids]
+            empty = next((i for i in free if i not in self._seqs or not self._seqs[i]._cache_ids), None)
+            if empty is not None:
+                cands.append(empty)
+            cands.sort()
+            if prompt is not None:
+                cands.sort(key=lambda i: -common_prefix(self._seqs[i]._cache_ids if i in self._seqs else [], prompt))
+            i = cands[0]
+            s = self._seqs.get(i)
+            if s is None:
+                s = self._seqs[i] = Sequence(self.model, i)
+            s.leased = True
+            s.last_used = next(_clock)
+        return s
+
+    def lease_id(self, seq_id: int, stop=None) -> Sequence:
+        """Sequence seq_id, leased once it is free (stop(): gives up with EvaluationInterrupted)."""
+        s = self.get(seq_id)
+        with self._cv:
+            while s.leased:
+                if self.model.closed:
+                    raise ModelClosedError("the model is closed")
+                if stop is not None and stop():
+                    raise EvaluationInterrupted("cancelled while waiting for a free sequence", 10)
+                self._cv.wait(0.05 if stop is not None else 0.5)
+            s.leased = True
+            s.last_used = next(_clock)
+        return s
+
+    def release(self, s: Sequence) -> None:
+        with self._cv:
+            s.leased = False
+            s.last_used = next(_clock)
+            s._interrupt = False
+            self._cv.notify_all()
+
+    def wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def idle(self) -> list[Sequence]:
+        """Sequences nobody holds that hold tokens, least recently used first."""
+        with self._cv:
+            return sorted((s for s in self._seqs.values() if not s.leased and s._cache_ids),
+                          key=lambda s: s.last_used)
+
+    def best_source(self, prompt: Seq[int], exclude: Sequence) -> tuple[Sequence | None, int]:
+        """The sequence (other than exclude) sharing the longest prefix with prompt, and its length."""
+        best, n = None, 0
+        for s in self.all():
+            if s is not exclude:
+                k = common_prefix(s._cache_ids, prompt)
+                if k > n:
+                    best, n = s, k
+        return best, n
+

@@ -1,0 +1,196 @@
+"""Generations decoded together (generate([...]) and the server's parallel slots): each has its
+own sequences in the models, decoder, text and stop; every round, one target evaluation
+carries the verify rows of all of them (speculation/batch.py), and one alone decodes as
+generate() does (Decoder.step).
+
+A generation is admitted while the target's cells hold what the running ones may still need
+(prompt + max_tokens + a draft each); the others wait their turn. A cancelled one leaves before
+the next round (a round is tens of milliseconds; its prompt's evaluation, which may be long, is
+interrupted at once).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Callable
+
+from ..engine.cancel import Cancel
+from ..engine.model import Model
+from ..engine.sampling import SamplingParams
+from ..errors import EvaluationInterrupted, InvalidArgumentError, RpcError
+from ..speculation.batch import BatchRound
+from ..speculation.decoder import Decoder, DraftParams
+from .output import Piece, TextOutput
+
+
+class Generation:
+    """One prompt's generation in a Scheduler; result as generate's (tokens, text, finish_reason,
+    stats, logprobs, eog, prompt_tokens)."""
+
+    def __init__(self, ids: list[int], target: Model, drafter, *, sampling: SamplingParams, draft: DraftParams,
+                 max_tokens: int, stop: list[str], logprobs: int | None = None, per_token: bool = False,
+                 cancel: Cancel | None = None, cache_prompt: bool = True, constraint=None):
+        self.ids, self.target, self.drafter, self.max_tokens, self.stop = ids, target, drafter, max_tokens, stop
+        self.sampling, self.draft, self.n_logprobs = sampling, draft, logprobs
+        self.per_token, self.cancel, self.cache_prompt = per_token, cancel, cache_prompt
+        self.constraint = constraint             # a GrammarSpec: this generation's grammar is made from it
+        self.dec: Decoder | None = None          # made when it starts (a draft model's head is shared then)
+        self.result: dict = dict(tokens=[], prompt_tokens=ids, finish_reason="length", stats=None, policy=None,
+                                 text="", logprobs=None if logprobs is None else [], eog=None)
+        self.out: TextOutput | None = None
+        self.t0: float | None = None
+        self.done = False
+
+    def need(self) -> int:
+        """Cells it may take at most (in the target and a draft model alike)."""
+        return len(self.ids) + self.max_tokens + self.draft.n_draft + 1
+
+    def draft_models(self) -> list[Model]:
+        return [self.drafter] if isinstance(self.drafter, Model) else []
+
+    def start(self, alongside: int = 0) -> list[Piece]:
+        """Takes its sequences and evaluates the prompt (what they hold of it is kept);
+        alongside: the generations running beside it (a drafter that follows one sequence of
+        its target, a draft head, refuses to run beside any: InvalidArgumentError)."""
+        c = self.cancel
+        fresh = not self.cache_prompt
+        grammar = self.constraint.make(self.target) if self.constraint is not None else None
+        self.dec = Decoder(self.target, self.drafter, self.sampling, self.draft, logprobs=self.n_logprobs,
+                           grammar=grammar)
+        self.result.update(stats=self.dec.stats, policy=self.dec.policy)
+        d = self.dec.drafter
+        if d is not None and alongside >= d.max_sequences:
+            self.end(ok=False)
+            raise InvalidArgumentError(f"the drafter {d.key or type(d).__name__} follows one sequence of its target "
+                                       f"(a draft head): it cannot decode beside other generations; run them one at "
+                                       f"a time (n_parallel=1, the server's -np 1)")
+        try:
+            with c.watching() if c is not None else nullcontext():
+                self.dec.open(self.ids, fresh=fresh, stop=c.is_set if c is not None else None)
+                if c is not None:
+                    c.watch(*self.dec.sequences())
+                self.dec.prefill(self.ids, fresh=fresh)
+        except EvaluationInterrupted:
+            if c is None or not c.is_set():
+                self.end(ok=False)
+                raise
+            self.result["finish_reason"] = "cancelled"
+            return self.end(ok=False)
+        except BaseException:
+            self.end(ok=False)
+            raise
+        self.out = TextOutput(self.target, self.stop, self.max_tokens, self.result, self.per_token)
+        self.t0 = time.perf_counter()
+        if self.max_tokens == 0:
+            return self.end()
+        return []
+
+    def ready(self) -> bool:
+        """Whether it takes part in the next round (else it has just finished: call end())."""
+        if self.cancel is not None and self.cancel.is_set():
+            self.out.finish("cancelled")
+        elif self.dec.room() < 1:
+            self.out.finish("context_full")
+        return not self.out.done
+
+    def take(self, new: list[tuple[int, bool]]) -> list[Piece]:
+        lps = self.dec.round_logprobs if self.out.logprobs is not None else None
+        return self.out.push(new, lps)
+
+    def end(self, ok: bool = True) -> list[Piece]:
+        """Finishes it: the text held back, the statistics, the caches trimmed to what went out,
+        the sequences given back."""
+        if self.done:
+            return []
+        self.done = True
+        pieces: list[Piece] = []
+        if self.dec is None:
+            return pieces
+        try:
+            if self.out is not None:
+                pieces = self.out.close(flush=ok)
+            if self.t0 is not None:
+                self.dec.stats.n_generated = len(self.result["tokens"])
+                self.dec.stats.t_generate = time.perf_counter() - self.t0
+                self.dec.keep(len(self.ids) + len(self.result["tokens"]))
+        finally:
+            self.dec.close()
+        return pieces
+
+    def fail(self, e: BaseException) -> None:
+        if isinstance(e, RpcError):            # a server was lost: say what had been produced
+            e.tokens, e.text = list(self.result["tokens"]), self.result["text"]
+        self.end(ok=False)
+
+
+Emit = Callable[[Generation, list[Piece]], None]
+
+
+class Scheduler:
+    """Runs Generations together on one target (and drafter): admit() starts one when there is
+    room, step() runs one round of all that are running."""
+
+    def __init__(self, target: Model, n_parallel: int, k_max: int = 16):
+        self.target = target
+        self.n_parallel = max(1, min(n_parallel, target.n_seq_max))
+        self.round = BatchRound(target, k_max)
+        self.running: list[Generation] = []
+
+    def has_room(self, g: Generation) -> bool:
+        if len(self.running) >= self.n_parallel:
+            return False
+        if not self.running:
+            return True                           # alone it may use the whole context
+        ctx = [self.target.n_ctx] + [m.n_ctx for m in g.draft_models()]
+        return sum(r.need() for r in self.running) + g.need() <= min(ctx)
+
+    def admit(self, g: Generation, emit: Emit) -> None:
+        """Starts g (its prompt evaluated): running, or finished at once (max_tokens 0, a cancel)."""
+        pieces = g.start(len(self.running))
+        if g.done:
+            emit(g, pieces)
+        else:
+            self.running.append(g)
+
+    def step(self, emit: Emit) -> None:
+        """One round of every running generation; finished ones leave (emit gets their last
+        pieces with done set). A failure of the round's evaluation ends all of them and is
+        raised."""
+        active = []
+        for g in list(self.running):
+            if g.ready():
+                active.append(g)
+            else:
+                self.running.remove(g)
+                emit(g, g.end())
+        if not active:
+            return
+        try:
+            if len(active) == 1:
+                news = [active[0].dec.step(active[0].out.wants)]
+            else:
+                news = self.round.step([g.dec for g in active], [g.out.wants for g in active])
+        except EvaluationInterrupted:
+            c = active[0].cancel
+            if len(active) > 1 or c is None or not c.is_set():
+                self._fail(active, EvaluationInterrupted("evaluation interrupted", 10))
+                raise
+            active[0].out.finish("cancelled")       # its own cancel stopped its evaluation
+            self.running.remove(active[0])
+            emit(active[0], active[0].end(ok=False))
+            return
+        except BaseException as e:
+            self._fail(active, e)
+            raise
+        for g, new in zip(active, news):
+            pieces = g.take(new)
+            if g.out.done:
+                self.running.remove(g)
+                pieces += g.end()
+            emit(g, pieces)
+
+    def _fail(self, gens: list[Generation], e: BaseException) -> None:
+        for g in gens:
+            if g in self.running:
+                self.running.remove(g)
+            g.fail(e)

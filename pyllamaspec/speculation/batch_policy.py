@@ -1,0 +1,92 @@
+"""The cost model of a batch round (batch.py): one draft length for every sequence of the batch,
+chosen from the target's cost at the whole batch's size.
+
+With S sequences drafting k tokens each (sequence i: at most cap_i), a round verifies
+n = sum(min(k, cap_i) + 1) tokens in one target evaluation and drafts in k steps of S tokens;
+it yields sum E(a_i, min(k, cap_i)) tokens, E(a, k) = (1 - a^(k+1)) / (1 - a) with a_i each
+sequence's acceptance (its DraftPolicy's optimistic bound). The chosen k maximizes yield / cost,
+cost = k c_step(S) + c_target(n): k = 0 (plain decoding of all S) when nothing pays. The more
+sequences share a round, the more a verified token costs where the target's evaluation grows
+with its size (a CPU), and the less room there is to speculate: the batch's stats say how many
+rounds it decoded plainly (Stats.batch_plain).
+
+Costs are measured: c_target by batch size in the pair's PairStats (shared with one-sequence
+rounds, as n tokens cost alike whichever sequences they belong to), c_step by the number of
+sequences drafting. The first rounds draft START_K tokens to measure; while plain decoding
+wins, a probe now and then (EXPLORE of the time) keeps the estimates honest, unless even drafts
+that were always right could not pay.
+"""
+from __future__ import annotations
+
+from .cost_model import DraftPolicy, cost_at, updated_cost
+from .pair_stats import PairStats
+
+
+class BatchPolicy:
+    START_K = DraftPolicy.START_K
+    PROBE_K = DraftPolicy.PROBE_K
+    EXPLORE = DraftPolicy.EXPLORE
+    CONFIDENT = DraftPolicy.CONFIDENT
+
+    def __init__(self, stats: PairStats, k_max: int):
+        self.stats, self.k_max = stats, k_max
+        self.plain_time = 0.0
+        self.n_step_obs = 0
+
+    def target_cost(self, n: int) -> float:
+        return cost_at(self.stats.target_costs, n)
+
+    def step_cost(self, n_seq: int) -> float | None:
+        costs = self.stats.draft_step_costs
+        return cost_at(costs, n_seq) if costs else None
+
+    def observe_target(self, n: int, seconds: float) -> None:
+        t = self.stats.target_costs
+        t[n] = updated_cost(t.get(n), seconds)
+
+    def observe_draft(self, n_seq: int, k: int, seconds: float) -> None:
+        """A batch round's drafting: k steps of n_seq sequences took seconds."""
+        if k > 0 and n_seq > 0:
+            c = self.stats.draft_step_costs
+            c[n_seq] = updated_cost(c.get(n_seq), seconds / k)
+            self.n_step_obs += 1
+
+    def rate(self, k: int, alphas: list[float], caps: list[int], n_plain: int) -> float:
+        """Expected tokens per second of a round drafting k (n_plain sequences without a drafter)."""
+        ks = [min(k, c) for c in caps]
+        tokens = n_plain + sum(DraftPolicy.expected_tokens(a, j) for a, j in zip(alphas, ks))
+        n = n_plain + sum(j + 1 for j in ks)
+        drafting = sum(j > 0 for j in ks)
+        cost = self.target_cost(n) + (max(ks) * (self.step_cost(drafting) or 0.0) if drafting else 0.0)
+        return tokens / cost
+
+    def best_k(self, alphas: list[float], caps: list[int], n_plain: int) -> int:
+        best_k, best = 0, self.rate(0, alphas, caps, n_plain)
+        for k in range(1, min(self.k_max, max(caps, default=0)) + 1):
+            r = self.rate(k, alphas, caps, n_plain)
+            if r > best * (1 + 1e-9):
+                best_k, best = k, r
+        return best_k
+
+    def choose(self, alphas: list[float], caps: list[int], n_plain: int = 0) -> int:
+        """The draft length of the round: alphas and caps of the sequences that draft (their
+        acceptance bound, their longest draft), n_plain sequences that do not."""
+        if not caps or max(caps) == 0:
+            return 0
+        if self.step_cost(len(caps)) is None or not self.stats.target_costs:
+            return min(max(caps), self.START_K)   # nothing measured yet: a short draft measures it
+        k = self.best_k(alphas, caps, n_plain)
+        if k > 0:
+            self.plain_time = 0.0
+            return k
+        ones = [1.0] * len(caps)
+        if self.best_k(ones, caps, n_plain) == 0 and self.n_step_obs >= self.CONFIDENT:
+            return 0                              # even drafts always right could not pay
+        self.plain_time += self.target_cost(n_plain + len(caps))
+        k = max(1, min(self.best_k(ones, caps, n_plain), self.PROBE_K))
+        probe = (k * (self.step_cost(len(caps)) or 0.0) + self.target_cost(n_plain + len(caps) * (k + 1))
+                 - self.target_cost(n_plain + len(caps)))
+        if self.EXPLORE * self.plain_time >= probe:
+            self.plain_time = 0.0
+            return k
+        return 0

@@ -1,0 +1,191 @@
+"""Many generations on one Model (issue 23): threads sharing a Model each get a sequence of
+their own (never mixed, never an exception), interleaved streams in one thread, a cancel that
+stops its own generation only, and generate([...]) decoding several prompts together with the
+output of one at a time (greedy: the same tokens; sampled with a seed: the same text) and the
+batch's cost model choosing shorter drafts when more sequences share a round.
+
+Exactness: the tiny models here are Q4_1, whose CPU kernels give a sequence the same logits in
+a batch of a few tokens as alone (test_sequences.py), so one at a time and together compare
+token for token.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import models
+import pyllamaspec
+from pyllamaspec import Cancel, Model, generate, stream_generate
+from pyllamaspec.errors import InvalidArgumentError
+from pyllamaspec.speculation.batch_policy import BatchPolicy
+from pyllamaspec.speculation.pair_stats import PairStats
+
+Q = dict(dtype="Q4_1", n_embd=64, n_ff=96, n_vocab=64)
+PROMPTS = [[1, 5, 9, 2], [3, 3, 7], [8, 1, 4, 4, 6, 2], [2, 9], [7, 7, 7, 1, 5], [4, 6, 8]]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parallel")
+    models.write_llama_gguf(d / "t.gguf", n_layer=2, seed=11, **Q)
+    models.write_llama_gguf(d / "d.gguf", n_layer=1, seed=11, **Q)   # agrees often, not always
+    return d / "t.gguf", d / "d.gguf"
+
+
+def _models(files, n_ctx=512):
+    return Model(files[0], n_ctx=n_ctx, n_threads=1), Model(files[1], n_ctx=n_ctx, n_threads=1)
+
+
+def _alone(files, prompts, drafter="model", **kw):
+    """Each prompt on freshly loaded models, one at a time."""
+    out = []
+    for p in prompts:
+        t, d = _models(files)
+        with t, d:
+            out.append(generate(p, t, d if drafter == "model" else drafter, **kw).tokens)
+    return out
+
+
+GREEDY = dict(max_tokens=24, temperature=0, n_draft=4)
+
+
+def test_threads_sharing_a_model_never_mix(files):
+    """4 threads x 20 generations on one target and one draft Model: every output equals the
+    same prompt's output alone, no errors."""
+    want = _alone(files, PROMPTS, **GREEDY)
+    target, draft = _models(files)
+    errors, wrong = [], []
+
+    def worker(w: int) -> None:
+        for j in range(20):
+            i = (w + j) % len(PROMPTS)
+            try:
+                r = generate(PROMPTS[i], target, draft, **GREEDY)
+                if r.tokens != want[i]:
+                    wrong.append((w, j, i))
+            except Exception as e:          # noqa: BLE001 - counted, the test says which
+                errors.append(repr(e))
+
+    with target, draft:
+        ts = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors, errors[:3]
+        assert not wrong, wrong[:5]
+        assert not any(s.leased for s in target._pool.all() + draft._pool.all())
+        assert draft.output_ids is None                    # the shared head given back by the last
+
+
+def test_interleaved_streams_in_one_thread(files):
+    want = _alone(files, PROMPTS[:2], **GREEDY)
+    target, draft = _models(files)
+    with target, draft:
+        a = stream_generate(PROMPTS[0], target, draft, **GREEDY)
+        b = stream_generate(PROMPTS[1], target, draft, **GREEDY)
+        got = [[], []]
+        live = [a, b]
+        while live:
+            for i, g in enumerate([a, b]):
+                if g in live:
+                    r = next(g, None)
+                    if r is None:
+                        live.remove(g)
+                    elif r.finish_reason is None:
+                        got[i].append(r.token)
+        assert got == want
+
+
+def test_a_cancel_stops_its_own_generation_only(files):
+    want = _alone(files, [PROMPTS[2]], max_tokens=200, temperature=0, n_draft=4)[0]
+    target, draft = _models(files)
+    with target, draft:
+        cancel = Cancel()
+        res = {}
+
+        def long_one():
+            res["a"] = generate(PROMPTS[0], target, draft, max_tokens=400, temperature=0, cancel=cancel)
+
+        t = threading.Thread(target=long_one)
+        t.start()
+        threading.Timer(0.05, cancel.set).start()
+        b = generate(PROMPTS[2], target, draft, max_tokens=200, temperature=0, n_draft=4)
+        t.join()
+        assert res["a"].finish_reason in ("cancelled", "length")
+        assert b.tokens == want and b.finish_reason == "length"
+
+
+def test_batch_equals_one_at_a_time_greedy(files):
+    want = _alone(files, PROMPTS, **GREEDY)
+    target, draft = _models(files)
+    with target, draft:
+        rs = generate(PROMPTS, target, draft, **GREEDY)
+        assert [r.tokens for r in rs] == want
+        assert all(r.stats.mean_batch > 1.5 for r in rs)   # their rounds shared evaluations
+        # fewer at once: the others wait their turn, the same output
+        rs = generate(PROMPTS, target, draft, n_parallel=2, **GREEDY)
+        assert [r.tokens for r in rs] == want
+
+
+@pytest.mark.parametrize("drafter", ["ngram", None])
+def test_batch_equals_one_at_a_time_other_drafters(files, drafter):
+    want = _alone(files, PROMPTS[:4], drafter=drafter, **GREEDY)
+    target = Model(files[0], n_ctx=512, n_threads=1)
+    with target:
+        rs = generate(PROMPTS[:4], target, drafter, **GREEDY)
+        assert [r.tokens for r in rs] == want
+
+
+def test_batch_sampled_with_a_seed_equals_one_at_a_time(files):
+    """A seed with sampling fixes the draft lengths (as for one prompt): each prompt's text is
+    the one its own call gives with that seed."""
+    kw = dict(max_tokens=20, temperature=0.9, seed=7, n_draft=3)
+    want = _alone(files, PROMPTS[:4], **kw)
+    target, draft = _models(files)
+    with target, draft:
+        rs = generate(PROMPTS[:4], target, draft, **kw)
+    assert [r.tokens for r in rs] == want
+    assert len({tuple(w) for w in want}) > 1
+
+
+def test_batch_of_text_prompts_and_arguments(files):
+    target, draft = _models(files)
+    with target, draft:
+        with pytest.raises(InvalidArgumentError, match="stream"):
+            generate(["a", "b"], target, draft, stream=True)
+        with pytest.raises(InvalidArgumentError, match="n_parallel"):
+            generate([[1, 2], [3, 4]], target, n_parallel=0)
+        one = generate([1, 2, 3], target, max_tokens=4, temperature=0)     # a flat list: one prompt
+        assert isinstance(one, pyllamaspec.GenerationResult)
+        rs = generate([[1, 2, 3], [4, 5]], target, max_tokens=4, temperature=0)
+        assert [len(r.tokens) for r in rs] == [4, 4] and rs[0].tokens == one.tokens
+
+
+def test_prefix_copied_from_another_sequence(files):
+    """A prompt that another (busy) sequence holds a prefix of is not evaluated again: the
+    cells are shared."""
+    target, draft = _models(files)
+    with target, draft:
+        base = [1, 5, 9, 2, 8, 3, 3, 6, 1, 2]
+        s = target.lease(base)
+        s.eval(base, logits="none")                          # held by a running generation
+        r = generate(base + [4, 4], target, draft, max_tokens=4, temperature=0)
+        s.release()
+        assert r.stats.n_reused == len(base)
+
+
+def test_batch_policy_speculates_less_as_the_batch_grows():
+    """More sequences per round, less room to speculate: with a target whose cost grows with
+    the tokens it verifies (a CPU), the chosen draft length falls as the batch grows, to plain
+    decoding; with a flat cost (a GPU at these sizes) it drafts at every size, longer."""
+    def k_for(n_seq: int, per_token: float) -> int:
+        st = PairStats(target_costs={n: 0.010 + per_token * (n - 1) for n in range(1, 400)},
+                       draft_step_costs={s: 0.002 + 0.0003 * (s - 1) for s in range(1, 17)})
+        return BatchPolicy(st, 16).best_k([0.8] * n_seq, [16] * n_seq, 0)
+    cpu = [k_for(s, 0.002) for s in (1, 2, 4, 8, 16)]
+    assert cpu == sorted(cpu, reverse=True) and cpu[0] > cpu[2] > cpu[-1] == 0, cpu   # [2, 2, 1, 0, 0]
+    gpu = [k_for(s, 0.00001) for s in (1, 2, 4, 8, 16)]
+    assert min(gpu) >= 1 and all(g > c for g, c in zip(gpu, cpu)), gpu   # [4, 4, 3, 2, 1]

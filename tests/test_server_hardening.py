@@ -1,0 +1,150 @@
+"""The server against hostile or careless requests (issue 23): huge bodies are refused before
+they are read and the memory comes back, prompts that cannot fit are refused before they are
+tokenized, a hostile chat template ends in a 400 within its time budget and the server still
+stops on SIGTERM, malformed fields are 400s (not 500s), and a non-ASCII API key matches what a
+UTF-8 client sends."""
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+from pyllamaspec import generate
+from pyllamaspec.errors import ChatTemplateError, InvalidArgumentError
+from test_server import MODEL_FLAGS, Q, Server
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+HOSTILE = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}"
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path):
+    s = Server(["-m", str(smollm2_path), "-a", "smol", "-np", "1", *MODEL_FLAGS, "--max-body-size", str(1 << 20)])
+    yield s
+    s.stop()
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def _raw(server, path: str, body: bytes, headers: dict, chunked: bool = False) -> tuple[int, dict]:
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        c.putrequest("POST", path)
+        for k, v in headers.items():
+            c.putheader(k, v)
+        if chunked:
+            c.putheader("Transfer-Encoding", "chunked")
+            c.endheaders()
+            step = 1 << 20
+            try:
+                for i in range(0, len(body), step):
+                    part = body[i:i + step]
+                    c.send(b"%x\r\n%s\r\n" % (len(part), part))
+                c.send(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass                      # the server answered and closed before the end: fine
+        else:
+            c.putheader("Content-Length", str(len(body)))
+            c.endheaders()
+            try:
+                c.send(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        r = c.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        c.close()
+
+
+def test_huge_bodies_are_refused_and_the_memory_comes_back(server):
+    from concurrent.futures import ThreadPoolExecutor
+    server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})        # warm: what idle is
+    idle = _rss_kib(server.proc.pid)
+    body = json.dumps({"prompt": "word " * (10 << 20)}).encode()            # 50 MiB
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda chunked: _raw(server, "/v1/completions", body, {"Content-Type": "application/json"},
+                                               chunked), [False, False, True, True]))
+    assert all(code == 413 and "larger than" in err["error"]["message"] for code, err in got), got
+    after = _rss_kib(server.proc.pid)
+    print(f"RSS idle {idle / 1024:.0f} MiB, after 4 x 50 MiB requests {after / 1024:.0f} MiB, "
+          f"{time.perf_counter() - t0:.1f} s")
+    assert after <= 1.10 * idle
+    assert server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
+
+
+def test_a_prompt_that_cannot_fit_is_refused_before_tokenizing(server):
+    """Under the body limit but far over the context: refused from its length alone."""
+    t0 = time.perf_counter()
+    code, err = server.post("/v1/completions", {"prompt": "x" * 900_000})
+    assert code == 400 and "at least" in err["error"]["message"] and err["error"]["code"] == "context_length_exceeded"
+    code, err = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "y" * 900_000}]})
+    assert code == 400 and "at least" in err["error"]["message"]
+    assert time.perf_counter() - t0 < 10
+
+
+MALFORMED = [
+    ({"messages": [{"role": ["user"], "content": "hi"}]}, "role of type array"),
+    ({"messages": [{"role": {"a": 1}, "content": "hi"}]}, "role of type object"),
+    ({"messages": Q, "max_tokens": int("9" * 300)}, "an integer of 300 digits"),
+    ({"messages": Q, "temperature": -int("9" * 300)}, "'temperature' must be in"),
+]
+
+
+@pytest.mark.parametrize("body,words", MALFORMED, ids=[w for _, w in MALFORMED])
+def test_malformed_fields_are_400(server, body, words):
+    code, err = server.post("/v1/chat/completions", body)
+    assert code == 400 and words in err["error"]["message"], err
+
+
+def test_deeply_nested_json_is_400(server):
+    body = b"[" * 100_000 + b"]" * 100_000
+    code, err = server.post("/v1/chat/completions", body)
+    assert code == 400 and "nested too deeply" in err["error"]["message"]
+    assert server.health()["status"] == "ok"
+
+
+def test_hostile_template_is_400_and_sigterm_stops_the_server(smollm2_path):
+    s = Server(["-m", str(smollm2_path), *MODEL_FLAGS, "--chat-template", HOSTILE])
+    try:
+        t0 = time.perf_counter()
+        code, err = s.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2})
+        took = time.perf_counter() - t0
+        assert code == 400 and "chat template" in err["error"]["message"] and "longer than" in err["error"]["message"]
+        assert took < 15                                   # the budget is 5 s (a loaded machine: slower)
+        assert s.health()["status"] == "ok"
+        t0 = time.perf_counter()
+        s.proc.terminate()
+        assert s.proc.wait(20) is not None and time.perf_counter() - t0 < 20
+    finally:
+        s.stop()
+    from pyllamaspec.engine.chat_template import ChatTemplate
+    with pytest.raises(ChatTemplateError, match="characters"):
+        ChatTemplate("{{ 'a' * 1000000000 }}").render(Q)
+    with pytest.raises(ChatTemplateError, match="RecursionError"):
+        ChatTemplate("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").render(Q)
+
+
+def test_non_ascii_api_key(smollm2_path):
+    key = "clé-ünïcode-密钥"
+    s = Server(["-m", str(smollm2_path), *MODEL_FLAGS, "--api-key", key])
+    try:
+        body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+        h = {"Content-Type": "application/json"}
+        ok, _ = _raw(s, "/v1/completions", body, {**h, "Authorization": b"Bearer " + key.encode("utf-8")})
+        bad, err = _raw(s, "/v1/completions", body, {**h, "Authorization": b"Bearer " + key.encode("latin-1", "replace")})
+        assert ok == 200 and bad == 401 and "invalid API key" in err["error"]["message"]
+    finally:
+        s.stop()
+
+
+def test_generate_stop_of_the_wrong_type(smollm2_path):
+    with pytest.raises(InvalidArgumentError, match="stop must be"):
+        generate("Hi", str(smollm2_path), stop=5)
