@@ -90,10 +90,10 @@ def test_cache_prompt_and_id_slot(srv):
     _, fresh = srv.post("/completion", {**body, "cache_prompt": False})
     assert again["timings"]["cache_n"] > 0 and fresh["timings"]["cache_n"] == 0       # issue 27: was ignored
     assert fresh["content"] == again["content"]
-    for slot in (0, -1):
+    for slot in (0, -1, 3):                     # llama-server's auto -np: 4 slots
         assert srv.post("/completion", {**body, "id_slot": slot})[0] == 200
-    code, err = srv.post("/completion", {**body, "id_slot": 1})
-    assert code == 400 and "1 slot" in err["error"]["message"]
+    code, err = srv.post("/completion", {**body, "id_slot": 4})
+    assert code == 400 and "4 slots" in err["error"]["message"]
 
 
 def test_ignore_eos(srv):
@@ -144,12 +144,12 @@ def test_props_slots_metrics(srv, local):
     t, _ = local
     code, body = get(srv, "/props")
     props = json.loads(body)
-    assert code == 200 and props["total_slots"] == 1 and props["model_alias"] == "smol"
+    assert code == 200 and props["total_slots"] == 4 and props["model_alias"] == "smol"   # -np auto
     assert props["default_generation_settings"]["n_ctx"] == t.n_ctx
     assert props["chat_template"] == t.meta("tokenizer.chat_template") and props["endpoint_metrics"] is True
     _, r = srv.post("/completion", {"prompt": "Once upon a time", "n_predict": 5, "temperature": 0})
     slots = json.loads(get(srv, "/slots")[1])
-    assert len(slots) == 1 and slots[0]["id"] == 0 and slots[0]["is_processing"] is False
+    assert [s["id"] for s in slots] == [0, 1, 2, 3] and not any(s["is_processing"] for s in slots)
     assert slots[0]["generated"] == r["content"] and slots[0]["n_prompt_tokens"] == r["tokens_evaluated"]
     assert slots[0]["params"]["n_predict"] == 5 and slots[0]["speculative"] is True
 
