@@ -40,6 +40,10 @@ WRITERS = {
 }
 
 
+WRITERS_MTP = {"glm4moe": lambda p: write_glm4moe_gguf(p, n_nextn=1, seed=4),
+               "deepseek2": lambda p: write_deepseek2_gguf(p, n_nextn=1, seed=4)}
+
+
 def _toks(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 64, n).astype(np.int32)
 
@@ -80,6 +84,39 @@ def test_new_architectures_mix_sequences(paths, arch):
     np.testing.assert_allclose(got_a, np.concatenate(ref_a), atol=ATOL, rtol=0)
     np.testing.assert_allclose(got_b, np.concatenate(ref_b), atol=ATOL, rtol=0)
     assert np.abs(control - ref_b[0]).max() > 0.5
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "deepseek2"])
+def test_mtp_of_kv_only_models_per_sequence(tmp_path, arch):
+    """issue 24's NextN blocks (a KV-only target) draft per sequence: two sequences decoded in one
+    call, and a third copied from the second, draft what each does alone (bit for bit; the MTP
+    block reads the hidden row before each graph's first token, so a graph holds one sequence).
+    Control: sequence 0's state drafting the second one's token is far off."""
+    p = tmp_path / f"{arch}.gguf"
+    WRITERS_MTP[arch](p)
+    a, b = _toks(7, 1), _toks(9, 2)
+
+    def drafts(s, t) -> list[np.ndarray]:
+        r0 = s.mtp_draft(int(t[-1]), 0).copy()
+        return [r0, s.mtp_draft(int(np.argmax(r0)), 1).copy()]
+    ref = {}
+    for key, t in (("a", a), ("b", b)):
+        with _open(p) as m:
+            m.enable_mtp()
+            m.eval(t[:-1])
+            ref[key] = drafts(m.sequence(0), t)
+    with _open(p) as m:
+        m.enable_mtp()
+        s0, s1 = m.sequence(0), m.sequence(1)
+        m.decode([(s0, a[:-1], "none"), (s1, b[:-1], "none")])
+        with m.lease(a[:-1].tolist()) as l0, m.lease(b[:-1].tolist()) as l1, m.lease(b[:-1].tolist()) as s2:
+            assert (l0, l1) == (s0, s1) and s2.id == 2 and s2.cached_tokens == b[:-1].tolist()   # b's copied
+            got = {"b": drafts(s1, b), "a": drafts(s0, a), "c": drafts(s2, b)}
+        control = s0.mtp_draft(int(b[-1]), 0).copy()
+    for k, want in (("a", ref["a"]), ("b", ref["b"]), ("c", ref["b"])):
+        for g, r in zip(got[k], want):
+            np.testing.assert_array_equal(g, r)
+    assert np.abs(control - ref["b"][0]).max() > 0.5
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,8 @@ Batch::Batch(const psl_batch & b, const Memory & mem, int32_t n_vocab, int32_t n
         off += n_seq_of_given(b, i);
         seq_begin.push_back((int32_t) seqs.size());
         if (hybrid && n_seq_of(i) > 1) {
-            fail(PSL_ERR_UNSUPPORTED, "token %d belongs to %d sequences: a hybrid model's recurrent state takes one", i,
+            fail(PSL_ERR_UNSUPPORTED, "token %d belongs to %d sequences: a hybrid model's recurrent state (or an "
+                 "MTP block's hidden rows) takes one", i,
                  n_seq_of(i));
         }
         for (int32_t j = 0; j < n_seq_of(i); ++j) {

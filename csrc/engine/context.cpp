@@ -344,7 +344,7 @@ void psl_context::run(const Batch & b, bool embd, float * out) {
     std::vector<int32_t> n_past0;
     for (int32_t s : seqs) n_past0.push_back(mem->n_past(s));
     try {
-        for (const auto & idx : b.split(params.n_batch, mem->rs() != nullptr)) {
+        for (const auto & idx : b.split(params.n_batch, one_seq_per_graph())) {
             // an interrupt asked for before this eval or between its graphs (a GPU backend
             // polls no abort callback) stops it here
             if (interrupt.exchange(false)) fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");
@@ -356,9 +356,13 @@ void psl_context::run(const Batch & b, bool embd, float * out) {
     }
 }
 
+// A hybrid's recurrent state and an MTP block's hidden rows follow one sequence per graph, and
+// one sequence per token.
+bool psl_context::one_seq_per_graph() const { return mem->rs() != nullptr || mtp != nullptr; }
+
 void psl_context::decode(const psl_batch & batch, float * out, int64_t out_cap) {
     const int32_t n_vocab = model->hp.n_vocab;
-    const Batch b(batch, *mem, n_vocab, params.n_ctx, mem->rs() != nullptr);
+    const Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
     if (out) {
         if (out_cap < (int64_t) b.n_out * n_vocab) {
             fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
@@ -387,7 +391,7 @@ void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t 
     const int32_t n_embd = model->hp.n_embd;
     std::vector<int8_t> flags(n > 0 ? (size_t) n : 0, 1);
     const psl_batch batch{n, tokens, nullptr, nullptr, nullptr, flags.data()};
-    const Batch b(batch, *mem, model->hp.n_vocab, params.n_ctx, mem->rs() != nullptr);
+    const Batch b(batch, *mem, model->hp.n_vocab, params.n_ctx, one_seq_per_graph());
     if (!out && n > 0) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
     if (out_cap < (int64_t) n * n_embd) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "embeddings buffer holds %lld floats, %lld needed", (long long) out_cap,
@@ -531,6 +535,7 @@ void psl_context::copy(int32_t src, int32_t dst, int32_t n) {
              draft_head->head().arch_name.c_str(), dst);
     }
     mem->copy(src, dst, n);
+    if (mtp) mtp->copy(src, dst);
     if (draft_head) draft_head->truncate(mem->n_past(0));
 }
 

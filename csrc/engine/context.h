@@ -88,6 +88,7 @@ private:
     void make_room(const psl::Batch & b);
     void replay(int32_t seq);
     void check_head_seqs(const psl::Batch & b) const;
+    bool one_seq_per_graph() const;
     void check_head_call(int32_t token, int32_t n, float * out, int64_t out_cap) const;
     void reserve();
     std::vector<ggml_backend_t> backends() const;   // the scheduler's, the CPU last

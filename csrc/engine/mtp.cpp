@@ -36,6 +36,12 @@ void MtpState::clear() {
     for (auto & s : seqs_) s.reset();
 }
 
+void MtpState::copy(int32_t src, int32_t dst) {
+    if (src == dst) return;
+    seqs_[dst] = std::make_unique<Seq>(seq(src));
+    seqs_[dst]->step = -1;   // a draft chain is the sequence's own
+}
+
 void MtpState::before_compute(const Graph & g, int32_t s, int32_t n_past) {
     ggml_backend_tensor_set(g.inp_mtp_h, seq(s).hidden.at(n_past - 1), 0, sizeof(float) * (size_t) n_embd_);
 }

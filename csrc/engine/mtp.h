@@ -43,6 +43,8 @@ public:
     void before_compute(const Graph & g, int32_t seq, int32_t n_past);
     void after_compute(const Graph & g, int32_t seq, int32_t n_past);
     void clear();
+    // Sequence dst now holds src's first n tokens (shared cells): it takes src's hidden rows.
+    void copy(int32_t src, int32_t dst);
     // One draft step of seq (see the header comment) after its n_past cached tokens (no replay
     // pending): logits [n_vocab] into out. A computation stopped by interrupt consumes it.
     void draft(int32_t seq, int32_t token, int32_t step, std::atomic<bool> & interrupt, float * out);
