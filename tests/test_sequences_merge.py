@@ -151,6 +151,24 @@ def test_draft_head_holds_sequence_zero_only(head_pair):
         assert m.lease([1, 2], wait=False) is not None    # all sequences again once detached
 
 
+def test_one_drafter_object_for_several_generations_is_refused(head_pair):
+    """A Drafter object carries one generation's state: generations decoded together each need
+    their own (the scheduler refuses to share one), one at a time it is fine."""
+    from pyllamaspec.engine.sampling import SamplingParams
+    from pyllamaspec.frontends.generate_batch import generate_together
+    from pyllamaspec.speculation.decoder import DraftParams
+    from pyllamaspec.speculation.drafters import NgramDrafter
+    t, _ = head_pair
+    dp = DraftParams()
+    sp = [SamplingParams(temperature=0)] * 2
+    with _open(t) as m:
+        shared = NgramDrafter(dp)
+        with pytest.raises(InvalidArgumentError, match="one object for every prompt"):
+            generate_together([[1, 2, 3], [4, 5, 6]], m, shared, sp, dp, max_tokens=4, stop=[])
+        got = generate_together([[1, 2, 3], [4, 5, 6]], m, shared, sp, dp, max_tokens=4, stop=[], n_parallel=1)
+        assert [len(r["tokens"]) for r in got] == [4, 4]
+
+
 def test_server_refuses_slots_beside_a_draft_head(head_pair, capsys):
     """-np 2 with a draft head: refused at start, naming the head and -np 1."""
     from pyllamaspec.frontends.server.main import main

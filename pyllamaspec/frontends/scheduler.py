@@ -58,12 +58,7 @@ class Generation:
         self.dec = Decoder(self.target, self.drafter, self.sampling, self.draft, logprobs=self.n_logprobs,
                            grammar=grammar)
         self.result.update(stats=self.dec.stats, policy=self.dec.policy)
-        d = self.dec.drafter
-        if d is not None and alongside >= d.max_sequences:
-            self.end(ok=False)
-            raise InvalidArgumentError(f"the drafter {d.key or type(d).__name__} follows one sequence of its target "
-                                       f"(a draft head): it cannot decode beside other generations; run them one at "
-                                       f"a time (n_parallel=1, the server's -np 1)")
+        self._check_drafter(alongside)
         try:
             with c.watching() if c is not None else nullcontext():
                 self.dec.open(self.ids, fresh=fresh, stop=c.is_set if c is not None else None)
@@ -84,6 +79,20 @@ class Generation:
         if self.max_tokens == 0:
             return self.end()
         return []
+
+    def _check_drafter(self, alongside: int) -> None:
+        """A drafter that follows one sequence of its target (a draft head), or one Drafter object
+        given for every generation (its state is one generation's), runs beside no other."""
+        d = self.dec.drafter
+        if d is None or not alongside:
+            return
+        shared = d is self.drafter
+        if alongside >= d.max_sequences or shared:
+            self.end(ok=False)
+            why = "is one object for every prompt (its state is one generation's)" if shared else \
+                "follows one sequence of its target (a draft head)"
+            raise InvalidArgumentError(f"the drafter {d.key or type(d).__name__} {why}: it cannot decode beside "
+                                       f"other generations; run them one at a time (n_parallel=1, the server's -np 1)")
 
     def ready(self) -> bool:
         """Whether it takes part in the next round (else it has just finished: call end())."""

@@ -51,6 +51,10 @@ async def _json(request: Request) -> dict:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise APIError("the request body is nested too deeply") from None
+    except ValueError as e:           # an integer of more digits than Python converts
+        raise APIError(f"the request body cannot be read: {e}") from None
     if not isinstance(body, dict):
         raise APIError("the request body must be a JSON object")
     return body
