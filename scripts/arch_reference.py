@@ -20,6 +20,13 @@ The tests derive their tolerance from the spread (tests/arch_checks.py). Not run
     PYLLAMASPEC_LIBRARY=... python scripts/arch_reference.py --probes /tmp/llamacpp_logits-build-native \\
         /tmp/llamacpp_logits-build-i24-avx2 --mtp /tmp/llamacpp_mtp-build-native /tmp/llamacpp_mtp-build-i24-avx2 \\
         --kv-bytes /tmp/llamacpp_kv_bytes-build-native [ARCH ...]
+
+--spread NAME LOGITS_PROBE [MTP_PROBE] adds llama.cpp's spread against one more build to the
+fixtures as they are (the reference logits untouched; each model regenerated bit for bit) as
+`spread_NAME`: the generic build (GGML_NATIVE=OFF, every x86 feature off) was measured this way:
+
+    python scripts/arch_reference.py --spread generic /tmp/llamacpp_logits-build-i22-generic \
+        /tmp/llamacpp_mtp-build-i22-generic
 """
 from __future__ import annotations
 
@@ -154,13 +161,44 @@ def reference(args, path: pathlib.Path, kw: dict) -> dict:
     return entry
 
 
+def add_spread(name: str, probe: str, mtp_probe: str | None, archs: list[str]) -> None:
+    """spread_<name>: the fixtures' reference logits against one more build of llama.cpp."""
+    for arch in archs:
+        writer, _ = MODELS[arch]
+        dest = ROOT / f"tests/data/reference/{arch}_llamacpp.json"
+        fixture = json.loads(dest.read_text())
+        with tempfile.TemporaryDirectory() as tmp:
+            for model, entry in fixture["models"].items():
+                path = pathlib.Path(tmp) / f"{model}.gguf"
+                writer(path, **entry["writer"])
+                if sha256(path) != entry["sha256"]:
+                    raise SystemExit(f"{arch}/{model}: the writer no longer gives the fixture's file")
+                entry[f"spread_{name}"] = spread(entry["logits"], run_llamacpp(probe, path))
+                if "mtp" in entry and mtp_probe:
+                    entry["mtp"][f"spread_{name}"] = spread(entry["mtp"]["logits"], run_mtp(mtp_probe, path)[1])
+                print(f"{arch}/{model}: llama.cpp reference vs {name} spread {entry[f'spread_{name}']:.3e}"
+                      + (f", MTP {entry['mtp'].get(f'spread_{name}', float('nan')):.3e}" if "mtp" in entry else ""))
+        fixture["source"] += f"; spread_{name} added by --spread"
+        dest.write_text(json.dumps(fixture, separators=(",", ":")) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--probes", nargs=2, required=True, help="llamacpp_logits: reference build, AVX2 build")
+    ap.add_argument("--spread", nargs="+", metavar="NAME PROBE [MTP_PROBE]",
+                    help="add llama.cpp's spread against another build to the fixtures as they are")
+    ap.add_argument("--probes", nargs=2, help="llamacpp_logits: reference build, AVX2 build")
     ap.add_argument("--mtp", nargs=2, help="llamacpp_mtp: reference build, AVX2 build")
     ap.add_argument("--kv-bytes", help="llamacpp_kv_bytes")
     ap.add_argument("archs", nargs="*")
     args = ap.parse_args()
+    if args.spread:
+        if len(args.spread) not in (2, 3):
+            ap.error("--spread NAME LOGITS_PROBE [MTP_PROBE]")
+        add_spread(args.spread[0], args.spread[1], args.spread[2] if len(args.spread) == 3 else None,
+                   args.archs or list(MODELS))
+        return
+    if not args.probes:
+        ap.error("--probes is required")
     for arch in args.archs or list(MODELS):
         writer, models = MODELS[arch]
         result = {"source": "llama.cpp b11434 (ggml 0.26), CPU, scripts/llamacpp_logits.cpp `all`, context 512, "

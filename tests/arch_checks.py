@@ -14,10 +14,12 @@ from pyllamaspec import Model, generate
 
 REF_DIR = pathlib.Path(__file__).parent / "data" / "reference"
 
-# The tolerance against llama.cpp is this many times the spread of llama.cpp's own logits
-# between its AVX-512 and AVX2 builds on the same file (recorded in the fixture): our logits on
-# another CPU differ from the AVX-512 reference by about what llama.cpp's would. The floor
-# covers files whose spread is at float32 rounding.
+# The tolerance against llama.cpp is this many times the largest spread of llama.cpp's own
+# logits between its AVX-512 reference build and its AVX2-only and generic builds on the same
+# file (spread_avx2, spread_generic in the fixture: scripts/arch_reference.py): our logits on
+# another CPU differ from the AVX-512 reference by about what llama.cpp's would. The floor covers
+# files whose spread is at float32 rounding. (The generic spread reaches 2.7e-2 on the Q8_0
+# files, whose activations the generic kernels quantize and sum in another order.)
 SPREAD_FACTOR = 3.0
 REL_FLOOR = 1e-4
 
@@ -33,8 +35,13 @@ def regenerate(writer, spec: dict, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def measured_spread(spec: dict) -> float:
+    """The largest spread recorded between llama.cpp's reference build and another CPU build."""
+    return max(v for k, v in spec.items() if k.startswith("spread_"))
+
+
 def tolerance(spec: dict) -> float:
-    return max(REL_FLOOR, SPREAD_FACTOR * spec["spread_avx2"])
+    return max(REL_FLOOR, SPREAD_FACTOR * measured_spread(spec))
 
 
 def rel_diff(got: np.ndarray, want: np.ndarray) -> float:
@@ -122,7 +129,7 @@ def compare_mtp_with_llamacpp(path, spec: dict) -> dict:
     target holds all but the last prompt token, then 4 steps each fed the previous step's greedy
     token and hidden row), within 3x llama.cpp's own spread of those logits."""
     mtp = spec["mtp"]
-    tol = max(REL_FLOOR, SPREAD_FACTOR * mtp["spread_avx2"])
+    tol = max(REL_FLOOR, SPREAD_FACTOR * measured_spread(mtp))
     rel, agree, n = 0.0, 0, 0
     with Model(path, n_ctx=128, n_threads=1) as m:   # F16 KV cache, as llama.cpp's default
         m.enable_mtp()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import sys
 
 import pytest
@@ -13,6 +14,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import models  # noqa: E402
 from pypi_index import Index  # noqa: E402
+
+# A suite started in the background (`.ci/run &` from a script) inherits SIGINT ignored, and so
+# would every program the Ctrl-C tests start (an ignored signal stays ignored across exec, and
+# Python then installs no KeyboardInterrupt): Ctrl-C is what those tests send, so the suite
+# takes it back. (A handler, unlike SIG_IGN, is reset to the default in a child.)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -146,15 +146,18 @@ def smollm2_plain(smollm2_path):
                                   "ngram-mod,ngram-simple"])
 def test_greedy_generation_is_plain(kind, smollm2_plain):
     """Through the decoder: greedy output is the target's own. With fixed draft lengths every
-    kind drafts on the synthetic stream (measured: 40 to 106 drafted tokens), so the rounds that
-    accept are exercised; with the cost model on, whether a kind drafts follows measured times
-    and what earlier generations taught it (pair_stats), so only the output is checked."""
+    kind drafts and has drafts accepted on the code stream, whose greedy text is the same with
+    ggml's native (AVX-512), AVX2 and generic kernels (measured, drafted/accepted: simple 85/51,
+    map-k 66/53, map-k4v 2/2, mod 83/55, cache 56/54); the synthetic stream's text depends on the
+    kernels (a period-2 loop on AVX2, where ngram-simple, whose latest match leaves fewer than
+    size_n tokens after it, never drafts). With the cost model on, whether a kind drafts follows
+    measured times and what earlier generations taught it (pair_stats): only the output is checked."""
     from pyllamaspec import generate
     m, plain = smollm2_plain
-    prompt = REF["streams"]["synthetic"]["prompt"]
+    prompt = REF["streams"]["code"]["prompt"]
     spec = generate(prompt, m, temperature=0, max_tokens=64, cache_prompt=False, spec_type=kind,
                     ngram_params=SMALL, adaptive=False)
-    assert spec.tokens == plain["synthetic"].tokens
+    assert spec.tokens == plain["code"].tokens
     assert spec.stats.drafted > 0 and spec.stats.accepted > 0
     print(f"{kind}: drafted {spec.stats.drafted}, accepted {spec.stats.accepted}, rounds {spec.stats.rounds}")
     for s in ("code", "synthetic"):

@@ -14,10 +14,14 @@ from dataclasses import dataclass, field
 from ...engine.chat_template import ChatPrompt
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...errors import ContextFullError, PyllamaspecError
+from ...errors import ContextFullError, EvaluationInterrupted, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
+
+# Ctrl-C: KeyboardInterrupt, or EvaluationInterrupted where the core saw the signal first and
+# the eval returned before Python raised it (nothing else interrupts a CLI's evaluations)
+CTRL_C = (KeyboardInterrupt, EvaluationInterrupted)
 
 GREEN, RESET = "\033[32m", "\033[0m"
 
@@ -76,7 +80,7 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
             text += piece.text
             sys.stdout.write(GREEN + piece.text + RESET if a.color and piece.from_draft else piece.text)
             sys.stdout.flush()
-    except KeyboardInterrupt:
+    except CTRL_C:
         interrupted = True
     finally:
         pieces.close()
@@ -110,7 +114,7 @@ def run_conversation(a: argparse.Namespace, target: Model, draft, sampling: Samp
         conv.messages.append({"role": "user", "content": msg})
         try:
             text, stats, interrupted = answer(conv, target, draft, a, sampling, draft_params, chat_template)
-        except KeyboardInterrupt:           # before the answer's first token (rendering, prompt)
+        except CTRL_C:                      # before the answer's first token (rendering, prompt)
             text, stats, interrupted = "", None, True
         except ContextFullError as e:
             conv.messages.pop()

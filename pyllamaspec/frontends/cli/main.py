@@ -29,7 +29,7 @@ from ...speculation.decoder import DraftParams, Stats
 from ..generate import iter_generate
 from ..structured.formats import GrammarSpec, constraint_spec
 from .args import build_parser, ngram_params, parse_args, penalty_kwargs, resolve_spec_type, warn_gpu_layers
-from .chat import run_conversation
+from .chat import CTRL_C, run_conversation
 from .checks import Setup, check_drafters, ineffective_flags
 from .compare import Run, alternate, report, warm_up
 
@@ -252,7 +252,7 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
                 text = GREEN + text + RESET
             sys.stdout.write(text)
             sys.stdout.flush()
-    except KeyboardInterrupt:
+    except CTRL_C:
         interrupted = True
     finally:
         pieces.close()          # runs the generator's bookkeeping (stats) now
