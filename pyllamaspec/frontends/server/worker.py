@@ -177,7 +177,6 @@ class Worker:
     def prepare(self, req: GenRequest, loop: asyncio.AbstractEventLoop) -> Job:
         """Renders and tokenizes the prompt and checks it against the context: APIError if it
         does not fit."""
-        t = self.target
         stops = list(req.stop)
         param = "messages" if req.kind == "chat" else "prompt"
         if req.kind == "chat":
