@@ -35,6 +35,18 @@ def regenerate(writer, spec: dict, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def regenerate_all(writer, ref: dict, d: pathlib.Path) -> dict:
+    """Every model of an architecture's fixture, written again into d (name -> path)."""
+    return {name: regenerate(writer, spec, d / f"{name}.gguf") for name, spec in ref.items()}
+
+
+def write_all(writer, specs: dict, d: pathlib.Path) -> dict:
+    """Tiny models from writer arguments (name -> kwargs), written into d (name -> path)."""
+    for name, kw in specs.items():
+        writer(d / f"{name}.gguf", **kw)
+    return {name: d / f"{name}.gguf" for name in specs}
+
+
 def measured_spread(spec: dict) -> float:
     """The largest spread recorded between llama.cpp's reference build and another CPU build."""
     return max(v for k, v in spec.items() if k.startswith("spread_"))

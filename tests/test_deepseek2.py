@@ -32,16 +32,12 @@ TOKS = np.random.default_rng(1).integers(0, 64, 14).astype(np.int32)
 
 @pytest.fixture(scope="module")
 def ref_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("deepseek2_ref")
-    return {name: ac.regenerate(write_deepseek2_gguf, spec, d / f"{name}.gguf") for name, spec in REF.items()}
+    return ac.regenerate_all(write_deepseek2_gguf, REF, tmp_path_factory.mktemp("deepseek2_ref"))
 
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
-    d = tmp_path_factory.mktemp("deepseek2")
-    for name, kw in SYNTH.items():
-        write_deepseek2_gguf(d / f"{name}.gguf", **kw)
-    return {name: d / f"{name}.gguf" for name in SYNTH}
+    return ac.write_all(write_deepseek2_gguf, SYNTH, tmp_path_factory.mktemp("deepseek2"))
 
 
 @pytest.mark.parametrize("name", list(REF))

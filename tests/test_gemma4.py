@@ -31,8 +31,7 @@ TOKS = np.random.default_rng(1).integers(0, 64, 14).astype(np.int32)
 
 @pytest.fixture(scope="module")
 def ref_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gemma4_ref")
-    return {name: ac.regenerate(write_gemma4_gguf, spec, d / f"{name}.gguf") for name, spec in REF.items()}
+    return ac.regenerate_all(write_gemma4_gguf, REF, tmp_path_factory.mktemp("gemma4_ref"))
 
 
 @pytest.fixture(scope="module")

@@ -27,16 +27,12 @@ TOKS = np.random.default_rng(1).integers(0, 64, 14).astype(np.int32)
 
 @pytest.fixture(scope="module")
 def ref_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mistral3_ref")
-    return {name: ac.regenerate(write_mistral3_gguf, spec, d / f"{name}.gguf") for name, spec in REF.items()}
+    return ac.regenerate_all(write_mistral3_gguf, REF, tmp_path_factory.mktemp("mistral3_ref"))
 
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mistral3")
-    for name, kw in SYNTH.items():
-        write_mistral3_gguf(d / f"{name}.gguf", **kw)
-    return {name: d / f"{name}.gguf" for name in SYNTH}
+    return ac.write_all(write_mistral3_gguf, SYNTH, tmp_path_factory.mktemp("mistral3"))
 
 
 @pytest.mark.parametrize("name", list(REF))
