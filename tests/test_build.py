@@ -136,6 +136,7 @@ def test_wrong_hash_stops_the_fetch(fetch, index, tmp_path, capsys):
     assert not (tmp_path / "cache" / "ggml" / fetch.PIN["filename"]).exists()
 
 
+@pytest.mark.slow   # ~8 s: fetch.py tries each index (pip's fallback too) before it gives up
 def test_unreachable_registry_is_a_clear_error(tmp_path):
     """fetch.py as CMake runs it, with every index unreachable (pip's fallback too): a message
     that says what failed and how to build offline."""

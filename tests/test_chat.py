@@ -59,7 +59,8 @@ def _check_cache(target: Model, draft, r) -> None:
 
 
 @pytest.mark.cpu_kernels
-@pytest.mark.parametrize("drafter", ["none", "model", "ngram"])
+@pytest.mark.parametrize("drafter", ["model", pytest.param("none", marks=pytest.mark.slow),
+                                     pytest.param("ngram", marks=pytest.mark.slow)])
 def test_multiturn_reuse_equals_fresh(smol, smol_draft, drafter):
     draft = {"none": None, "model": smol_draft, "ngram": "ngram"}[drafter]
     # fixed drafts: the cost model may find plain decoding pays here, and then the draft sees little

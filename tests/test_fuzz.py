@@ -44,6 +44,7 @@ def test_detects_a_crash_and_pins_it(tmp_path):
     assert saved["case"]["kind"] == "tokenizer" and "--case 3" in saved["replay"]
 
 
+@pytest.mark.slow   # waits out the hang timeout
 def test_detects_a_hang():
     rc, out, c = fuzz("--kind", "tokenizer", "--cases", "6", "--timeout", "1", "--self-test", "hang")
     assert rc == 1

@@ -61,7 +61,7 @@ def test_grammars_equal_llama_servers(name):
             assert spec.text == case["grammar"], case["request"]
 
 
-@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+@pytest.mark.parametrize("name", ["smollm2", pytest.param("gemma3", marks=pytest.mark.slow)])   # gemma3: 12 s
 def test_greedy_answers_equal_llama_servers(name):
     cases = FIXTURE["models"][name]["cases"]
     same = 0

@@ -142,8 +142,9 @@ def smollm2_plain(smollm2_path):
         yield m, plain
 
 
-@pytest.mark.parametrize("kind", ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-                                  "ngram-mod,ngram-simple"])
+# the chain of two kinds in the README's command, each kind alone in the slow set (~3 s each)
+@pytest.mark.parametrize("kind", ["ngram-mod,ngram-simple"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")])
 def test_greedy_generation_is_plain(kind, smollm2_plain):
     """Through the decoder: greedy output is the target's own. With fixed draft lengths every
     kind drafts and has drafts accepted on the code stream, whose greedy text is the same with

@@ -15,9 +15,11 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -97,10 +99,50 @@ def test_bash_block(index, tmp_path, smollm2_path, gemma3_path):
     if code.startswith(INSTALL):
         code = code[len(INSTALL):]                     # the install: tests/test_install.py
     code = code.replace("8080", str(_free_port())).replace("50052", str(_free_port()))
-    p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", code], cwd=tmp_path, env=_env(tmp_path),
-                       capture_output=True, text=True, timeout=TIMEOUT, start_new_session=True)
-    assert p.returncode == 0, f"README.md:{line}\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
-    assert "Traceback" not in p.stderr and "error:" not in p.stderr, p.stderr[-3000:]
+    rc, out, err = _run_bash(code, tmp_path)
+    assert rc == 0, f"README.md:{line}\n{out[-3000:]}\n{err[-5000:]}"
+    assert "Traceback" not in err and "error:" not in err, err[-3000:]
+
+
+def _run_bash(code: str, cwd) -> tuple[int, str, str]:
+    """bash -e the block in a session of its own, its output in files (not pipes: a server the
+    block started in the background would hold a pipe open, and a failed block would then wait
+    out TIMEOUT); whatever the block left running is stopped when bash ends."""
+    with open(cwd / "stdout", "w+") as o, open(cwd / "stderr", "w+") as e:
+        p = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", code], cwd=cwd, env=_env(cwd), stdout=o,
+                             stderr=e, text=True, start_new_session=True)
+        try:
+            rc = p.wait(timeout=TIMEOUT)
+        finally:
+            _kill_session(p.pid)
+        o.seek(0), e.seek(0)
+        return rc, o.read(), e.read()
+
+
+def test_a_failed_block_stops_what_it_started(tmp_path):
+    """A block that fails with a background process still running returns at once, and the
+    process is gone (before: the test waited out TIMEOUT on the process's open pipe)."""
+    t0 = time.monotonic()
+    rc, _, _ = _run_bash(f"sleep 300 & echo $! > {tmp_path}/pid; false", tmp_path)
+    assert rc != 0 and time.monotonic() - t0 < 60
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def _kill_session(pgid: int) -> None:
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 @pytest.mark.slow

@@ -143,6 +143,7 @@ def test_spm_matches_python_reimplementation(gemma, py_spm, text):
     assert gemma.tokenize(text, add_special=False) == py_spm.tokenize(text.encode())
 
 
+@pytest.mark.slow   # ~10 s: the pure-Python SentencePiece oracle builds its tables
 def test_spm_matches_python_reimplementation_corpus(gemma, py_spm):
     for doc in corpus_documents(120_000):
         for chunk in [doc[i:i + 2000] for i in range(0, len(doc), 2000)]:
