@@ -128,37 +128,18 @@ ggml_tensor * mla_attention(Graph & g, int il, ggml_tensor * h, bool last) {
     return ggml_mul_mat(ctx, l.wo, out);
 }
 
-ggml_tensor * ffn(Graph & g, int il, ggml_tensor * x) {
-    const HParams & hp = g.m.hp;
-    const Layer & l = g.m.layers[il];
-    if (il < hp.n_layer_dense_lead) return g.ffn_swiglu(x, l);
-    const Graph::MoeOpts o = {hp.expert_gating == 2 ? Graph::MoeGating::Sigmoid : Graph::MoeGating::SoftmaxAll,
-                              Graph::MoeAct::SwiGLU, hp.expert_weights_norm, hp.expert_weights_scale};
-    return ggml_add(g.ctx, g.ffn_moe(x, l, o), g.ffn_shared_expert(x, l));
-}
-
 // One layer (or the MTP block's body) on the residual stream x.
 ggml_tensor * block(Graph & g, int il, ggml_tensor * x, bool last) {
     const Layer & l = g.m.layers[il];
     ggml_tensor * a = mla_attention(g, il, g.rms_norm(x, l.attn_norm), last);
     if (last) x = g.keep_outputs(x);
     x = ggml_add(g.ctx, a, x);
-    return ggml_add(g.ctx, ffn(g, il, g.rms_norm(x, l.ffn_norm)), x);
+    return ggml_add(g.ctx, ffn_dense_lead_moe(g, il, g.rms_norm(x, l.ffn_norm)), x);
 }
 
 const NextnOps k_nextn = {block};
 
-ggml_tensor * build(Graph & g) {
-    const HParams & hp = g.m.hp;
-    ggml_tensor * x = g.embed();
-    ggml_tensor * embd = x;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        g.layer_input(il, x);
-        x = block(g, il, x, il == hp.n_layer - 1 && !g.mtp);
-    }
-    if (g.mtp) nextn_fill(g, embd, x, k_nextn);
-    return g.output(x, g.m.output_norm);
-}
+ggml_tensor * build(Graph & g) { return nextn_build(g, k_nextn); }
 
 ggml_tensor * build_mtp(Graph & g) { return nextn_draft(g, k_nextn); }
 

@@ -101,37 +101,17 @@ ggml_tensor * attention(Graph & g, int il, ggml_tensor * h, bool last) {
     return ggml_mul_mat(ctx, l.wo, a);
 }
 
-ggml_tensor * ffn(Graph & g, int il, ggml_tensor * x) {
-    const HParams & hp = g.m.hp;
-    const Layer & l = g.m.layers[il];
-    if (il < hp.n_layer_dense_lead) return g.ffn_swiglu(x, l);
-    const Graph::MoeOpts o = {hp.expert_gating == 2 ? Graph::MoeGating::Sigmoid : Graph::MoeGating::SoftmaxAll,
-                              Graph::MoeAct::SwiGLU, hp.expert_weights_norm, hp.expert_weights_scale};
-    ggml_tensor * f = g.ffn_moe(x, l, o);
-    return l.ffn_up_shexp ? ggml_add(g.ctx, f, g.ffn_shared_expert(x, l)) : f;
-}
-
 ggml_tensor * block(Graph & g, int il, ggml_tensor * x, bool last) {
     const Layer & l = g.m.layers[il];
     ggml_tensor * a = attention(g, il, g.rms_norm(x, l.attn_norm), last);
     if (last) x = g.keep_outputs(x);
     x = ggml_add(g.ctx, a, x);
-    return ggml_add(g.ctx, ffn(g, il, g.rms_norm(x, l.attn_post_norm)), x);
+    return ggml_add(g.ctx, ffn_dense_lead_moe(g, il, g.rms_norm(x, l.attn_post_norm)), x);
 }
 
 const NextnOps k_nextn = {block};
 
-ggml_tensor * build(Graph & g) {
-    const HParams & hp = g.m.hp;
-    ggml_tensor * x = g.embed();
-    ggml_tensor * embd = x;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        g.layer_input(il, x);
-        x = block(g, il, x, il == hp.n_layer - 1);
-    }
-    if (g.mtp) nextn_fill(g, embd, x, k_nextn);
-    return g.output(x, g.m.output_norm);
-}
+ggml_tensor * build(Graph & g) { return nextn_build(g, k_nextn); }
 
 ggml_tensor * build_mtp(Graph & g) { return nextn_draft(g, k_nextn); }
 

@@ -1,4 +1,4 @@
-// The NextN / MTP block shared by deepseek2 and glm4moe (mtp_common.h).
+// The NextN / MTP block shared by deepseek2 and glm4moe, and the parts qwen35's MTP block shares (mtp_common.h).
 #include "models/common/mtp_common.h"
 
 namespace psl {
@@ -39,7 +39,7 @@ ggml_tensor * project(Graph & g, ggml_tensor * e, ggml_tensor * h) {
 
 }  // namespace
 
-void nextn_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x, const NextnOps & ops) {
+ggml_tensor * mtp_prev_hidden(Graph & g, ggml_tensor * x) {
     const int64_t n_embd = g.m.hp.n_embd, n = g.n_tokens;
     ggml_tensor * hn = g.rms_norm(x, g.m.output_norm);
     ggml_set_name(hn, "mtp_hidden");
@@ -47,18 +47,20 @@ void nextn_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x, const NextnOps &
     ggml_build_forward_expand(g.gf, hn);
     g.mtp_hidden = hn;
     g.inp_mtp_h = new_input(g, n_embd, 1, "inp_mtp_h");
-    // token i pairs with the hidden state of token i - 1 (the first with the one kept before);
-    // only the block's cache writes join the graph (its output is not expanded)
+    // token i pairs with the hidden state of token i - 1 (the first with the one kept before)
     ggml_tensor * prev = g.inp_mtp_h;
     if (n > 1) prev = ggml_concat(g.ctx, prev, ggml_view_2d(g.ctx, hn, n_embd, n - 1, hn->nb[1], 0), 1);
-    ops.block(g, g.m.mtp_layer, project(g, embd, prev), false);
+    return prev;
 }
 
-ggml_tensor * nextn_draft(Graph & g, const NextnOps & ops) {
+ggml_tensor * mtp_draft_input(Graph & g) {
+    g.inp_mtp_h = new_input(g, g.m.hp.n_embd, 1, "inp_mtp_h");
+    return g.inp_mtp_h;
+}
+
+ggml_tensor * mtp_head(Graph & g, ggml_tensor * y) {
     const psl_model & m = g.m;
     const Layer & l = m.layers[m.mtp_layer];
-    g.inp_mtp_h = new_input(g, m.hp.n_embd, 1, "inp_mtp_h");
-    ggml_tensor * y = ops.block(g, m.mtp_layer, project(g, g.embed(), g.inp_mtp_h), false);
     ggml_tensor * h = g.rms_norm(y, l.nextn_head_norm ? l.nextn_head_norm : m.output_norm);
     ggml_set_output(h);
     g.mtp_hidden = h;
@@ -67,6 +69,37 @@ ggml_tensor * nextn_draft(Graph & g, const NextnOps & ops) {
     ggml_build_forward_expand(g.gf, h);
     ggml_build_forward_expand(g.gf, logits);
     return logits;
+}
+
+void nextn_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x, const NextnOps & ops) {
+    // only the block's cache writes join the graph (its output is not expanded)
+    ops.block(g, g.m.mtp_layer, project(g, embd, mtp_prev_hidden(g, x)), false);
+}
+
+ggml_tensor * nextn_draft(Graph & g, const NextnOps & ops) {
+    return mtp_head(g, ops.block(g, g.m.mtp_layer, project(g, g.embed(), mtp_draft_input(g)), false));
+}
+
+ggml_tensor * nextn_build(Graph & g, const NextnOps & ops) {
+    const HParams & hp = g.m.hp;
+    ggml_tensor * x = g.embed();
+    ggml_tensor * embd = x;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        g.layer_input(il, x);
+        x = ops.block(g, il, x, il == hp.n_layer - 1);   // (keep_outputs keeps every row for g.mtp)
+    }
+    if (g.mtp) nextn_fill(g, embd, x, ops);
+    return g.output(x, g.m.output_norm);
+}
+
+ggml_tensor * ffn_dense_lead_moe(Graph & g, int il, ggml_tensor * x) {
+    const HParams & hp = g.m.hp;
+    const Layer & l = g.m.layers[il];
+    if (il < hp.n_layer_dense_lead) return g.ffn_swiglu(x, l);
+    const Graph::MoeOpts o = {hp.expert_gating == 2 ? Graph::MoeGating::Sigmoid : Graph::MoeGating::SoftmaxAll,
+                              Graph::MoeAct::SwiGLU, hp.expert_weights_norm, hp.expert_weights_scale};
+    ggml_tensor * f = g.ffn_moe(x, l, o);
+    return l.ffn_up_shexp ? ggml_add(g.ctx, f, g.ffn_shared_expert(x, l)) : f;
 }
 
 }  // namespace psl

@@ -24,5 +24,21 @@ void load_nextn_layer(TensorLoader & tl, psl_model & m, void (*layer_tensors)(Te
 void nextn_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x, const NextnOps & ops);
 // One draft step: logits [n_vocab, 1]; g.mtp_hidden is the block's normed output row.
 ggml_tensor * nextn_draft(Graph & g, const NextnOps & ops);
+// The parts every MTP block shares (qwen35's too): in the target's graph, the trunk's output x
+// normed and kept (g.mtp_hidden), returned shifted by one row (token i pairs with the hidden
+// state of token i - 1; the first with the one kept before, input g.inp_mtp_h).
+ggml_tensor * mtp_prev_hidden(Graph & g, ggml_tensor * x);
+// In a draft step: the hidden row given as input (g.inp_mtp_h); and the head over the block's
+// output y: keeps its normed row (g.mtp_hidden), returns the logits [n_vocab, 1].
+ggml_tensor * mtp_draft_input(Graph & g);
+ggml_tensor * mtp_head(Graph & g, ggml_tensor * y);
+// The whole target graph of such an architecture: its layers (ops.block), the NextN block's
+// cache when g.mtp, the output.
+ggml_tensor * nextn_build(Graph & g, const NextnOps & ops);
+
+// The DeepSeek-V3-style FFN these architectures share: the first n_layer_dense_lead layers
+// dense (SwiGLU), the others routed experts (gating per hp.expert_gating, weights normalised
+// and scaled per the file) plus the shared expert where the layer has one.
+ggml_tensor * ffn_dense_lead_moe(Graph & g, int il, ggml_tensor * x);
 
 }  // namespace psl

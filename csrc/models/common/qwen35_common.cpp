@@ -12,6 +12,7 @@
 // The first MTP (nextn) layer after the trunk: loaded here, filled by the target's graph, and
 // run one draft step at a time by the MTP drafter (engine/mtp.h) through build_mtp.
 #include "models/common/qwen35_common.h"
+#include "models/common/mtp_common.h"
 
 #include "memory/recurrent_state.h"
 
@@ -218,13 +219,6 @@ ggml_tensor * linear_attention(Graph & g, int il, ggml_tensor * x) {
     return ggml_mul_mat(ctx, l.ssm_out, ggml_reshape_2d(ctx, o, s.d_inner, n));
 }
 
-ggml_tensor * new_input(Graph & g, int64_t n0, int64_t n1, const char * name) {
-    ggml_tensor * t = ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, n0, n1);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 // The token embeddings the block reads: its own table when the file has one.
 ggml_tensor * mtp_embed(Graph & g, ggml_tensor * embd) {
     const Layer & l = g.m.layers[g.m.mtp_layer];
@@ -247,35 +241,13 @@ ggml_tensor * mtp_block(Graph & g, ggml_tensor * e, ggml_tensor * h, bool attn_o
 // In the target's graph: x is the trunk output (all rows), embd the token embeddings; keeps the
 // normed hidden rows (g.mtp_hidden) and writes the MTP block's K/V for this batch.
 void mtp_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x, const Qwen35Ffn & ffn) {
-    ggml_context * ctx = g.ctx;
-    const int64_t n_embd = g.m.hp.n_embd, n = g.n_tokens;
-    ggml_tensor * hn = g.rms_norm(x, g.m.output_norm);
-    ggml_set_name(hn, "mtp_hidden");
-    ggml_set_output(hn);
-    ggml_build_forward_expand(g.gf, hn);
-    g.mtp_hidden = hn;
-    g.inp_mtp_h = new_input(g, n_embd, 1, "inp_mtp_h");
-    // token i pairs with the hidden state of token i - 1 (the first with the one kept before)
-    ggml_tensor * prev = g.inp_mtp_h;
-    if (n > 1) prev = ggml_concat(ctx, prev, ggml_view_2d(ctx, hn, n_embd, n - 1, hn->nb[1], 0), 1);
-    mtp_block(g, mtp_embed(g, embd), prev, true, ffn);
+    mtp_block(g, mtp_embed(g, embd), mtp_prev_hidden(g, x), true, ffn);
 }
 
 // One MTP draft step (engine/mtp.h): the block over one token and the hidden row given as input
 // (g.inp_mtp_h), its output row kept (g.mtp_hidden) for the next step; logits [n_vocab, 1].
 ggml_tensor * build_mtp_impl(Graph & g, const Qwen35Ffn & ffn) {
-    const psl_model & m = g.m;
-    const Layer & l = m.layers[m.mtp_layer];
-    g.inp_mtp_h = new_input(g, m.hp.n_embd, 1, "inp_mtp_h");
-    ggml_tensor * y = mtp_block(g, mtp_embed(g, g.embed()), g.inp_mtp_h, false, ffn);
-    ggml_tensor * h = g.rms_norm(y, l.nextn_head_norm ? l.nextn_head_norm : m.output_norm);
-    ggml_set_output(h);
-    g.mtp_hidden = h;
-    ggml_tensor * logits = ggml_mul_mat(g.ctx, l.nextn_head ? l.nextn_head : m.output, h);
-    ggml_set_output(logits);
-    ggml_build_forward_expand(g.gf, h);
-    ggml_build_forward_expand(g.gf, logits);
-    return logits;
+    return mtp_head(g, mtp_block(g, mtp_embed(g, g.embed()), mtp_draft_input(g), false, ffn));
 }
 
 ggml_tensor * build_impl(Graph & g, const Qwen35Ffn & ffn) {
