@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include "error.h"
+#include "memory/huge_pages.h"
 #include "vocab/vocab.h"
 
 #include "ggml-alloc.h"
@@ -169,6 +170,7 @@ void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t bu
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     // a repacking buffer converts in set_tensor: only the plain CPU buffer is filled directly
     const bool host = buft == buft_cpu_ && ggml_backend_buffer_is_host(buf);
+    advise_huge_pages(buf);
     std::vector<uint8_t> staging;
     for (auto & [t, src] : created_) {
         if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;

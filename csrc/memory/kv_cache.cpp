@@ -1,4 +1,5 @@
 #include "memory/kv_cache.h"
+#include "memory/huge_pages.h"
 
 #include "error.h"
 #include "model.h"
@@ -68,6 +69,7 @@ void KvCache::alloc_layers(const psl_model & m, int first, int last) {
                  ggml_backend_dev_name(dev));
         }
         bufs_.emplace_back(buf);
+        advise_huge_pages(buf);
         // Masked cells are still read by the attention: zeros, never NaN garbage.
         ggml_backend_buffer_clear(buf, 0);
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
