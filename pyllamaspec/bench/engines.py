@@ -54,11 +54,12 @@ def llama_cpp_python(python: str) -> Engine:
     return lambda path, t, p, n, r: llama_cpp_probe(python, path, t, p, n, r)
 
 
-def llama_bench(binary: str) -> Engine:
+def llama_bench(binary: str, use_mmap: bool = True) -> Engine:
     """llama.cpp's llama-bench: its own pp/tg loop, flash attention on as ours is."""
     def run(path, threads, n_prompt, n_gen, reps):
         rows = _run_json([binary, "-m", path, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
-                          "-r", str(reps), "-fa", "1", "-o", "json"], what="llama-bench")
+                          "-r", str(reps), "-fa", "1", "-lm", "mmap" if use_mmap else "none", "-o", "json"],
+                         what="llama-bench")
         out = {"pp": [], "tg": []}
         for row in rows:
             out["pp" if row["n_prompt"] else "tg"] += list(row["samples_ts"])
@@ -74,13 +75,14 @@ def split_label(arg: str) -> tuple[str, str]:
     return label, lib
 
 
-def other_build(library: str) -> Engine:
+def other_build(library: str, use_mmap: bool = True) -> Engine:
     """This benchmark in a subprocess that loads another build of the core."""
     env = dict(os.environ, PYLLAMASPEC_LIBRARY=os.path.abspath(library))
 
     def run(path, threads, n_prompt, n_gen, reps):
         rows = _run_json([sys.executable, "-m", "pyllamaspec.bench", "-m", path, "-t", str(threads),
-                          "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "--json"], env, library)
+                          "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "--json"]
+                         + ([] if use_mmap else ["--no-mmap"]), env, library)
         return {r["test"][:2]: r["runs"] for r in rows}
     return run
 

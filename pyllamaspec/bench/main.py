@@ -131,12 +131,12 @@ def bench_tg(m: Model, n: int, reps: int, rng: np.random.Generator) -> tuple[lis
 
 
 def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_gpu_layers: int,
-        verbose: bool = True) -> list[Result]:
+        verbose: bool = True, use_mmap: bool = True) -> list[Result]:
     results: list[Result] = []
     rng = np.random.default_rng(0)
     for path in paths:
         with Model(path, n_ctx=max(512, n_prompt + n_gen + 8), n_batch=max(512, n_prompt),
-                   n_threads=threads, n_gpu_layers=n_gpu_layers) as m:
+                   n_threads=threads, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap) as m:
             i = m.info
             base = dict(model=f"{i.arch} {i.name}".strip(), file_type=i.file_type_name,
                         size_mib=i.size_bytes / 2**20, params_m=i.n_params / 1e6, threads=m.n_threads)
@@ -152,17 +152,17 @@ def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_
                                       stdev=_median_sd(runs)[1], runs=runs, **base))
                 if verbose:
                     _print_row(results[-1])
-                    print(f"    python overhead of a one-token eval: {ov * 1e6:.1f} us "
-                          f"({frac * 100:.2f}% of the call)")
+                    print(f"    a one-token eval outside the core's graph compute (Python, the call, the "
+                          f"batch's setup): {ov * 1e6:.1f} us ({frac * 100:.2f}% of the call)")
     return results
 
 
-def ours(n_gpu_layers: int = 0) -> engines.Engine:
+def ours(n_gpu_layers: int = 0, use_mmap: bool = True) -> engines.Engine:
     """This build as a benchmark engine (bench_engines.compare)."""
     def time_model(path, threads, n_prompt, n_gen, reps):
         rng = np.random.default_rng(0)
         with Model(path, n_ctx=max(512, n_prompt + n_gen + 8), n_batch=max(512, n_prompt), n_threads=threads,
-                   n_gpu_layers=n_gpu_layers) as m:
+                   n_gpu_layers=n_gpu_layers, use_mmap=use_mmap) as m:
             return {"pp": bench_pp(m, n_prompt, reps, rng) if n_prompt else [],
                     "tg": bench_tg(m, n_gen, reps, rng)[0] if n_gen else []}
     return time_model
@@ -345,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=64)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--no-mmap", action="store_true",
+                    help="weights read into memory rather than mapped, by every engine (llama-bench: -lm none)")
     ap.add_argument("--tokenizer", action="store_true",
                     help="also measure tokenization throughput (MB/s, one thread, ~1 MB of English)")
     ap.add_argument("--llama-cpp", metavar="PYTHON",
@@ -405,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     others = {}
     for label, lib in map(engines.split_label, a.vs_lib):
-        others[label] = engines.other_build(lib)
+        others[label] = engines.other_build(lib, not a.no_mmap)
     if a.llama_bench:
-        others["llama-bench"] = engines.llama_bench(a.llama_bench)
+        others["llama-bench"] = engines.llama_bench(a.llama_bench, not a.no_mmap)
     if a.llama_cpp:
         others["llama-cpp-py"] = engines.llama_cpp_python(a.llama_cpp)
     if others:
@@ -417,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label} ({lib}): {engines.other_build_info(lib)}")
             print(f"medians of {a.rounds} alternating rounds x {a.repetitions} runs, {a.threads or 'all'} threads")
             engines.print_compare_header(list(others))
-        rows = engines.compare(a.model, ours(a.n_gpu_layers), others, a.threads or os.cpu_count(), a.n_prompt,
+        rows = engines.compare(a.model, ours(a.n_gpu_layers, not a.no_mmap), others, a.threads or os.cpu_count(), a.n_prompt,
                                a.n_gen, a.repetitions, a.rounds, verbose=not a.json)
         if a.json:
             json.dump(rows, sys.stdout, indent=1)
@@ -427,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pyllamaspec bench | {system_info()}")
         _print_header()
     results = run(a.model, a.threads, a.n_prompt, a.n_gen, a.repetitions, a.n_gpu_layers,
-                  verbose=not a.json) if (a.n_prompt or a.n_gen) else []
+                  verbose=not a.json, use_mmap=not a.no_mmap) if (a.n_prompt or a.n_gen) else []
     if a.tokenizer:
         results += bench_tokenizer(a.model, a.repetitions, verbose=not a.json)
     if a.json:
