@@ -1,0 +1,199 @@
+"""A token tree drafted by a draft model, best-first (SpecExec, Sequoia): the most probable
+nodes are expanded first, several in one draft evaluation, until the node budget is spent.
+
+Where the nodes live in the draft model's cache: the root (the text's last token) is evaluated
+in the drafter's own sequence; a node's first evaluated child continues its parent's sequence,
+every other one a spare sequence that starts as a copy of the parent's path (shared KV cells,
+Sequence.copy_from). After verification, keep() makes the drafter's sequence hold the accepted
+path and gives the spares back.
+
+Which nodes a tree holds must not depend on a node's own drawn token (nor on tokens drawn after
+it), or the multi-draft acceptance rule of a sampled round stops being exact (speculation/
+tree.py): node v's children are drawn at once from q_v without replacement (Gumbel-top-k) and
+enter in their draw order, the r-th with priority cum(v) * (the r-th largest q_v): a property of
+the distribution, not of the draw. (Greedy: the r-th child is the r-th most probable token.)
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...engine.model import Model
+from ...engine.sequence import Sequence
+from .base import Draft
+
+
+@dataclass
+class TreeShape:
+    """depth: the longest branch (n_draft); nodes: the node budget; a node at depth < levels
+    gets up to `width` children, deeper ones 1 (the root is depth 0); batch: the nodes
+    expanded per draft evaluation (best-first)."""
+    depth: int
+    nodes: int
+    width: int = 2
+    levels: int = 2
+    batch: int = 4
+
+    def kids(self, depth: int) -> int:
+        return self.width if depth < self.levels else 1
+
+    @property
+    def is_chain(self) -> bool:
+        return self.width <= 1 or self.levels <= 0 or self.nodes <= self.depth
+
+
+@dataclass
+class _Expanded:
+    """A node whose children are drawn: their tokens in draw order, their probabilities, the
+    priorities they enter with, the q they were drawn from."""
+    node: int
+    depth: int
+    cum: float
+    tokens: np.ndarray
+    probs: np.ndarray
+    ranked: np.ndarray
+    q: np.ndarray | None
+    p_max: float
+
+
+class TreeDraft:
+    """One round's tree in a draft model (see the module's docstring)."""
+
+    def __init__(self, model: Model, main: Sequence, sampler, greedy: bool, rng: np.random.Generator,
+                 eog: frozenset[int]):
+        self.model, self.main, self.sampler = model, main, sampler
+        self.greedy, self.rng, self.eog = greedy, rng, eog
+        self.spares: list[Sequence] = []
+        self.node_seq: list[tuple[Sequence, int] | None] = []
+        self.root_n = 0
+        self.evals = 0                     # draft evaluations the tree took (the root's aside)
+
+    # -- children of an evaluated node -------------------------------------------------------
+    def _children(self, row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(tokens in draw order, their q, the sorted top-k q, q or None for greedy)."""
+        if self.greedy:
+            x = row.astype(np.float64)
+            x = np.exp(x - x.max())
+            q = x / x.sum()
+            top = np.argpartition(-q, k - 1)[:k] if k < len(q) else np.arange(len(q))
+            top = top[np.argsort(-q[top], kind="stable")]
+            return top.astype(np.int32), q[top], q[top], None
+        q = self.sampler.probs(row)
+        support = np.flatnonzero(q > 0)
+        k = min(k, len(support))
+        # Gumbel-top-k: the k largest log q + G are k draws from q without replacement, in order
+        keys = np.log(q[support].astype(np.float64)) + self.rng.gumbel(size=len(support))
+        pick = support[np.argsort(-keys, kind="stable")[:k]]
+        ranked = np.sort(q[support])[::-1][:k].astype(np.float64)
+        return pick.astype(np.int32), q[pick].astype(np.float64), ranked, q
+
+    # -- the tree ------------------------------------------------------------------------------
+    def build(self, first: int, shape: TreeShape, row0: np.ndarray) -> Draft:
+        """The tree after `first` (whose draft logits are row0: the drafter just evaluated it in
+        its own sequence), at most shape.nodes nodes, no branch deeper than shape.depth."""
+        self.root_n = len(self.main._cache_ids)
+        toks: list[int] = []
+        parents: list[int] = []
+        qrows: list[np.ndarray | None] = []
+        pmax: list[float] = []
+        exp: list[_Expanded] = []
+        heap: list[tuple[float, int, int, int]] = []   # (-priority, tie, expanded index, rank)
+        self._expand(-1, 0, 1.0, row0, shape, exp, heap)
+        while heap and len(toks) < shape.nodes:
+            new = []
+            while heap and len(new) < shape.batch and len(toks) < shape.nodes:
+                _, _, e_i, r = heapq.heappop(heap)
+                e = exp[e_i]
+                toks.append(int(e.tokens[r]))
+                parents.append(e.node)
+                qrows.append(e.q)
+                pmax.append(e.p_max)
+                self.node_seq.append(None)
+                new.append((len(toks) - 1, e, r))
+                if r + 1 < len(e.tokens):
+                    heapq.heappush(heap, (-e.cum * e.ranked[r + 1], len(toks) * 64 + r + 1, e_i, r + 1))
+            if len(toks) >= shape.nodes:
+                break
+            grow = [(i, e, r) for i, e, r in new if e.depth + 1 < shape.depth and toks[i] not in self.eog]
+            rows = self._eval(grow, toks)
+            for (i, e, r), row in zip(grow, rows):
+                if row is not None:
+                    self._expand(i, e.depth + 1, e.cum * float(e.probs[r]), row, shape, exp, heap)
+        q = None if self.greedy or not toks else np.stack(qrows).astype(np.float32)
+        return Draft(np.asarray(toks, np.int32), q, np.asarray(parents, np.int32),
+                     np.asarray(pmax, np.float32))
+
+    def _expand(self, node: int, depth: int, cum: float, row: np.ndarray, shape: TreeShape,
+                exp: list, heap: list) -> None:
+        tokens, probs, ranked, q = self._children(row, shape.kids(depth))
+        if not len(tokens):
+            return
+        exp.append(_Expanded(node, depth, cum, tokens, probs, ranked, q, float(ranked[0])))
+        heapq.heappush(heap, (-cum * ranked[0], (node + 1) * 64, len(exp) - 1, 0))
+
+    def _path_seq(self, node: int) -> tuple[Sequence, int]:
+        """A draft sequence holding the path to node (root: the drafter's own), and its length."""
+        return (self.main, self.root_n) if node < 0 else self.node_seq[node]
+
+    def _eval(self, grow: list, toks: list[int]) -> list[np.ndarray | None]:
+        """Evaluates the nodes to expand in one draft call, each in a sequence holding its
+        parent's path; a node that gets no sequence (none free) stays a leaf (None)."""
+        seqs, batch, keep = [], [], []
+        used: set[int] = set()
+        for i, e, r in grow:
+            s, n = self._path_seq(e.node)
+            if len(s._cache_ids) != n or s.id in used:
+                spare = self.model.lease_spare(1)
+                if not spare:
+                    keep.append(False)
+                    continue
+                self.spares.append(spare[0])
+                spare[0].copy_from(s, n)
+                s = spare[0]
+            used.add(s.id)
+            self.node_seq[i] = (s, n + 1)
+            seqs.append(s)
+            batch.append(toks[i])
+            keep.append(True)
+        if not batch:
+            return [None] * len(grow)
+        rows = self.model.decode_batch(np.asarray(batch, np.int32), seqs)
+        self.evals += 1
+        out, j = [], 0
+        for k in keep:
+            out.append(rows[j] if k else None)
+            j += k
+        return out
+
+    # -- after verification ------------------------------------------------------------------
+    def keep(self, path: list[int]) -> None:
+        """The drafter's sequence takes the accepted path's evaluated part; the spares go back."""
+        deepest = next((i for i in reversed(path) if self.node_seq[i] is not None), None)
+        if deepest is not None:
+            s, n = self.node_seq[deepest]
+            if s is not self.main:
+                self.main.copy_from(s, n)
+        self.release()
+
+    def release(self) -> None:
+        for s in self.spares:
+            try:
+                if not s.closed:
+                    s.clear()
+            finally:
+                s.release()
+        self.spares = []
+
+
+def accepted_path(draft: Draft, new: list[int]) -> list[int]:
+    """The nodes of the tree that became text: new[:-1] followed from the root."""
+    path, node = [], -1
+    for t in new[:-1]:
+        nxt = next((i for i in range(draft.n) if draft.parents[i] == node and draft.tokens[i] == t), None)
+        if nxt is None:
+            break
+        path.append(nxt)
+        node = nxt
+    return path
