@@ -1,0 +1,215 @@
+"""Token trees (issue 28): a draft model's tree verified in one target evaluation.
+
+Greedy: the output equals plain greedy decoding token for token, on every architecture that
+speculates (llama, qwen3, gemma3, qwen3moe, the qwen35 hybrid; the real SmolLM2 pair), and
+rounds really kept a branch other than the first. Sampled: recursive rejection sampling over
+siblings drawn without replacement keeps the target's distribution (chi-square of the first two
+tokens against the exact marginals, as test_speculative.py does for chains), and a naive rule
+(each sibling tested on its own against the same p and q, no residual update) fails the same
+test. Both caches hold exactly the text afterwards, and the spare sequences are given back.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import models
+from conftest import load_reference
+from models_moe import write_moe_gguf
+from models_qwen35 import write_qwen35_gguf
+from pyllamaspec import Model
+from pyllamaspec.engine.sampling import SamplingParams
+from pyllamaspec.frontends.generate import generate
+from pyllamaspec.speculation.decoder import Decoder, DraftParams
+from pyllamaspec.speculation.tree import TreeVerifier
+from test_speculative import PROMPT, chi2_pvalue, exact_marginals
+
+PROMPTS = [[1, 7, 3, 9], [2, 5, 5, 5, 8], [3], [9, 8, 7, 6, 5, 4, 3, 2]]
+F32 = dict(n_threads=1, type_k="f32", type_v="f32")
+
+
+def _write(kind: str, path: pathlib.Path, draft: bool) -> None:
+    """A target, or its draft: the same weights with fewer layers (agrees often, not always)."""
+    n_layer = 1 if draft else 2
+    if kind == "qwen3moe":
+        write_moe_gguf(path, n_layer=n_layer, seed=5)
+    else:
+        models.write_gguf(path, arch=kind, n_vocab=64, n_embd=32, n_layer=n_layer, seed=11)
+
+
+def _gen(target, draft, prompt, n=40, **kw):
+    return generate(prompt, target, draft, max_tokens=n, temperature=0, p_min=0.0, adaptive=False, **kw)
+
+
+def _check_identity(target: Model, draft: Model, prompts) -> list[tuple[int, int, int]]:
+    log = []
+    for prompt in prompts:
+        plain = generate(prompt, target, max_tokens=40, temperature=0)
+        for k, nodes in ((2, 0), (4, 12)):
+            spec = _gen(target, draft, prompt, n_draft=k, tree=True, tree_nodes=nodes)
+            assert spec.tokens == plain.tokens, f"n_draft={k}, nodes {nodes}, prompt {prompt}"
+            # every round a tree (the last may have room for no draft: max_tokens)
+            assert spec.stats.tree_rounds >= spec.stats.rounds - 1 > 0
+            log += spec.stats.tree_log
+    return log
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma3", "qwen3moe"])
+def test_greedy_tree_equals_plain(synth_dir, kind):
+    t, d = synth_dir / f"tree_{kind}_t.gguf", synth_dir / f"tree_{kind}_d.gguf"
+    _write(kind, t, False)
+    _write(kind, d, True)
+    with Model(t, n_ctx=256, **F32) as target, Model(d, n_ctx=256, **F32) as draft:
+        log = _check_identity(target, draft, PROMPTS)
+    # a branch other than the first was accepted: the tree kept what a chain would have lost
+    assert any(branch > 0 and depth > 0 for _, depth, branch in log), log
+    print(f"{kind}: {len(log)} tree rounds, mean depth accepted {np.mean([x[1] for x in log]):.2f}")
+
+
+def _qwen35_models(tmp: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    ref = json.loads((pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_tiny_llamacpp.json").read_text())
+    kw = ref["models"]["a"]["kwargs"]
+    t, d = tmp / "qwen35_t.gguf", tmp / "qwen35_near.gguf"
+    write_qwen35_gguf(t, **kw)
+    write_qwen35_gguf(d, **{**kw, "rope_base": 100.0})     # agrees with the target part of the time
+    return t, d
+
+
+def test_greedy_tree_equals_plain_on_a_hybrid(synth_dir):
+    """qwen35: one sequence per token, so every branch is laid out whole (tree.py)."""
+    t, d = _qwen35_models(synth_dir)
+    with Model(t, n_ctx=256, n_seq_max=16, n_threads=1) as target, \
+         Model(d, n_ctx=256, n_seq_max=16, n_threads=1) as draft:
+        log = _check_identity(target, draft, PROMPTS[:3])
+    assert any(branch > 0 and depth > 0 for _, depth, branch in log), log
+
+
+def test_no_spare_sequence_verifies_the_first_branch(synth_dir):
+    """A target with one sequence (a hybrid's default): the tree's first branch, as a chain."""
+    t, d = _qwen35_models(synth_dir)
+    with Model(t, n_ctx=256, n_threads=1) as target, Model(d, n_ctx=256, n_seq_max=16, n_threads=1) as draft:
+        assert target.n_seq_max == 1
+        plain = generate(PROMPTS[0], target, max_tokens=30, temperature=0)
+        spec = _gen(target, draft, PROMPTS[0], 30, n_draft=4, tree=True)
+        assert spec.tokens == plain.tokens
+        assert spec.stats.tree_rounds == 0 and spec.stats.rounds > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_hold_exactly_the_text_and_spares_go_back(synth_dir, temperature):
+    t, d = synth_dir / "tree_c_t.gguf", synth_dir / "tree_c_d.gguf"
+    _write("llama", t, False)
+    _write("llama", d, True)
+    with Model(t, n_ctx=256, **F32) as target, Model(d, n_ctx=256, **F32) as draft:
+        dec = Decoder(target, draft, SamplingParams(temperature=temperature, seed=3),
+                      DraftParams(n_draft=4, adaptive=False, p_min=0.0, tree=True, tree_nodes=10))
+        dec.prefill(PROMPTS[3])
+        for _ in range(12):
+            dec.step()
+            assert dec.tseq.cached_tokens == dec.seq[:-1]
+            assert target.sequence(dec.tseq.id).n_past == len(dec.seq) - 1
+            # every cell in use is the text's: the branches' nodes are gone
+            assert target._context.n_cells_used() == len(dec.seq) - 1
+            held = dec.drafter.draft_seq.cached_tokens
+            assert held == dec.seq[:len(held)]
+            assert draft._context.n_cells_used() == len(held)
+        assert dec.stats.tree_rounds == 12
+        leased = [s.id for s in target._pool.all() + draft._pool.all() if s.leased]
+        assert len(leased) == 2                  # the generation's own two sequences only
+        dec.close()
+
+
+@pytest.mark.slow
+def test_greedy_tree_identity_smollm2(smollm2_path):
+    from pyllamaspec.files.convert import ensure_variant
+    q4_0 = ensure_variant(smollm2_path, "q4_0")
+    prompts = [r["text"] for r in load_reference("gen", "smollm2-135m-q4_1")]
+    log = []
+    with Model(smollm2_path, n_ctx=1024) as target, Model(q4_0, n_ctx=1024) as draft:
+        for prompt in prompts:
+            plain = generate(prompt, target, max_tokens=32, temperature=0)
+            for k in (3, 6):
+                spec = _gen(target, draft, prompt, 32, n_draft=k, tree=True)
+                assert spec.tokens == plain.tokens, f"n_draft={k}, prompt {prompt!r}"
+                log += spec.stats.tree_log
+    assert any(branch > 0 and depth > 0 for _, depth, branch in log)
+
+
+# ---- sampled trees: the distribution --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pair(synth_dir):
+    t, d = synth_dir / "tree_s_t.gguf", synth_dir / "tree_s_d.gguf"
+    models.write_llama_gguf(t, n_vocab=64, n_embd=32, n_layer=2, seed=11)
+    models.write_llama_gguf(d, n_vocab=64, n_embd=32, n_layer=1, seed=11)
+    with Model(t, n_ctx=64, **F32) as target, Model(d, n_ctx=64, **F32) as draft:
+        yield target, draft
+
+
+def _naive(self, row, draft, kids):
+    """The negative control: each sibling accepted with min(1, p/q) against the same p and q
+    (no residual update, q not renormalized without the earlier siblings)."""
+    p = self.sampler.probs(row).astype(np.float64)
+    p /= p.sum()
+    if not kids:
+        return None, int(self.rng.choice(len(p), p=p))
+    q = draft.q[kids[0]].astype(np.float64)
+    q /= q.sum()
+    for c in kids:
+        x = int(draft.tokens[c])
+        if self.rng.random() * q[x] < p[x]:
+            return c, x
+    r = np.maximum(p - q, 0.0)
+    return None, int(self.rng.choice(len(p), p=r / r.sum()))
+
+
+def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = False):
+    c1 = np.zeros(target.n_vocab, np.int64)
+    c2 = np.zeros(target.n_vocab, np.int64)
+    second_branch = 0
+    for seed in range(n):
+        dec = Decoder(target, draft, SamplingParams(**{**sp.__dict__, "seed": seed}),
+                      DraftParams(n_draft=2, p_min=0.0, adaptive=False, tree=True, tree_width=4, tree_levels=2,
+                                  tree_nodes=12))
+        if naive:
+            dec.tree._recursive = _naive.__get__(dec.tree, TreeVerifier)
+        dec.prefill(PROMPT)
+        out = []
+        while len(out) < 2:
+            out += [t for t, _ in dec.step()]
+        second_branch += any(b > 0 and dd > 0 for _, dd, b in dec.stats.tree_log)
+        dec.close()
+        c1[out[0]] += 1
+        c2[out[1]] += 1
+    return c1, c2, second_branch / n
+
+
+SETTINGS = [dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+            dict(temperature=1.5, top_k=0, top_p=0.8, min_p=0.0)]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"T{s['temperature']}-p{s['top_p']}")
+def test_sampled_tree_preserves_the_distribution(pair, setting):
+    target, draft = pair
+    sp = SamplingParams(**setting, seed=0)
+    p1, p2 = exact_marginals(target, sp)
+    c1, c2, later = _sample_first_two(target, draft, sp, n=3000)
+    pv1, df1 = chi2_pvalue(c1, p1)
+    pv2, df2 = chi2_pvalue(c2, p2)
+    print(f"{setting}: a later sibling kept in {later:.2f} of runs; p-values {pv1:.3f} (df {df1}), {pv2:.3f} (df {df2})")
+    assert later > 0.05                  # siblings past the first really were accepted
+    assert pv1 > 1e-3 and pv2 > 1e-3
+
+
+def test_naive_sibling_rule_is_rejected(pair):
+    target, draft = pair
+    sp = SamplingParams(**SETTINGS[0], seed=0)
+    p1, p2 = exact_marginals(target, sp)
+    c1, c2, _ = _sample_first_two(target, draft, sp, n=3000, naive=True)
+    pv1, _ = chi2_pvalue(c1, p1)
+    pv2, _ = chi2_pvalue(c2, p2)
+    print(f"naive sibling rule: p-values {pv1:.2e}, {pv2:.2e}")
+    assert pv1 < 1e-6
