@@ -35,14 +35,7 @@ from ..engine.model import Model
 from ..engine.sampling import Sampler
 from ..engine.sequence import Sequence
 from .drafters.base import Draft
-
-
-def children(parents: np.ndarray) -> list[list[int]]:
-    """kids[v + 1]: the children of node v (v = -1: the root), in node order (draw order)."""
-    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for i, p in enumerate(parents.tolist()):
-        kids[p + 1].append(i)
-    return kids
+from .drafters.tree_draft import children
 
 
 def depths(parents: np.ndarray) -> np.ndarray:

@@ -20,7 +20,8 @@ from ...errors import InvalidArgumentError, NoVocabularyError
 from ..params import DraftParams
 from .base import Draft, Eval, Steps
 from .sampled import SampledDrafter
-from .tree_draft import TreeDraft, TreeShape, accepted_path
+from .tree_draft import TreeDraft, TreeShape, accepted_path, children
+from .tree_policy import RankStats, choose as choose_tree, observe_tree
 
 # Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
 _COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
@@ -76,6 +77,7 @@ class ModelDrafter(SampledDrafter):
         self.rng = np.random.default_rng([sampling.seed, 0x74726565])
         self.tree: TreeDraft | None = None
         self.tree_draft: Draft | None = None
+        self.ranks = RankStats()             # acceptance by sibling rank (tree_policy.py)
 
     def _restrict_head(self, target: Model) -> None:
         """A large vocabulary's head is most of a small draft's cost (Gemma 3: 262k rows): the
@@ -152,18 +154,26 @@ class ModelDrafter(SampledDrafter):
         """The tree to draft this round, None for a chain: params.tree, never under a grammar
         or penalties (the tree's nodes would each need their own history) nor in a batch."""
         dp = self.params
-        if not dp.tree or self.penalized or (constraint is not None and constraint.active) or k_cap < 1:
+        if dp.tree is False or (dp.tree is None and not dp.adaptive) or self.penalized \
+                or (constraint is not None and constraint.active) or k_cap < 1:
             return None
-        k = min(policy.choose(k_cap, self.pending_hint) if dp.adaptive else k_cap, self.room() - 1)
+        k = policy.choose(k_cap, self.pending_hint) if dp.adaptive else k_cap
+        self.chosen_k = k                    # a chain drafted instead does not choose again
+        k = min(k, self.room() - 1)
         if k <= 0:
             return None
+        if dp.tree is None:                  # the cost model decides: a tree only where it pays
+            return choose_tree(policy, self.ranks, k, min(k_cap, self.room() - 1), dp.tree_width,
+                               dp.tree_levels, dp.tree_nodes)
         return TreeShape(k, dp.tree_nodes or 2 * k, dp.tree_width, dp.tree_levels)
 
     def propose(self, seq: list[int], k_cap: int, policy, constraint=None) -> Draft:
         self.pending_hint = self.pending(seq)
         shape = self.shape(k_cap, policy, constraint)
         if shape is None or shape.is_chain:
+            self.tree_shape = ""
             return super().propose(seq, k_cap, policy, constraint)
+        self.chosen_k = None
         t0 = time.perf_counter()
         n_up = self.catch_up(seq)
         t1 = time.perf_counter()
@@ -184,7 +194,10 @@ class ModelDrafter(SampledDrafter):
 
     def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
         if self.tree is not None:        # the tree drafted (the round may have verified its first branch)
-            self.tree.keep(accepted_path(self.tree_draft, new))
+            path = accepted_path(self.tree_draft, new)
+            if draft is self.tree_draft:     # verified whole: what each sibling rank achieved
+                observe_tree(self.ranks, children(draft.parents), path)
+            self.tree.keep(path)
             self.tree, self.tree_draft = None, None
         super().accepted(seq, new, draft)
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round

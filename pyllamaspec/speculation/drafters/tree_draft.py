@@ -187,6 +187,14 @@ class TreeDraft:
         self.spares = []
 
 
+def children(parents: np.ndarray) -> list[list[int]]:
+    """kids[v + 1]: the children of node v (v = -1: the root), in node order (draw order)."""
+    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, p in enumerate(parents.tolist()):
+        kids[p + 1].append(i)
+    return kids
+
+
 def accepted_path(draft: Draft, new: list[int]) -> list[int]:
     """The nodes of the tree that became text: new[:-1] followed from the root."""
     path, node = [], -1
