@@ -213,3 +213,73 @@ def test_naive_sibling_rule_is_rejected(pair):
     pv2, _ = chi2_pvalue(c2, p2)
     print(f"naive sibling rule: p-values {pv1:.2e}, {pv2:.2e}")
     assert pv1 < 1e-6
+
+
+# ---- flags, stats, the cost model's choice --------------------------------------------------
+
+def test_cli_spec_tree_flags(smollm2_path):
+    import subprocess
+    import sys
+    from pyllamaspec.files.convert import ensure_variant
+    draft = ensure_variant(smollm2_path, "q4_0")
+    base = [sys.executable, "-m", "pyllamaspec.cli", "-m", str(smollm2_path), "-md", str(draft), "-no-cnv",
+            "-p", "The capital of France is", "-n", "24", "--temp", "0", "--draft-max", "4", "-t", "2",
+            "--no-adaptive", "--draft-p-min", "0"]
+    outs = {}
+    for flag in ("--spec-tree", "--no-spec-tree"):
+        proc = subprocess.run(base + [flag, "--spec-tree-nodes", "10"][:1 if flag == "--no-spec-tree" else 3],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        outs[flag] = proc
+    assert outs["--spec-tree"].stdout == outs["--no-spec-tree"].stdout     # greedy: the same text
+    assert "trees     =" in outs["--spec-tree"].stderr and "10 nodes" in outs["--spec-tree"].stderr
+    assert "trees     =" not in outs["--no-spec-tree"].stderr
+
+
+def test_server_timings_say_the_tree(synth_dir):
+    from pyllamaspec.frontends.server.openai_format import timings
+    t, d = synth_dir / "tree_c_t.gguf", synth_dir / "tree_c_d.gguf"
+    _write("llama", t, False)
+    _write("llama", d, True)
+    with Model(t, n_ctx=256, **F32) as target, Model(d, n_ctx=256, **F32) as draft:
+        spec = _gen(target, draft, PROMPTS[0], n_draft=3, tree=True)
+    tm = timings(spec.stats, True)
+    assert tm["tree_rounds"] == spec.stats.tree_rounds > 0 and tm["tree_shape"].startswith("depth ")
+    assert tm["tree_nodes"] == spec.stats.tree_nodes == sum(n for n, _, _ in spec.stats.tree_log)
+
+
+def _policy(c_target: dict[int, float], alpha: float, c_draft: float):
+    from pyllamaspec.speculation.cost_model import DraftPolicy
+    pol = DraftPolicy(16)
+    pol.c_target = dict(c_target)
+    pol.c_draft = c_draft
+    pol.acc, pol.rej = 1000 * alpha, 1000 * (1 - alpha)     # settled: the bound is the mean
+    return pol
+
+
+def _ranks(a1: float):
+    from pyllamaspec.speculation.drafters.tree_policy import RankStats
+    return RankStats([(1000 * a1, 1000 * (1 - a1))] * 4)
+
+
+def test_cost_model_picks_a_tree_where_verification_is_flat_and_a_chain_where_it_is_not():
+    from pyllamaspec.speculation.drafters.tree_policy import choose
+    flat = {n: 0.010 + 0.00005 * n for n in (1, 2, 4, 8, 16, 32, 64)}      # a GPU: 64 rows ~ 1
+    steep = {n: 0.010 * n for n in (1, 2, 4, 8, 16, 32, 64)}               # compute-bound: linear
+    shape = choose(_policy(flat, 0.6, 0.001), _ranks(0.4), 4, 8, 2, 2, 0)
+    assert shape is not None and shape.width == 2 and shape.nodes > shape.depth
+    assert choose(_policy(steep, 0.6, 0.001), _ranks(0.4), 4, 8, 2, 2, 0) is None
+    # a second choice that is never right: the tree buys nothing, the chain is kept
+    assert choose(_policy(flat, 0.6, 0.001), _ranks(0.0), 4, 8, 2, 2, 0) is None
+
+
+def test_rank_statistics_count_what_verification_walked():
+    from pyllamaspec.speculation.drafters.tree_policy import RankStats, observe_tree
+    from pyllamaspec.speculation.drafters.tree_draft import children
+    st = RankStats()
+    parents = np.array([-1, -1, 0, 0, 1, 1], np.int32)      # root: 0, 1; node 0: 2, 3; node 1: 4, 5
+    observe_tree(st, children(parents), [1, 5])            # rank 1 won at the root, rank 1 at node 1
+    assert st.counts[0][0] > RankStats.PRIOR[0] * RankStats.FORGET + 1.9
+    acc, rej = st.counts[0]
+    observe_tree(st, children(parents), [])                # rank 1 tried at the root, lost
+    assert st.counts[0] == (acc * RankStats.FORGET, rej * RankStats.FORGET + 1) and len(st.counts) == 1
