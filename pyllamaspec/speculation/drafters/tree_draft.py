@@ -7,16 +7,20 @@ every other one a spare sequence that starts as a copy of the parent's path (sha
 Sequence.copy_from). After verification, keep() makes the drafter's sequence hold the accepted
 path and gives the spares back.
 
-Which nodes a tree holds must not depend on a node's own drawn token (nor on tokens drawn after
-it), or the multi-draft acceptance rule of a sampled round stops being exact (speculation/
-tree.py): node v's children are drawn at once from q_v without replacement (Gumbel-top-k) and
-enter in their draw order, the r-th with priority cum(v) * (the r-th largest q_v): a property of
-the distribution, not of the draw. (Greedy: the r-th child is the r-th most probable token.)
+The chain's draft (every first child, to the full depth) is always in the tree, so that a tree
+round never yields less than the chain's; the rest of the budget goes best-first. Which nodes a
+tree holds must not depend on a node's own drawn token (nor on tokens drawn after it), or the
+multi-draft acceptance rule of a sampled round stops being exact (speculation/tree.py): node v's
+children are drawn at once from q_v without replacement (Gumbel-top-k) and enter in their draw
+order, the r-th with priority cum(v) * (the r-th largest q_v): a property of the distribution,
+not of the draw. (Greedy: the r-th child is the r-th most probable token.)
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+import itertools
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,6 +60,23 @@ class _Expanded:
     ranked: np.ndarray
     q: np.ndarray | None
     p_max: float
+    main: bool                  # on the chain's draft (the root, or a first child of one)
+
+
+_MAIN = -math.inf               # the priority of the chain's next node: taken first
+
+
+@dataclass
+class _Tree:
+    """The nodes so far (parents before children) and the candidates (a heap of (-priority,
+    tie, expanded node, rank))."""
+    toks: list = field(default_factory=list)
+    parents: list = field(default_factory=list)
+    qrows: list = field(default_factory=list)
+    pmax: list = field(default_factory=list)
+    exp: list = field(default_factory=list)
+    heap: list = field(default_factory=list)
+    tie: "itertools.count" = field(default_factory=itertools.count)
 
 
 class TreeDraft:
@@ -92,46 +113,56 @@ class TreeDraft:
     # -- the tree ------------------------------------------------------------------------------
     def build(self, first: int, shape: TreeShape, row0: np.ndarray) -> Draft:
         """The tree after `first` (whose draft logits are row0: the drafter just evaluated it in
-        its own sequence), at most shape.nodes nodes, no branch deeper than shape.depth."""
+        its own sequence), at most shape.nodes nodes, no branch deeper than shape.depth. The
+        chain's draft comes first (each main node's first child, to the full depth: the tree
+        holds what the chain would, so it never yields less); the other nodes, best-first, take
+        what the budget leaves."""
         self.root_n = len(self.main._cache_ids)
-        toks: list[int] = []
-        parents: list[int] = []
-        qrows: list[np.ndarray | None] = []
-        pmax: list[float] = []
-        exp: list[_Expanded] = []
-        heap: list[tuple[float, int, int, int]] = []   # (-priority, tie, expanded index, rank)
-        self._expand(-1, 0, 1.0, row0, shape, exp, heap)
-        while heap and len(toks) < shape.nodes:
+        t = _Tree()
+        self._expand(-1, 0, 1.0, True, row0, shape, t)
+        main_taken = 0
+        while t.heap and len(t.toks) < shape.nodes:
+            main_open = any(k == _MAIN for k, *_ in t.heap)
+            reserve = shape.depth - main_taken if main_open else 0
             new = []
-            while heap and len(new) < shape.batch and len(toks) < shape.nodes:
-                _, _, e_i, r = heapq.heappop(heap)
-                e = exp[e_i]
-                toks.append(int(e.tokens[r]))
-                parents.append(e.node)
-                qrows.append(e.q)
-                pmax.append(e.p_max)
-                self.node_seq.append(None)
-                new.append((len(toks) - 1, e, r))
-                if r + 1 < len(e.tokens):
-                    heapq.heappush(heap, (-e.cum * e.ranked[r + 1], len(toks) * 64 + r + 1, e_i, r + 1))
-            if len(toks) >= shape.nodes:
+            while t.heap and len(new) < shape.batch and len(t.toks) < shape.nodes:
+                is_main = t.heap[0][0] == _MAIN
+                if not is_main and len(t.toks) + reserve >= shape.nodes:
+                    break                        # what is left belongs to the chain's draft
+                new.append(self._take(t))
+                if is_main:
+                    main_taken, reserve = main_taken + 1, reserve - 1
+            if not new or len(t.toks) >= shape.nodes:
                 break
-            grow = [(i, e, r) for i, e, r in new if e.depth + 1 < shape.depth and toks[i] not in self.eog]
-            rows = self._eval(grow, toks)
+            grow = [(i, e, r) for i, e, r in new if e.depth + 1 < shape.depth and t.toks[i] not in self.eog]
+            rows = self._eval(grow, t.toks)
             for (i, e, r), row in zip(grow, rows):
                 if row is not None:
-                    self._expand(i, e.depth + 1, e.cum * float(e.probs[r]), row, shape, exp, heap)
-        q = None if self.greedy or not toks else np.stack(qrows).astype(np.float32)
-        return Draft(np.asarray(toks, np.int32), q, np.asarray(parents, np.int32),
-                     np.asarray(pmax, np.float32))
+                    self._expand(i, e.depth + 1, e.cum * float(e.probs[r]), e.main and r == 0, row, shape, t)
+        q = None if self.greedy or not t.toks else np.stack(t.qrows).astype(np.float32)
+        return Draft(np.asarray(t.toks, np.int32), q, np.asarray(t.parents, np.int32),
+                     np.asarray(t.pmax, np.float32))
 
-    def _expand(self, node: int, depth: int, cum: float, row: np.ndarray, shape: TreeShape,
-                exp: list, heap: list) -> None:
+    def _take(self, t: "_Tree") -> tuple[int, _Expanded, int]:
+        """The best candidate joins the tree; its next sibling (in draw order) becomes one."""
+        _, _, e_i, r = heapq.heappop(t.heap)
+        e = t.exp[e_i]
+        t.toks.append(int(e.tokens[r]))
+        t.parents.append(e.node)
+        t.qrows.append(e.q)
+        t.pmax.append(e.p_max)
+        self.node_seq.append(None)
+        if r + 1 < len(e.tokens):
+            heapq.heappush(t.heap, (-e.cum * e.ranked[r + 1], next(t.tie), e_i, r + 1))
+        return len(t.toks) - 1, e, r
+
+    def _expand(self, node: int, depth: int, cum: float, main: bool, row: np.ndarray, shape: TreeShape,
+                t: "_Tree") -> None:
         tokens, probs, ranked, q = self._children(row, shape.kids(depth))
         if not len(tokens):
             return
-        exp.append(_Expanded(node, depth, cum, tokens, probs, ranked, q, float(ranked[0])))
-        heapq.heappush(heap, (-cum * ranked[0], (node + 1) * 64, len(exp) - 1, 0))
+        t.exp.append(_Expanded(node, depth, cum, tokens, probs, ranked, q, float(ranked[0]), main))
+        heapq.heappush(t.heap, (_MAIN if main else -cum * ranked[0], next(t.tie), len(t.exp) - 1, 0))
 
     def _path_seq(self, node: int) -> tuple[Sequence, int]:
         """A draft sequence holding the path to node (root: the drafter's own), and its length."""
