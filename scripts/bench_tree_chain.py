@@ -65,8 +65,9 @@ def run_mode(mode: str, prompt: str, target, draft, a) -> dict:
 
 def run_llamacpp(bindir: str, target: str, draft: str, prompt: str, a) -> float | None:
     cmd = [f"{bindir}/llama-speculative-simple", "-m", target, "-md", draft, "-p", prompt, "-n", str(a.n_gen),
-           "--draft-max", str(a.draft_max), "--draft-min", "0", "--draft-p-min", "0", "--temp", "0",
-           "-t", str(a.threads), "-td", str(a.threads), "-c", "2048", "-cd", "2048", "--seed", "1"]
+           "--spec-type", "draft-simple", "--spec-draft-n-max", str(a.draft_max), "--spec-draft-n-min", "0",
+           "--spec-draft-p-min", "0", "--temp", "0", "-t", str(a.threads), "-td", str(a.threads), "-c", "2048",
+           "--seed", "1"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", p.stderr)
     return float(m.group(1)) if m else None
