@@ -283,3 +283,26 @@ def test_rank_statistics_count_what_verification_walked():
     acc, rej = st.counts[0]
     observe_tree(st, children(parents), [])                # rank 1 tried at the root, lost
     assert st.counts[0] == (acc * RankStats.FORGET, rej * RankStats.FORGET + 1) and len(st.counts) == 1
+
+
+def test_tree_with_the_cost_model_logprobs_and_penalties(synth_dir):
+    """adaptive: the cost model sizes the tree, output still plain greedy's; logprobs read off
+    the accepted path's rows equal the chain's; under penalties (each node would need its own
+    history) a chain is drafted."""
+    t, d = synth_dir / "tree_c_t.gguf", synth_dir / "tree_c_d.gguf"
+    _write("llama", t, False)
+    _write("llama", d, True)
+    with Model(t, n_ctx=256, **F32) as target, Model(d, n_ctx=256, **F32) as draft:
+        for prompt in PROMPTS[:2]:
+            plain = generate(prompt, target, max_tokens=40, temperature=0)
+            auto = generate(prompt, target, draft, max_tokens=40, temperature=0, tree=True, adaptive=True)
+            assert auto.tokens == plain.tokens
+            chain = _gen(target, draft, prompt, n_draft=4, tree=False, logprobs=3)
+            tree = _gen(target, draft, prompt, n_draft=4, tree=True, logprobs=3)
+            assert tree.tokens == chain.tokens and tree.stats.tree_rounds > 0
+            for a, b in zip(chain.logprobs, tree.logprobs):
+                assert a.token == b.token and abs(a.logprob - b.logprob) < 1e-4
+            pen = dict(repeat_penalty=1.3, penalty_last_n=16)
+            p_plain = generate(prompt, target, max_tokens=30, temperature=0, **pen)
+            p_tree = _gen(target, draft, prompt, 30, n_draft=4, tree=True, **pen)
+            assert p_tree.tokens == p_plain.tokens and p_tree.stats.tree_rounds == 0
