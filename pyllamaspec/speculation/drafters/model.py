@@ -168,6 +168,9 @@ class ModelDrafter(SampledDrafter):
         return TreeShape(k, dp.tree_nodes or 2 * k, dp.tree_width, dp.tree_levels)
 
     def propose(self, seq: list[int], k_cap: int, policy, constraint=None) -> Draft:
+        if self.tree is not None:            # a round that failed after drafting: its spares go back
+            self.tree.release()
+            self.tree, self.tree_draft = None, None
         self.pending_hint = self.pending(seq)
         shape = self.shape(k_cap, policy, constraint)
         if shape is None or shape.is_chain:
