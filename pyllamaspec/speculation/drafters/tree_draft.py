@@ -94,13 +94,13 @@ class TreeDraft:
     # -- children of an evaluated node -------------------------------------------------------
     def _children(self, row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """(tokens in draw order, their q, the sorted top-k q, q or None for greedy)."""
-        if self.greedy:
-            x = row.astype(np.float64)
-            x = np.exp(x - x.max())
-            q = x / x.sum()
-            top = np.argpartition(-q, k - 1)[:k] if k < len(q) else np.arange(len(q))
-            top = top[np.argsort(-q[top], kind="stable")]
-            return top.astype(np.int32), q[top], q[top], None
+        if self.greedy:                          # the top k of the softmax, one pass over the row
+            top = np.argpartition(row, -k)[-k:] if k < len(row) else np.arange(len(row))
+            top = top[np.argsort(-row[top], kind="stable")]
+            m = float(row[top[0]])
+            z = float(np.exp(row - np.float32(m)).sum(dtype=np.float64))
+            pr = np.exp(row[top].astype(np.float64) - m) / z
+            return top.astype(np.int32), pr, pr, None
         q = self.sampler.probs(row)
         support = np.flatnonzero(q > 0)
         k = min(k, len(support))
