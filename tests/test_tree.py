@@ -258,8 +258,8 @@ def _policy(c_target: dict[int, float], alpha: float, c_draft: float):
 
 
 def _ranks(a1: float):
-    from pyllamaspec.speculation.drafters.tree_policy import RankStats
-    return RankStats([(1000 * a1, 1000 * (1 - a1))] * 4)
+    from pyllamaspec.speculation.drafters.tree_policy import TreeStats
+    return TreeStats([(1000 * a1, 1000 * (1 - a1))] * 4)
 
 
 def test_cost_model_picks_a_tree_where_verification_is_flat_and_a_chain_where_it_is_not():
@@ -274,15 +274,15 @@ def test_cost_model_picks_a_tree_where_verification_is_flat_and_a_chain_where_it
 
 
 def test_rank_statistics_count_what_verification_walked():
-    from pyllamaspec.speculation.drafters.tree_policy import RankStats, observe_tree
+    from pyllamaspec.speculation.drafters.tree_policy import TreeStats, observe_tree
     from pyllamaspec.speculation.drafters.tree_draft import children
-    st = RankStats()
+    st = TreeStats()
     parents = np.array([-1, -1, 0, 0, 1, 1], np.int32)      # root: 0, 1; node 0: 2, 3; node 1: 4, 5
     observe_tree(st, children(parents), [1, 5])            # rank 1 won at the root, rank 1 at node 1
-    assert st.counts[0][0] > RankStats.PRIOR[0] * RankStats.FORGET + 1.9
+    assert st.counts[0][0] > TreeStats.PRIOR[0] * TreeStats.FORGET + 1.9
     acc, rej = st.counts[0]
     observe_tree(st, children(parents), [])                # rank 1 tried at the root, lost
-    assert st.counts[0] == (acc * RankStats.FORGET, rej * RankStats.FORGET + 1) and len(st.counts) == 1
+    assert st.counts[0] == (acc * TreeStats.FORGET, rej * TreeStats.FORGET + 1) and len(st.counts) == 1
 
 
 def test_tree_with_the_cost_model_logprobs_and_penalties(synth_dir):

@@ -21,7 +21,7 @@ from ..params import DraftParams
 from .base import Draft, Eval, Steps
 from .sampled import SampledDrafter
 from .tree_draft import TreeDraft, TreeShape, accepted_path, children
-from .tree_policy import RankStats, choose as choose_tree, observe_tree
+from .tree_policy import TreeStats, best_batch, choose as choose_tree, observe_tree
 
 # Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
 _COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
@@ -77,7 +77,7 @@ class ModelDrafter(SampledDrafter):
         self.rng = np.random.default_rng([sampling.seed, 0x74726565])
         self.tree: TreeDraft | None = None
         self.tree_draft: Draft | None = None
-        self.ranks = RankStats()             # acceptance by sibling rank (tree_policy.py)
+        self.ranks = TreeStats()             # acceptance by sibling rank, expansion cost (tree_policy.py)
 
     def _restrict_head(self, target: Model) -> None:
         """A large vocabulary's head is most of a small draft's cost (Gemma 3: 262k rows): the
@@ -165,7 +165,8 @@ class ModelDrafter(SampledDrafter):
         if dp.tree is None:                  # the cost model decides: a tree only where it pays
             return choose_tree(policy, self.ranks, k, min(k_cap, self.room() - 1), dp.tree_width,
                                dp.tree_levels, dp.tree_nodes)
-        return TreeShape(k, dp.tree_nodes or 2 * k, dp.tree_width, dp.tree_levels)
+        shape = TreeShape(k, dp.tree_nodes or 2 * k, dp.tree_width, dp.tree_levels)
+        return best_batch(policy, self.ranks, shape) if dp.adaptive else shape
 
     def propose(self, seq: list[int], k_cap: int, policy, constraint=None) -> Draft:
         if self.tree is not None:            # a round that failed after drafting: its spares go back
@@ -181,6 +182,7 @@ class ModelDrafter(SampledDrafter):
         n_up = self.catch_up(seq)
         t1 = time.perf_counter()
         row0 = self.next_logits(int(seq[-1]), 0).copy()
+        t2 = time.perf_counter()
         self.tree = TreeDraft(self.model, self.draft_seq, self.sampler, self.greedy, self.rng, self.eog)
         try:
             d = self.tree.build(int(seq[-1]), shape, row0)
@@ -188,11 +190,14 @@ class ModelDrafter(SampledDrafter):
             self.tree.release()
             self.tree = None
             raise
-        if self.params.adaptive:
+        if self.params.adaptive:             # the root is the chain's kind of step; expansions apart
             policy.observe_catch_up(t1 - t0, n_up)
-            policy.observe_draft(time.perf_counter() - t1, 1 + self.tree.evals)
+            policy.observe_draft(t2 - t1, 1)
+            for n, dt in self.tree.expansions:
+                self.ranks.observe_expand(n, dt)
         self.tree_draft = d
-        self.tree_shape = f"depth {shape.depth}, width {shape.width} x {shape.levels} levels, {shape.nodes} nodes"
+        self.tree_shape = (f"depth {shape.depth}, width {shape.width} x {shape.levels} levels, {shape.nodes} nodes, "
+                           f"{shape.batch} per draft evaluation")
         return d
 
     def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,7 +90,7 @@ class TreeDraft:
         self.spares: list[Sequence] = []
         self.node_seq: list[tuple[Sequence, int] | None] = []
         self.root_n = 0
-        self.evals = 0                     # draft evaluations the tree took (the root's aside)
+        self.expansions: list[tuple[int, float]] = []   # (nodes, seconds) of each draft evaluation
 
     # -- children of an evaluated node -------------------------------------------------------
     def _children(self, row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
@@ -190,8 +191,9 @@ class TreeDraft:
             keep.append(True)
         if not batch:
             return [None] * len(grow)
+        t0 = time.perf_counter()
         rows = self.model.decode_batch(np.asarray(batch, np.int32), seqs)
-        self.evals += 1
+        self.expansions.append((len(batch), time.perf_counter() - t0))
         out, j = [], 0
         for k in keep:
             out.append(rows[j] if k else None)
