@@ -306,3 +306,36 @@ def test_tree_with_the_cost_model_logprobs_and_penalties(synth_dir):
             p_plain = generate(prompt, target, max_tokens=30, temperature=0, **pen)
             p_tree = _gen(target, draft, prompt, 30, n_draft=4, tree=True, **pen)
             assert p_tree.tokens == p_plain.tokens and p_tree.stats.tree_rounds == 0
+
+
+def test_expansions_are_measured_apart_from_the_chains_draft_cost(synth_dir):
+    """A tree round's batched draft evaluations are not the chain's per-token cost: the policy
+    sees the root's one-token evaluation only; the expansions go to TreeStats by node count."""
+    t, d = synth_dir / "tree_c_t.gguf", synth_dir / "tree_c_d.gguf"
+    _write("llama", t, False)
+    _write("llama", d, True)
+    with Model(t, n_ctx=256, **F32) as target, Model(d, n_ctx=256, **F32) as draft:
+        dec = Decoder(target, draft, SamplingParams(temperature=0.0),
+                      DraftParams(n_draft=4, adaptive=True, tree=True, tree_nodes=10))
+        seen = []
+        orig = dec.policy.observe_draft
+        dec.policy.observe_draft = lambda s, n: (seen.append(n), orig(s, n))
+        dec.prefill(PROMPTS[3])
+        for _ in range(20):
+            dec.step()
+        assert dec.stats.tree_rounds > 0
+        assert seen.count(1) >= dec.stats.tree_rounds     # one token per tree round
+        assert set(dec.drafter.ranks.c_expand) <= {1, 2, 3, 4}
+        dec.close()
+
+
+def test_nodes_per_expansion_follow_the_measured_costs():
+    from pyllamaspec.speculation.drafters.tree_draft import TreeShape
+    from pyllamaspec.speculation.drafters.tree_policy import best_batch
+    pol = _policy({1: 0.01, 9: 0.02}, 0.6, 0.01)
+    cpu, gpu = _ranks(0.3), _ranks(0.3)
+    cpu.c_expand = {1: 0.010, 2: 0.033, 4: 0.055}          # measured on 2 cores: Gemma 3 270M
+    gpu.c_expand = {1: 0.010, 2: 0.0101, 4: 0.0102}
+    shape = TreeShape(8, 16, 2, 2)
+    assert best_batch(pol, cpu, shape).batch == 1
+    assert best_batch(pol, gpu, shape).batch == 4
