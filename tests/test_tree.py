@@ -339,3 +339,48 @@ def test_nodes_per_expansion_follow_the_measured_costs():
     shape = TreeShape(8, 16, 2, 2)
     assert best_batch(pol, cpu, shape).batch == 1
     assert best_batch(pol, gpu, shape).batch == 4
+
+
+# ---- n-gram branching -----------------------------------------------------------------------
+
+NGRAM_PROMPT = [5, 1, 2, 3, 5, 4, 6, 7, 5, 1, 2, 8, 5, 9, 2, 3, 5]   # 5 is followed by 1, 4, 1, 9
+
+
+def test_ngram_tree_greedy_equals_plain(synth_dir):
+    t = synth_dir / "tree_c_t.gguf"
+    _write("llama", t, False)
+    with Model(t, n_ctx=256, **F32) as target:
+        log = []
+        for prompt in (NGRAM_PROMPT, NGRAM_PROMPT * 3, PROMPTS[3] * 4):
+            plain = generate(prompt, target, max_tokens=40, temperature=0)
+            spec = _gen(target, "ngram", prompt, n_draft=4, tree=True, ngram=1)
+            assert spec.tokens == plain.tokens
+            log += spec.stats.tree_log
+        print("n-gram tree rounds (nodes, depth, branch):", log)
+        assert log and any(b > 0 and dd > 0 for _, dd, b in log), log
+
+
+def test_ngram_tree_sampled_preserves_the_distribution(pair):
+    """Point-mass drafts: the target draws its token and the branch holding it, if any, is
+    followed (RRS with q one-hot); the first two tokens against the exact marginals."""
+    target, _ = pair
+    sp = SamplingParams(**SETTINGS[0], seed=0)
+    p1, p2 = exact_marginals(target, sp, NGRAM_PROMPT)
+    c1 = np.zeros(target.n_vocab, np.int64)
+    c2 = np.zeros(target.n_vocab, np.int64)
+    trees = 0
+    for seed in range(3000):
+        dec = Decoder(target, "ngram", SamplingParams(**{**sp.__dict__, "seed": seed}),
+                      DraftParams(n_draft=2, adaptive=False, tree=True, tree_width=4, ngram=1))
+        dec.prefill(NGRAM_PROMPT)
+        out = []
+        while len(out) < 2:
+            out += [t for t, _ in dec.step()]
+        trees += dec.stats.tree_rounds
+        dec.close()
+        c1[out[0]] += 1
+        c2[out[1]] += 1
+    pv1, _ = chi2_pvalue(c1, p1)
+    pv2, _ = chi2_pvalue(c2, p2)
+    print(f"n-gram trees: {trees} tree rounds; p-values {pv1:.3f}, {pv2:.3f}")
+    assert trees >= 3000 and pv1 > 1e-3 and pv2 > 1e-3
