@@ -384,3 +384,26 @@ def test_ngram_tree_sampled_preserves_the_distribution(pair):
     pv2, _ = chi2_pvalue(c2, p2)
     print(f"n-gram trees: {trees} tree rounds; p-values {pv1:.3f}, {pv2:.3f}")
     assert trees >= 3000 and pv1 > 1e-3 and pv2 > 1e-3
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_too_few_spare_sequences(synth_dir, temperature):
+    """3 sequences (the server's -np 3): 2 spares for a tree of up to 4 branches. Greedy: the
+    tree cut to 2 branches (the chain's draft's and the next best), output plain greedy's;
+    sampled: the chain's draft (which siblings stay may not depend on the draws)."""
+    t, d = synth_dir / "tree_c_t.gguf", synth_dir / "tree_c_d.gguf"
+    _write("llama", t, False)
+    _write("llama", d, True)
+    with Model(t, n_ctx=256, n_seq_max=3, **F32) as target, Model(d, n_ctx=256, **F32) as draft:
+        for prompt in PROMPTS:
+            kw = dict(max_tokens=40, temperature=temperature, seed=5, top_k=0, top_p=1.0, min_p=0.0)
+            plain = generate(prompt, target, **kw)
+            spec = generate(prompt, target, draft, n_draft=4, tree=True, tree_nodes=12, adaptive=False, p_min=0.0,
+                            **kw)
+            if temperature == 0:
+                assert spec.tokens == plain.tokens
+                assert spec.stats.tree_rounds > 0
+                assert all(n <= 2 * 4 for n, _, _ in spec.stats.tree_log)     # 2 branches of depth <= 4
+            else:
+                assert spec.stats.tree_rounds == 0 and spec.stats.rounds > 0
+            assert target._pool.all() and sum(s.leased for s in target._pool.all()) == 0

@@ -327,9 +327,10 @@ class Decoder:
         first branch as a chain when too few of the target's sequences are free)."""
         if draft.parents is not None:
             # the tree's nodes each take a cell: near the context's end, its first branch only
-            if draft.n < self.room() and self.tree.lease(draft):
+            tree = self.tree.lease(draft, self.sampling.greedy) if draft.n < self.room() else None
+            if tree is not None:
                 try:
-                    return draft, self.tree.score(self.tseq, self.seq[-1], draft)
+                    return tree, self.tree.score(self.tseq, self.seq[-1], tree)
                 except BaseException:
                     self.tree.release()
                     raise

@@ -63,6 +63,22 @@ def main_chain(draft: Draft) -> Draft:
                  None if draft.p_max is None else draft.p_max[sel])
 
 
+def prune(draft: Draft, m: int) -> Draft:
+    """The tree cut to m branches: the chain's draft's and the m - 1 first others (node order:
+    best-first). Greedy only: in a sampled round which siblings stay must not depend on the
+    draws (module docstring), and which branches are first does."""
+    node, kids = -1, children(draft.parents)
+    while kids[node + 1]:                    # the chain's draft's leaf
+        node = kids[node + 1][0]
+    chosen = [node] + [x for x in leaves(draft.parents) if x != node][:m - 1]
+    keep = sorted({i for x in chosen for i in path_of(draft.parents, x)})
+    new_id = {old: i for i, old in enumerate(keep)}
+    sel = np.asarray(keep, np.int64)
+    parents = np.asarray([new_id.get(int(draft.parents[i]), -1) for i in keep], np.int32)
+    return Draft(draft.tokens[sel], None if draft.q is None else draft.q[sel], parents,
+                 None if draft.p_max is None else draft.p_max[sel])
+
+
 def path_of(parents: np.ndarray, node: int) -> list[int]:
     out = []
     while node >= 0:
@@ -92,16 +108,19 @@ class TreeVerifier:
         self.rows = 0
         self.kept: list[int] = []      # the nodes of the branch kept by the last round
 
-    def lease(self, draft: Draft) -> bool:
-        """Spare sequences for the tree's branches; False (none taken) when too few are free."""
+    def lease(self, draft: Draft, greedy: bool) -> Draft | None:
+        """Spare sequences for the tree's branches: the tree to verify (greedy: cut to the
+        branches there are sequences for, prune()), or None (none taken) when too few are free."""
         n = len(leaves(draft.parents))
         got = self.target.lease_spare(n)
-        if len(got) < n:
+        if len(got) < n and greedy and len(got) >= 2:
+            draft = prune(draft, len(got))
+        elif len(got) < n:
             for s in got:
                 s.release()
-            return False
+            return None
         self.branches = got
-        return True
+        return draft
 
     def score(self, tseq: Sequence, last: int, draft: Draft) -> np.ndarray:
         """The target's rows for the tree: row 0 the root's (scoring its children), row i + 1
