@@ -407,3 +407,13 @@ def test_too_few_spare_sequences(synth_dir, temperature):
             else:
                 assert spec.stats.tree_rounds == 0 and spec.stats.rounds > 0
             assert target._pool.all() and sum(s.leased for s in target._pool.all()) == 0
+
+
+def test_a_hybrid_targets_tree_costs_its_branches_whole():
+    from pyllamaspec.speculation.drafters.tree_draft import TreeShape
+    from pyllamaspec.speculation.drafters.tree_policy import verify_rows
+    pol = _policy({1: 0.01}, 0.6, 0.001)
+    shape = TreeShape(4, 10, 2, 2)                  # 4 branches of depth 4
+    assert verify_rows(pol, shape) == 11
+    pol.tree_whole_branches = True
+    assert verify_rows(pol, shape) == 4 * 5

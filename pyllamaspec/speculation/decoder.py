@@ -169,6 +169,7 @@ class Decoder:
         self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
         self.stats = Stats()
         self.tree = TreeVerifier(target, self.t_sampler, sampling.seed)
+        self.policy.tree_whole_branches = self.tree.hybrid
         self.seq: list[int] = []
         self.tseq: Sequence | None = None        # the target's sequence this generation holds
 

@@ -110,14 +110,23 @@ def choose(policy, stats: TreeStats, k: int, k_cap: int, width: int, levels: int
         for lv in range(1, levels + 1):
             n = full_nodes(TreeShape(depth, nodes or 2 * depth, width, lv))
             tokens = expected_tokens(a0, stats, TreeShape(depth, n, width, lv))
+            rows = verify_rows(policy, TreeShape(depth, n, width, lv))
             for b in BATCHES:
-                cost = draft_seconds(policy, stats, depth, n, b) + policy.target_cost(n + 1)
+                cost = draft_seconds(policy, stats, depth, n, b) + policy.target_cost(rows)
                 if tokens / cost > best_rate:
                     best, best_rate = TreeShape(depth, n, width, lv, b), tokens / cost
     return best
 
 
 BATCHES = (1, 2, 4)          # nodes per expansion the cost model weighs
+
+
+def verify_rows(policy, shape: TreeShape) -> int:
+    """The target's rows for a tree: its nodes and the root, or (a hybrid target) every branch
+    whole, the root included."""
+    if not policy.tree_whole_branches:
+        return shape.nodes + 1
+    return min(shape.width ** min(shape.levels, shape.depth), shape.nodes) * (shape.depth + 1)
 
 
 def draft_seconds(policy, stats: TreeStats, depth: int, n: int, b: int) -> float:
