@@ -46,8 +46,22 @@ def pair_paths(name: str) -> tuple[str, str]:
     raise SystemExit(f"unknown pair {name!r} (smollm2, gemma3)")
 
 
+_LEARNED: dict = {}
+
+
+def own_learning(target, mode: str) -> None:
+    """Each mode keeps what the cost model learned (pair_stats.registry: costs by batch size,
+    draft cost, acceptance) to itself, as if it ran alone: a forced tree's measurements must not
+    steer the chain's or the cost model's choices in the same process."""
+    from pyllamaspec.speculation.pair_stats import registry
+    _LEARNED.setdefault((id(target), mode), ({}, {}))
+    with registry._lock:
+        registry._by_target[target] = _LEARNED[(id(target), mode)]
+
+
 def run_mode(mode: str, prompt: str, target, draft, a) -> dict:
     from pyllamaspec.frontends.generate import generate
+    own_learning(target, mode)
     kw = dict(max_tokens=a.n_gen, temperature=0)
     if mode != "plain":
         fixed = {} if a.adaptive else dict(adaptive=False, p_min=0.0)
