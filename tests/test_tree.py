@@ -417,3 +417,21 @@ def test_a_hybrid_targets_tree_costs_its_branches_whole():
     assert verify_rows(pol, shape) == 11
     pol.tree_whole_branches = True
     assert verify_rows(pol, shape) == 4 * 5
+
+
+def test_ngram_tree_under_penalties_equals_plain(synth_dir):
+    """The verifier's walk counts the path in the penalties' history (n-gram trees are drafted
+    under penalties; a draft model's are not). Without that, 1 of these 4 prompts differs from
+    plain greedy at each setting (checked when written)."""
+    t = synth_dir / "tree_c_t.gguf"
+    _write("llama", t, False)
+    with Model(t, n_ctx=256, **F32) as target:
+        for pen in (dict(repeat_penalty=1.5, frequency_penalty=0.3, penalty_last_n=8),
+                    dict(frequency_penalty=0.5, penalty_last_n=16)):
+            trees = 0
+            for prompt in (NGRAM_PROMPT, NGRAM_PROMPT * 3, PROMPTS[0] * 4, PROMPTS[1] * 3):
+                plain = generate(prompt, target, max_tokens=60, temperature=0, **pen)
+                spec = _gen(target, "ngram", prompt, 60, n_draft=4, tree=True, ngram=1, **pen)
+                assert spec.tokens == plain.tokens, (pen, prompt)
+                trees += spec.stats.tree_rounds
+            assert trees > 0

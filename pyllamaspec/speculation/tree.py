@@ -155,20 +155,29 @@ class TreeVerifier:
         return [last] + t, [list(self.branches)] + through, np.arange(draft.n + 1)
 
     def accept(self, p: np.ndarray, draft: Draft, greedy: bool) -> tuple[list[int], int]:
-        """(the accepted nodes, the next token) for the target's rows p (score()'s layout)."""
+        """(the accepted nodes, the next token) for the target's rows p (score()'s layout).
+        Under penalties the sampler's history takes each accepted node as the walk goes down
+        (the target's p at a node counts the path to it), and is given back as it was."""
         kids = children(draft.parents)
         path, node = [], -1
-        while True:
-            row = p[node + 1]
-            if greedy or draft.q is None:
-                y = self._draw(row, greedy)
-                nxt = next((c for c in kids[node + 1] if draft.tokens[c] == y), None)
-            else:
-                nxt, y = self._recursive(row, draft, kids[node + 1])
-            if nxt is None:
-                return path, int(y)
-            path.append(nxt)
-            node = nxt
+        h0 = self.sampler.history_len if self.sampler.params.penalized else None
+        try:
+            while True:
+                row = p[node + 1]
+                if greedy or draft.q is None:
+                    y = self._draw(row, greedy)
+                    nxt = next((c for c in kids[node + 1] if draft.tokens[c] == y), None)
+                else:
+                    nxt, y = self._recursive(row, draft, kids[node + 1])
+                if nxt is None:
+                    return path, int(y)
+                path.append(nxt)
+                node = nxt
+                if h0 is not None:
+                    self.sampler.push(draft.tokens[nxt:nxt + 1])
+        finally:
+            if h0 is not None:
+                self.sampler.truncate(h0)
 
     def _draw(self, row: np.ndarray, greedy: bool) -> int:
         if greedy:
