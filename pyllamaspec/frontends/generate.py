@@ -328,8 +328,9 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     draft_vocab: a draft model with over twice as many tokens computes the logits of this many
     common ones only, restored when the call ends (0 = all).
     tree: a draft model drafts a token tree each round (several branches verified in one target
-    evaluation, exactly: speculation/tree.py), False a chain, None (default) lets the cost model
-    choose; n_draft stays the depth, tree_nodes is the node budget (0: twice the depth).
+    evaluation, exactly: speculation/tree.py; "ngram": the continuations of the last two matches),
+    False a chain, None (default) lets the cost model choose (a draft model's trees only);
+    n_draft stays the depth, tree_nodes is the node budget (0: twice the depth).
     temperature 0 is greedy. repeat_penalty, frequency_penalty, presence_penalty and
     penalty_last_n are llama.cpp's penalties (see SamplingParams), over the prompt and output;
     speculative output keeps the exact distribution of the penalized target. logprobs (0..20):
