@@ -21,7 +21,7 @@ from conftest import load_reference
 from models_moe import write_moe_gguf
 from models_qwen35 import write_qwen35_gguf
 from pyllamaspec import Model
-from pyllamaspec.engine.sampling import SamplingParams
+from pyllamaspec.engine.sampling import Sampler, SamplingParams
 from pyllamaspec.frontends.generate import generate
 from pyllamaspec.speculation.decoder import Decoder, DraftParams
 from pyllamaspec.speculation.tree import TreeVerifier
@@ -166,7 +166,7 @@ def _naive(self, row, draft, kids):
     return None, int(self.rng.choice(len(p), p=r / r.sum()))
 
 
-def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = False):
+def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = False, prompt=PROMPT):
     c1 = np.zeros(target.n_vocab, np.int64)
     c2 = np.zeros(target.n_vocab, np.int64)
     second_branch = 0
@@ -176,7 +176,7 @@ def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = F
                                   tree_nodes=12))
         if naive:
             dec.tree._recursive = _naive.__get__(dec.tree, TreeVerifier)
-        dec.prefill(PROMPT)
+        dec.prefill(prompt)
         out = []
         while len(out) < 2:
             out += [t for t, _ in dec.step()]
@@ -287,8 +287,7 @@ def test_rank_statistics_count_what_verification_walked():
 
 def test_tree_with_the_cost_model_logprobs_and_penalties(synth_dir):
     """adaptive: the cost model sizes the tree, output still plain greedy's; logprobs read off
-    the accepted path's rows equal the chain's; under penalties (each node would need its own
-    history) a chain is drafted."""
+    the accepted path's rows equal the chain's; under penalties the walk counts the path."""
     t, d = synth_dir / "tree_c_t.gguf", synth_dir / "tree_c_d.gguf"
     _write("llama", t, False)
     _write("llama", d, True)
@@ -302,10 +301,11 @@ def test_tree_with_the_cost_model_logprobs_and_penalties(synth_dir):
             assert tree.tokens == chain.tokens and tree.stats.tree_rounds > 0
             for a, b in zip(chain.logprobs, tree.logprobs):
                 assert a.token == b.token and abs(a.logprob - b.logprob) < 1e-4
-            pen = dict(repeat_penalty=1.3, penalty_last_n=16)
-            p_plain = generate(prompt, target, max_tokens=30, temperature=0, **pen)
-            p_tree = _gen(target, draft, prompt, 30, n_draft=4, tree=True, **pen)
-            assert p_tree.tokens == p_plain.tokens and p_tree.stats.tree_rounds == 0
+            for pen in (dict(repeat_penalty=1.5, frequency_penalty=0.3, penalty_last_n=8),
+                        dict(frequency_penalty=0.5, penalty_last_n=16)):
+                p_plain = generate(prompt * 3, target, max_tokens=60, temperature=0, **pen)
+                p_tree = _gen(target, draft, prompt * 3, 60, n_draft=4, tree=True, **pen)
+                assert p_tree.tokens == p_plain.tokens and p_tree.stats.tree_rounds > 0
 
 
 def test_expansions_are_measured_apart_from_the_chains_draft_cost(synth_dir):
@@ -420,8 +420,7 @@ def test_a_hybrid_targets_tree_costs_its_branches_whole():
 
 
 def test_ngram_tree_under_penalties_equals_plain(synth_dir):
-    """The verifier's walk counts the path in the penalties' history (n-gram trees are drafted
-    under penalties; a draft model's are not). Without that, 1 of these 4 prompts differs from
+    """The verifier's walk counts the path in the penalties' history. Without that, 1 of these 4 prompts differs from
     plain greedy at each setting (checked when written)."""
     t = synth_dir / "tree_c_t.gguf"
     _write("llama", t, False)
@@ -435,3 +434,30 @@ def test_ngram_tree_under_penalties_equals_plain(synth_dir):
                 assert spec.tokens == plain.tokens, (pen, prompt)
                 trees += spec.stats.tree_rounds
             assert trees > 0
+
+
+def _penalized_marginals(target: Model, sp: SamplingParams, prompt: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """exact_marginals with the penalties' history: the prompt, then the first token."""
+    s = Sampler(target.n_vocab, sp)
+    s.reset(prompt)
+    target.clear()
+    p1 = s.probs(target.eval(prompt, logits="last")[0]).astype(np.float64)
+    p2 = np.zeros_like(p1)
+    for x1 in np.nonzero(p1)[0]:
+        target.truncate(len(prompt))
+        s.reset(prompt + [int(x1)])
+        p2 += p1[x1] * s.probs(target.eval([int(x1)], logits="last")[0])
+    return p1 / p1.sum(), p2 / p2.sum()
+
+
+def test_sampled_tree_under_penalties_preserves_the_distribution(pair):
+    target, draft = pair
+    prompt = [1, 7, 3, 9, 7, 7, 3]
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.8,
+                        frequency_penalty=0.5, penalty_last_n=16, seed=0)
+    p1, p2 = _penalized_marginals(target, sp, prompt)
+    c1, c2, later = _sample_first_two(target, draft, sp, n=3000, prompt=prompt)
+    pv1, _ = chi2_pvalue(c1, p1)
+    pv2, _ = chi2_pvalue(c2, p2)
+    print(f"penalized: a later sibling kept in {later:.2f} of runs; p-values {pv1:.3f}, {pv2:.3f}")
+    assert later > 0.05 and pv1 > 1e-3 and pv2 > 1e-3

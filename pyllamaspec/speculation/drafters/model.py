@@ -152,9 +152,11 @@ class ModelDrafter(SampledDrafter):
     # -- token trees -----------------------------------------------------------------------
     def shape(self, k_cap: int, policy, constraint) -> TreeShape | None:
         """The tree to draft this round, None for a chain: params.tree, never under a grammar
-        or penalties (the tree's nodes would each need their own history) nor in a batch."""
+        (its state would have to follow every branch) nor in a batch. Under penalties the
+        children's q counts the text's history, not the path's: a q of its own, which the
+        verification uses as drawn (exact), only less close to p."""
         dp = self.params
-        if dp.tree is False or (dp.tree is None and not dp.adaptive) or self.penalized \
+        if dp.tree is False or (dp.tree is None and not dp.adaptive) \
                 or (constraint is not None and constraint.active) or k_cap < 1:
             return None
         k = policy.choose(k_cap, self.pending_hint) if dp.adaptive else k_cap
