@@ -461,3 +461,31 @@ def test_sampled_tree_under_penalties_preserves_the_distribution(pair):
     pv2, _ = chi2_pvalue(c2, p2)
     print(f"penalized: a later sibling kept in {later:.2f} of runs; p-values {pv1:.3f}, {pv2:.3f}")
     assert later > 0.05 and pv1 > 1e-3 and pv2 > 1e-3
+
+
+@pytest.mark.slow
+def test_greedy_tree_gemma3_up_to_small_margins(gemma3_path):
+    """Real Gemma 3: its batched and one-token evaluations differ slightly (as llama.cpp's do;
+    test_speculative.py's chain test), so the tree's output equals plain greedy's up to the
+    first step whose top-2 logit margin is below 0.5, the chain test's bound."""
+    from pyllamaspec.files.convert import ensure_variant
+    draft_path = ensure_variant(gemma3_path, "q8_0")
+    prompts = [r["text"] for r in load_reference("gen", "gemma-3-270m-q4_k_m")]
+    n_tok, log = 32, []
+    with Model(gemma3_path, n_ctx=256) as target, Model(draft_path, n_ctx=256) as draft:
+        for prompt in prompts:
+            ids = target.tokenize(prompt)
+            target.clear()
+            row = target.eval(ids, logits="last")[0]
+            plain, margins = [], []
+            for _ in range(n_tok):
+                top2 = np.partition(row, -2)[-2:]
+                margins.append(float(top2[1] - top2[0]))
+                plain.append(int(row.argmax()))
+                row = target.eval([plain[-1]], logits="last")[0]
+            safe = next((i for i, m in enumerate(margins) if m < 0.5), n_tok)
+            for k in (2, 4):
+                spec = _gen(target, draft, prompt, n_tok, n_draft=k, tree=True)
+                assert spec.tokens[:safe] == plain[:safe], f"n_draft={k}, {prompt!r}"
+                log += spec.stats.tree_log
+    assert log
