@@ -360,6 +360,11 @@ class Model(VocabMixin, _native.Closeable):
                 raise
         return s
 
+    def lease_spare(self, n: int) -> list[Seq]:
+        """Up to n free sequences now (fewer, or none, when others hold them; no waiting), for
+        one round's token tree (release() each after it)."""
+        return self._pool.spare(n)
+
     def _adopt_prefix(self, s: Seq, prompt: list[int]) -> None:
         with self._excl:
             src, n = self._pool.best_source(prompt, s)

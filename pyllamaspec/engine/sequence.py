@@ -117,6 +117,19 @@ class Sequence:
             return i
         return self.model._call(self, run, interruptible=False)
 
+    def copy_from(self, src: "Sequence", n: int) -> None:
+        """This sequence becomes the first n tokens of src (psl_context_seq_copy: the KV cells are
+        shared, not copied; a hybrid's recurrent state is copied). A token tree's branches start
+        this way (speculation/tree.py)."""
+        n = _args.integer("n", n, 0)
+
+        def run(c) -> None:
+            if n > len(src._cache_ids):
+                raise InvalidArgumentError(f"sequence {src.id} holds {len(src._cache_ids)} tokens, not {n}")
+            c.seq_copy(src.id, self.id, n)
+            self._cache_ids = src._cache_ids[:n]
+        self.model._call(self, run, interruptible=False)
+
     def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
         """Model.mtp_draft from this sequence's hidden state."""
         return self.model._mtp_draft(self, token, step, out)
@@ -195,6 +208,25 @@ class SequencePool:
             s.leased = True
             s.last_used = next(_clock)
         return s
+
+    def spare(self, n: int) -> list[Sequence]:
+        """Up to n free sequences, leased now without waiting, the empty ones first (so that
+        what idle sequences hold for later prompts is kept while it can be): a token tree's
+        branches for one round (speculation/tree.py), released after it."""
+        with self._cv:
+            if self.model.closed:
+                raise ModelClosedError("the model is closed")
+            free = [i for i in range(self.limit) if i not in self._seqs or not self._seqs[i].leased]
+            free.sort(key=lambda i: (i in self._seqs and bool(self._seqs[i]._cache_ids), i))
+            out = []
+            for i in free[:max(0, n)]:
+                s = self._seqs.get(i)
+                if s is None:
+                    s = self._seqs[i] = Sequence(self.model, i)
+                s.leased = True
+                s.last_used = next(_clock)
+                out.append(s)
+        return out
 
     def lease_id(self, seq_id: int, stop=None) -> Sequence:
         """Sequence seq_id, leased once it is free (stop(): gives up with EvaluationInterrupted)."""

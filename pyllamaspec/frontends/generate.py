@@ -219,7 +219,7 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
              n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
              parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
              logprobs, cache_prompt, spec_type, ngram_params, grammar=None, json_schema=None, response_format=None,
-             forced=True, _constraint=None, n_parallel=None):
+             forced=True, _constraint=None, n_parallel=None, tree=None, tree_nodes=0):
     """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading. Several prompts: (run,
     seeds), run(results) decoding them together (a list of result dicts)."""
@@ -233,7 +233,8 @@ def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_
                               presence_penalty=presence_penalty, penalty_last_n=penalty_last_n)
     draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
                         draft_vocab=draft_vocab, forced=forced, spec_type=spec_type,
-                        ngrams=NgramParams() if ngram_params is None else ngram_params)
+                        ngrams=NgramParams() if ngram_params is None else ngram_params, tree=tree,
+                        tree_nodes=tree_nodes)
     constraint = constraint_spec(grammar, json_schema, response_format)
     if _constraint is not None:               # a chat's tools (chat() makes it)
         if constraint is not None:
@@ -297,7 +298,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
              spec_type: str | Sequence[str] | None = None, ngram_params: NgramParams | None = None,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
-             forced: bool = True, _constraint: GrammarSpec | None = None, n_parallel: int | None = None):
+             forced: bool = True, _constraint: GrammarSpec | None = None, n_parallel: int | None = None,
+             tree: bool | None = None, tree_nodes: int = 0):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Several prompts (a list of strings, or of token-id lists; a flat list of ints is one
@@ -325,6 +327,10 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     (None) it is on unless a seed is given with temperature > 0: same seed, same output.
     draft_vocab: a draft model with over twice as many tokens computes the logits of this many
     common ones only, restored when the call ends (0 = all).
+    tree: a draft model drafts a token tree each round (several branches verified in one target
+    evaluation, exactly: speculation/tree.py; "ngram": the continuations of the last two matches),
+    False a chain, None (default) lets the cost model choose (a draft model's trees only);
+    n_draft stays the depth, tree_nodes is the node budget (0: twice the depth).
     temperature 0 is greedy. repeat_penalty, frequency_penalty, presence_penalty and
     penalty_last_n are llama.cpp's penalties (see SamplingParams), over the prompt and output;
     speculative output keeps the exact distribution of the penalized target. logprobs (0..20):
@@ -350,7 +356,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
                          penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt,
                          spec_type=spec_type, ngram_params=ngram_params,
                          grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
-                         _constraint=_constraint, n_parallel=n_parallel)
+                         _constraint=_constraint, n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes)
     if is_batch(prompt):
         results: list[dict] = []
         run(results)

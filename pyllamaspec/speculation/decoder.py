@@ -41,6 +41,7 @@ from .constraint import NO_CONSTRAINT, Constraint
 from .drafters import NO_DRAFT, Draft, Drafter, make_drafter
 from .pair_stats import registry
 from .params import DraftParams
+from .tree import TreeRound, TreeVerifier, main_chain
 
 __all__ = ["Decoder", "DraftParams", "Stats"]
 
@@ -65,6 +66,12 @@ class Stats:
     batch_rounds: int = 0        # rounds verified together with other sequences' (batch.py)
     batch_seqs: int = 0          # the sequences those rounds' evaluations carried, summed
     batch_plain: int = 0         # of them, rounds the batch's cost model decoded plainly
+    tree_rounds: int = 0         # rounds that verified a token tree (speculation/tree.py)
+    tree_nodes: int = 0          # the nodes those rounds verified, summed
+    tree_rows: int = 0           # the target rows they evaluated (a hybrid repeats shared nodes)
+    tree_shape: str = ""         # the shape drafted last (drafters/tree_draft.py)
+    # per tree round: (nodes verified, depth accepted, the branch kept: its leaf's rank)
+    tree_log: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def mean_batch(self) -> float:
@@ -95,6 +102,13 @@ class Stats:
     @property
     def generate_tps(self) -> float:
         return self.n_generated / self.t_generate if self.t_generate > 0 else 0.0
+
+    def record_tree(self, r: TreeRound, shape: str) -> None:
+        self.tree_rounds += 1
+        self.tree_nodes += r.nodes
+        self.tree_rows += r.rows
+        self.tree_shape = shape
+        self.tree_log.append((r.nodes, len(r.path), r.branch))
 
     def record_round(self, drafted: int, accepted: int, forced: int = 0, forced_accepted: int = 0) -> None:
         self.rounds += 1
@@ -154,6 +168,8 @@ class Decoder:
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
         self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
         self.stats = Stats()
+        self.tree = TreeVerifier(target, self.t_sampler, sampling.seed)
+        self.policy.tree_whole_branches = self.tree.hybrid
         self.seq: list[int] = []
         self.tseq: Sequence | None = None        # the target's sequence this generation holds
 
@@ -239,7 +255,7 @@ class Decoder:
         self.stats.t_draft += t0 - t_round
         # the target scores [last, x_1..x_k] in one batch: p_1..p_{k+1}
         n_past = self.tseq.n_past
-        p = self._score(draft)
+        draft, p = self._score(draft)
         return self.settle(draft, p, n_past, t0, t_round)
 
     def settle(self, draft: Draft, p: np.ndarray, n_past: int, t0: float, t_round: float,
@@ -252,17 +268,28 @@ class Decoder:
         # (under a grammar p and q lose the forbidden tokens first: the sampler holds it)
         if self.banned is not None and self.banned.size:
             p[:, self.banned] = -np.inf
-        n_acc, nxt = self.t_sampler.verify(p, draft.tokens, draft.q)
-        self.tseq.truncate(n_past + 1 + n_acc)             # roll back the rejected drafts
+        if draft.parents is None:
+            n_acc, nxt = self.t_sampler.verify(p, draft.tokens, draft.q)
+            self.tseq.truncate(n_past + 1 + n_acc)             # roll back the rejected drafts
+            new, rows = [int(t) for t in draft.tokens[:n_acc]] + [int(nxt)], p
+        else:
+            new, rows = self._settle_tree(draft, p, n_past)
+            n_acc = len(new) - 1
         dt = time.perf_counter() - t0
         self.stats.t_target += dt
         if batch == 1:
-            self.policy.observe_target(draft.n + 1, dt)
-        new = [int(t) for t in draft.tokens[:n_acc]] + [int(nxt)]
-        self._extend(new, p)
+            self.policy.observe_target(len(rows) if draft.parents is None else self.tree.rows, dt)
+        self._extend(new, rows)
         self.constraint.advance(new)                         # the grammar takes the round's text
         self._observe(draft, new, n_acc, t_round, batch)
         return [(t, i < n_acc) for i, t in enumerate(new)]
+
+    def _settle_tree(self, draft: Draft, p: np.ndarray, n_past: int) -> tuple[list[int], np.ndarray]:
+        """A tree's acceptance (tree.py) and rollback: the new text and the rows that scored it."""
+        path, nxt = self.tree.accept(p, draft, self.sampling.greedy)
+        r = self.tree.finish(self.tseq, draft, path, n_past)
+        self.stats.record_tree(r, self.drafter.tree_shape if self.drafter is not None else "")
+        return [int(draft.tokens[i]) for i in path] + [int(nxt)], p[[0] + [i + 1 for i in path]]
 
     def _observe(self, draft: Draft, new: list[int], n_acc: int, t_round: float, batch: int = 1) -> None:
         """The drafter rolls back its own state and the cost model learns from the drafter's
@@ -271,8 +298,11 @@ class Decoder:
         own_acc = min(n_acc, own)
         if self.drafter is not None:
             self.drafter.accepted(self.seq, new, draft)
-            p_max = draft.p_max[:own] if draft.p_max is not None else None
-            self.policy.observe_verified(own, own_acc, p_max, (time.perf_counter() - t_round) / batch)
+            # a tree: the cost model learns from the branch kept, as from a chain
+            part = slice(0, own) if draft.parents is None else self.tree.kept
+            p_max = draft.p_max[part] if draft.p_max is not None else None
+            n_part = own if draft.parents is None else len(self.tree.kept)
+            self.policy.observe_verified(n_part, own_acc, p_max, (time.perf_counter() - t_round) / batch)
         if self.drafter is not None or self.constraint.active:
             self.stats.record_round(own, own_acc, draft.n_forced, n_acc - own_acc)
 
@@ -293,9 +323,20 @@ class Decoder:
         self.batch[1:n] = draft.tokens
         return self.batch[:n]
 
-    def _score(self, draft: Draft) -> np.ndarray:
-        """The target's logits for the round's batch."""
-        return self.tseq.eval(self.batch_tokens(draft), logits="all", out=self.t_logits)
+    def _score(self, draft: Draft) -> tuple[Draft, np.ndarray]:
+        """The target's logits for the round's batch: a chain's, or a tree's (tree.py; its
+        first branch as a chain when too few of the target's sequences are free)."""
+        if draft.parents is not None:
+            # the tree's nodes each take a cell: near the context's end, its first branch only
+            tree = self.tree.lease(draft, self.sampling.greedy) if draft.n < self.room() else None
+            if tree is not None:
+                try:
+                    return tree, self.tree.score(self.tseq, self.seq[-1], tree)
+                except BaseException:
+                    self.tree.release()
+                    raise
+            draft = main_chain(draft)
+        return draft, self.tseq.eval(self.batch_tokens(draft), logits="all", out=self.t_logits)
 
     def _extend(self, new: list[int], rows: np.ndarray) -> None:
         """Appends a round's tokens to the text, the penalties' history and the logprobs (row i

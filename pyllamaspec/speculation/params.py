@@ -59,7 +59,11 @@ class DraftParams:
     many common ones only (Model.common_token_ids; 0 = all of them); `forced`: under a grammar,
     the text it forces is drafted for free (speculation/constraint.py); `spec_type`: llama.cpp's
     --spec-type names (a comma-separated string or a sequence; None: from the draft given);
-    `ngrams`: the parameters of llama.cpp's n-gram kinds."""
+    `ngrams`: the parameters of llama.cpp's n-gram kinds.
+    Token trees (a draft model's; speculation/tree.py): `tree` True drafts a tree each round,
+    False a chain, None lets the cost model choose (a tree only where it pays); n_draft stays
+    the depth (the longest branch), a node at depth < tree_levels gets up to tree_width
+    children, and tree_nodes is the node budget (0: 2 * the depth)."""
     n_draft: int = 16
     n_min: int = 0
     p_min: float | None = None
@@ -69,6 +73,10 @@ class DraftParams:
     forced: bool = True
     spec_type: str | tuple[str, ...] | None = None
     ngrams: NgramParams = field(default_factory=NgramParams)
+    tree: bool | None = None
+    tree_nodes: int = 0
+    tree_width: int = 2
+    tree_levels: int = 2
 
     def __post_init__(self) -> None:
         _args.integer("n_draft", self.n_draft, 1, _args.MAX_DRAFT)
@@ -83,6 +91,11 @@ class DraftParams:
             raise InvalidArgumentError(f"forced must be True or False, got {self.forced!r}")
         if self.spec_type is not None:
             self.spec_type = parse_spec_types(self.spec_type)
+        if self.tree is not None and not isinstance(self.tree, (bool, np.bool_)):
+            raise InvalidArgumentError(f"tree must be True, False or None, got {self.tree!r}")
+        _args.integer("tree_nodes", self.tree_nodes, 0, _args.MAX_DRAFT)
+        _args.integer("tree_width", self.tree_width, 1, 16)
+        _args.integer("tree_levels", self.tree_levels, 0, _args.MAX_DRAFT)
         if not isinstance(self.ngrams, NgramParams):
             raise InvalidArgumentError(f"ngrams must be NgramParams, got {type(self.ngrams).__name__}")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ...errors import PyllamaspecError
 
 # dest -> what makes the flag do something (checked against the Setup below)
-DRAFT_FLAGS = ("draft_max", "draft_min", "draft_p_min", "no_adaptive")
+DRAFT_FLAGS = ("draft_max", "draft_min", "draft_p_min", "no_adaptive", "spec_tree", "spec_tree_nodes")
 DRAFT_MODEL_FLAGS = ("threads_draft", "n_gpu_layers_draft", "cache_type_k_draft", "cache_type_v_draft",
                      "rpc_draft", "draft_vocab")
 CONVERSATION_FLAGS = ("system_prompt", "single_turn", "turn_stats")

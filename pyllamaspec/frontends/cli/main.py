@@ -112,6 +112,9 @@ def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys
         p(f"n_accept  = {stats.accepted}")
         p(f"accept    = {100 * stats.acceptance_rate:.3f}%")
         p(f"rounds    = {stats.rounds}, tokens per round {stats.mean_accepted:.2f}")
+        if stats.tree_rounds:
+            p(f"trees     = {stats.tree_rounds} rounds, {stats.tree_nodes / stats.tree_rounds:.1f} nodes verified "
+              f"per tree, last shape: {stats.tree_shape}")
         p(f"time: draft {stats.t_draft:.3f} s, target {stats.t_target:.3f} s, loop {stats.t_loop:.3f} s")
     else:
         p("plain decoding (no draft model)")
@@ -146,7 +149,8 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
     adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
     draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
                                adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab, forced=a.forced,
-                               spec_type=a.spec_types, ngrams=ngram_params(a))
+                               spec_type=a.spec_types, ngrams=ngram_params(a),
+                               tree=getattr(a, "spec_tree", None), tree_nodes=getattr(a, "spec_tree_nodes", 0))
     a.constraint = constraint_from_args(a)
     if a.n_predict < -1:
         raise PyllamaspecError("-n must be >= -1")

@@ -42,6 +42,13 @@ def add_speculation_args(ap: argparse.ArgumentParser) -> None:
                    help="longest n-gram --lookup matches")
     g.add_argument("--no-adaptive", action="store_true",
                    help="always draft --draft-max tokens (no cost model; it may then be slower than plain)")
+    g.add_argument("--spec-tree", dest="spec_tree", action="store_const", const=True, default=None,
+                   help="a draft model drafts a token tree each round (several branches, one target evaluation; "
+                        "--draft-max stays its depth). Default: the cost model drafts one where it pays")
+    g.add_argument("--no-spec-tree", dest="spec_tree", action="store_const", const=False,
+                   help="always draft a chain")
+    g.add_argument("--spec-tree-nodes", dest="spec_tree_nodes", type=int, default=0,
+                   help="a token tree's node budget (default 0: twice its depth)")
     _add_ngram_args(ap)
 
 

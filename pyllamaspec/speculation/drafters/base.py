@@ -8,8 +8,8 @@ Shapes a drafter may propose:
 - a chain (parents None): x_1..x_k, each following the one before;
 - a tree: nodes in an order where a parent comes before its children, parents[i] the index of
   node i's parent (-1: the last token of the text). Verifying a tree needs tree attention in
-  the target's batch and a multi-draft acceptance rule (the token-trees issue); no drafter
-  proposes one yet.
+  the target's batch and a multi-draft acceptance rule (speculation/tree.py); a draft model
+  proposes one (tree_draft.py) where its DraftParams ask for it.
 A drafter that reads the target's hidden states (the MTP head, EAGLE-3, DFlash) holds the target
 and has its context keep those rows while it verifies (the core keeps them: csrc/engine/mtp.h,
 csrc/engine/head.h), so verification stays one target eval and the round does not change.
@@ -110,6 +110,7 @@ class Drafter(ABC):
     # the target sequences it can follow at once: 1 for a draft head (the core keeps its
     # features for the target's sequence 0 only), refused in batched generation / parallel slots
     max_sequences: int = 1 << 30
+    tree_shape: str = ""     # the shape of its last tree draft, for the stats ("" : chains)
 
     def open(self, prompt: list[int], fresh: bool = False, stop: "Callable[[], bool] | None" = None) -> None:
         """Takes what it evaluates in for a generation after `prompt` (a draft model's

@@ -27,6 +27,7 @@ class SampledDrafter(Drafter):
     pending() / catch_up_steps()."""
 
     SEED_MIX = (0x9E3779B97F4A7C15, 0x632BE59BD9B4E019)   # its sampler's seed, from the target's
+    chosen_k: int | None = None              # the round's draft length, when chosen before propose
 
     def __init__(self, n_vocab: int, sampling: SamplingParams, params: DraftParams, eog: frozenset[int]):
         self.params, self.eog = params, eog
@@ -81,7 +82,10 @@ class SampledDrafter(Drafter):
                       batch: bool = False) -> Steps:
         self._constrain(constraint.grammar if constraint is not None else None)
         dp = self.params
-        k_max = policy.choose(k_cap, self.pending(seq)) if dp.adaptive and not batch else k_cap
+        if self.chosen_k is not None:            # chosen already this round (a tree considered)
+            k_max, self.chosen_k = min(self.chosen_k, k_cap), None
+        else:
+            k_max = policy.choose(k_cap, self.pending(seq)) if dp.adaptive and not batch else k_cap
         if k_max <= 0:
             return NO_DRAFT
         # the cost model's first round measures a batch of START_K + 1: nothing may cut it
