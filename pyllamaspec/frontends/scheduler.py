@@ -48,10 +48,12 @@ class Generation:
     def draft_models(self) -> list[Model]:
         return [self.drafter] if isinstance(self.drafter, Model) else []
 
-    def start(self, alongside: int = 0) -> list[Piece]:
+    def start(self, alongside: int = 0, plain_sure=None) -> list[Piece]:
         """Takes its sequences and evaluates the prompt (what they hold of it is kept);
         alongside: the generations running beside it (a drafter that follows one sequence of
-        its target, a draft head, refuses to run beside any: InvalidArgumentError)."""
+        its target, a draft head, refuses to run beside any: InvalidArgumentError);
+        plain_sure(decoder, n_seq): whether a round of n_seq sequences will surely not draft
+        (BatchRound.plain_sure), when a draft model's prompt evaluation is left for later."""
         c = self.cancel
         fresh = not self.cache_prompt
         grammar = self.constraint.make(self.target) if self.constraint is not None else None
@@ -64,7 +66,8 @@ class Generation:
                 self.dec.open(self.ids, fresh=fresh, stop=c.is_set if c is not None else None)
                 if c is not None:
                     c.watch(*self.dec.sequences())
-                self.dec.prefill(self.ids, fresh=fresh)
+                later = bool(alongside) and plain_sure is not None and plain_sure(self.dec, alongside + 1)
+                self.dec.prefill(self.ids, fresh=fresh, draft_later=later)
         except EvaluationInterrupted:
             if c is None or not c.is_set():
                 self.end(ok=False)
@@ -155,7 +158,7 @@ class Scheduler:
 
     def admit(self, g: Generation, emit: Emit) -> None:
         """Starts g (its prompt evaluated): running, or finished at once (max_tokens 0, a cancel)."""
-        pieces = g.start(len(self.running))
+        pieces = g.start(len(self.running), self.round.plain_sure)
         if g.done:
             emit(g, pieces)
         else:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ..engine.model import Model
 from .batch_policy import BatchPolicy
 from .decoder import Decoder
@@ -31,6 +33,7 @@ class BatchRound:
         self.target = target
         self.k_max = k_max
         self._policies: dict = {}
+        self._rows = np.empty((0, target.n_vocab), np.float32)   # the verify rows, reused round to round
 
     def policy(self, dec: Decoder) -> BatchPolicy:
         """The batch cost model of the decoder's pair (its target's costs, its drafter's)."""
@@ -39,6 +42,14 @@ class BatchRound:
         if p is None:
             p = self._policies[key] = BatchPolicy(registry.lookup(self.target, key), self.k_max)
         return p
+
+    def plain_sure(self, dec: Decoder, n_seq: int) -> bool:
+        """Whether a round of n_seq sequences with dec's pair will surely not draft (its cost
+        model's verdict): a generation joining such a batch may leave its draft model's prompt
+        evaluation to the catch-up (Decoder.prefill's draft_later)."""
+        if dec.drafter is None or not dec.dp.adaptive:
+            return False
+        return self.policy(dec).plain_sure(n_seq, min(dec.k_max, dec.drafter.max_draft))
 
     def step(self, decs: list[Decoder], wants: list[int | None]) -> list[list[tuple[int, bool]]]:
         """One round of every decoder (each wants at most wants[i] more tokens); returns each
@@ -56,7 +67,8 @@ class BatchRound:
         for d in decs:
             d.stats.t_draft += t0 - t_round
         n_pasts = [d.tseq.n_past for d in decs]
-        rows = self.target.decode([(d.tseq, d.batch_tokens(dr), "all") for d, dr in zip(decs, drafts)])
+        rows = self.target.decode([(d.tseq, d.batch_tokens(dr), "all") for d, dr in zip(decs, drafts)],
+                                  out=self._rows_for(sum(dr.n + 1 for dr in drafts)))
         self.policy(decs[0]).observe_target(sum(dr.n + 1 for dr in drafts), time.perf_counter() - t0)
         out = []
         plain = max(ks, default=0) == 0
@@ -66,6 +78,12 @@ class BatchRound:
             d.stats.batch_seqs += len(decs)
             d.stats.batch_plain += plain
         return out
+
+    def _rows_for(self, n: int) -> np.ndarray:
+        """A buffer for n logits rows (a large vocabulary's rows are megabytes: allocated once)."""
+        if self._rows.shape[0] < n:
+            self._rows = np.empty((n, self.target.n_vocab), np.float32)
+        return self._rows
 
     def _choose(self, decs: list[Decoder], caps: list[int]) -> list[int]:
         """Each decoder's draft length this round: one k for the decoders whose pair shares a

@@ -68,6 +68,13 @@ class BatchPolicy:
                 best_k, best = k, r
         return best_k
 
+    def plain_sure(self, n_seq: int, k_cap: int) -> bool:
+        """Whether rounds of n_seq sequences decode plainly without probes: even drafts that
+        were always right could not pay, by step costs measured CONFIDENT times (choose's rule)."""
+        if self.n_step_obs < self.CONFIDENT or self.step_cost(n_seq) is None or not self.stats.target_costs:
+            return False
+        return self.best_k([1.0] * n_seq, [k_cap] * n_seq, 0) == 0
+
     def choose(self, alphas: list[float], caps: list[int], n_plain: int = 0) -> int:
         """The draft length of the round: alphas and caps of the sequences that draft (their
         acceptance bound, their longest draft), n_plain sequences that do not."""

@@ -177,14 +177,15 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.open(prompt, fresh, stop)
 
-    def prefill(self, prompt: list[int], fresh: bool = False, progress=None) -> None:
+    def prefill(self, prompt: list[int], fresh: bool = False, progress=None, draft_later: bool = False) -> None:
         """Evaluate the prompt (all but its last token, which the first round feeds). What a
         model's cache already holds of it (its longest common prefix with the cached ids: the
         previous turns of a chat) is kept, not evaluated again (fresh: nothing is kept); on
         the CPU the result is bit-identical to a fresh evaluation where the model's batched and
         one-token evaluations are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp).
         progress(done, total): called after each batch of the target's evaluation (a long
-        prompt's progress bar)."""
+        prompt's progress bar). draft_later: the next rounds are not expected to draft (a batch
+        decoding plainly): a draft model leaves the prompt to its catch-up (Drafter.prefill_later)."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
         for m in (self.target, self.draft):
@@ -203,7 +204,8 @@ class Decoder:
         if n_keep < len(head):
             self._eval_prompt(head[n_keep:], progress)
         if self.drafter is not None:
-            self.stats.n_draft_reused = self.drafter.prefill(self.seq, self.tseq, fresh)
+            prefill = self.drafter.prefill_later if draft_later else self.drafter.prefill
+            self.stats.n_draft_reused = prefill(self.seq, self.tseq, fresh)
         self.stats.n_prompt = len(prompt)
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0

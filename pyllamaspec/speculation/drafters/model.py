@@ -91,17 +91,29 @@ class ModelDrafter(SampledDrafter):
         """Brings its draft sequence to hold prompt[:-1], evaluating only what follows its
         longest common prefix with what it (or another of the draft's sequences) holds;
         returns how many tokens were reused."""
+        head, n_keep = self._reuse(prompt, fresh)
+        if n_keep < len(head):
+            self.draft_seq.eval(head[n_keep:], logits="none")
+        return n_keep
+
+    def prefill_later(self, prompt: list[int], target=None, fresh: bool = False) -> int:
+        """prefill() without the evaluation: what its sequence lacks of the prompt is left to
+        catch_up_steps (its last CATCH_UP_MAX tokens, placed after what it holds) should a
+        round draft; a batch decoding plainly then spends nothing on the draft model."""
+        return self._reuse(prompt, fresh)[1]
+
+    def _reuse(self, prompt: list[int], fresh: bool) -> tuple[np.ndarray, int]:
+        """Its sequence truncated to its longest common prefix with prompt[:-1] (emptied if
+        fresh): (prompt[:-1], that prefix's length)."""
         super().prefill(prompt)
         head = np.asarray(prompt[:-1], np.int32)
         self.open(prompt, fresh)
         if fresh:
             self.draft_seq.clear()
         n_keep = self.draft_seq.reuse_prefix(head.tolist())
-        if n_keep < len(head):
-            self.draft_seq.eval(head[n_keep:], logits="none")
         self.skipped = 0
         self.learn(head)
-        return n_keep
+        return head, n_keep
 
     def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
         if self.draft_seq is None:
