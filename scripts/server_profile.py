@@ -22,7 +22,9 @@ import time
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the package of the tree given by --tree (another checkout: before/after), else this one's
+_tree = next((sys.argv[i + 1] for i, x in enumerate(sys.argv[:-1]) if x == "--tree"), None)
+sys.path.insert(0, _tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import server_load  # noqa: E402
 
@@ -30,6 +32,7 @@ from pyllamaspec.engine import context as context_mod  # noqa: E402
 from pyllamaspec.frontends import scheduler as sched_mod  # noqa: E402
 from pyllamaspec.frontends.server import worker as worker_mod  # noqa: E402
 from pyllamaspec.speculation import batch as batch_mod  # noqa: E402
+from pyllamaspec.speculation import decoder as decoder_mod  # noqa: E402
 
 ACC: dict = defaultdict(float)
 CNT: dict = defaultdict(int)
@@ -89,14 +92,31 @@ def _instrument(profile: cProfile.Profile | None) -> None:
         return ks
     batch_mod.BatchRound._choose = recorded_choose
 
-    flush = worker_mod.Outbox.flush
+    prefill = decoder_mod.Decoder.prefill
 
-    def counted_flush(self):
-        if self._items:
+    def counted_prefill(self, prompt, *a, **k):
+        CNT["prompts_draft_later"] += bool(k.get("draft_later"))
+        CNT["prompts_target_later"] += bool(k.get("target_later"))
+        return prefill(self, prompt, *a, **k)
+    decoder_mod.Decoder.prefill = counted_prefill
+
+    if hasattr(worker_mod, "Outbox"):
+        flush = worker_mod.Outbox.flush
+
+        def counted_flush(self):
+            if self._items:
+                CNT["wakeups"] += 1
+                CNT["emits"] += len(self._items)
+            return flush(self)
+        worker_mod.Outbox.flush = counted_flush
+    else:                                 # a tree from before the outbox: a wake-up per event
+        emit = worker_mod.Job.emit
+
+        def counted_emit(self, kind, value):
             CNT["wakeups"] += 1
-            CNT["emits"] += len(self._items)
-        return flush(self)
-    worker_mod.Outbox.flush = counted_flush
+            CNT["emits"] += 1
+            return emit(self, kind, value)
+        worker_mod.Job.emit = counted_emit
 
     if profile is not None:
         run_forever = worker_mod.Worker._run_forever
@@ -137,6 +157,7 @@ def _split(phase: str, n: int, n_tokens: int) -> None:
 
 
 def _report(res: dict, cpu0: dict, cpu1: dict, profile, n_tokens: int) -> None:
+    print(f"package: {os.path.dirname(context_mod.__file__)}")
     print(f"load: {res['tokens']} tokens in {res['wall_s']} s = {res['tokens_per_s']} t/s, "
           f"p50 {res['p50_ms']} ms, p95 {res['p95_ms']} ms, answered {res['answered']}/{res['requests']}")
     running = ", ".join(f"{k[11:]} running: {v}" for k, v in sorted(CNT.items()) if k.startswith("steps_with_"))
@@ -147,6 +168,8 @@ def _report(res: dict, cpu0: dict, cpu1: dict, profile, n_tokens: int) -> None:
     print(f"{'':<28}{'ms each':>8}{'share':>8}{'ms/token':>10}   (each: per round, per prompt)")
     _split("step", CNT["step"], n_tokens)
     _split("admit", CNT["admit"], n_tokens)
+    print(f"prompts evaluated with a round's batch: {CNT['prompts_target_later']}/{CNT['admit']}; "
+          f"left to the draft's catch-up: {CNT['prompts_draft_later']}/{CNT['admit']}")
     inside = ACC["step"] + ACC["admit"]
     print(f"wall {res['wall_s']} s, of which the worker in rounds and prompts {inside:.2f} s "
           f"({100 * inside / res['wall_s']:.0f}%)")
@@ -178,6 +201,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--tree", help="profile the package of this source tree (its core: PYLLAMASPEC_LIBRARY)")
     ap.add_argument("--cprofile", action="store_true", help="also profile the worker thread's Python")
     a, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]

@@ -232,9 +232,9 @@ def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeyp
     flags = []
     prefill = Decoder.prefill
 
-    def spy(self, prompt, fresh=False, progress=None, draft_later=False):
+    def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False):
         flags.append(draft_later)
-        return prefill(self, prompt, fresh, progress, draft_later)
+        return prefill(self, prompt, fresh, progress, draft_later, target_later)
     monkeypatch.setattr(Decoder, "prefill", spy)
     target, draft = _models(files)
     with target, draft:
@@ -246,3 +246,26 @@ def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeyp
         assert [r.tokens for r in rs] == want                    # drafted anyway: after the catch-up
         assert flags == [False] + [True] * (len(PROMPTS) - 1)
         assert sum(r.stats.drafted for r in rs) > 0
+
+
+def test_prompts_joining_a_batch_are_evaluated_with_its_round(files, monkeypatch):
+    """A short prompt joining running generations is evaluated in the next round's target
+    evaluation (llama-server's continuous batching): no evaluation of its own, the rows of its
+    round only, and the output of one at a time."""
+    want = _alone(files, PROMPTS, **GREEDY)
+    target, draft = _models(files)
+    parts = []
+    decode = Model.decode
+    monkeypatch.setattr(Model, "decode", lambda self, ps, out=None: parts.append([p[2] for p in ps]) or decode(self, ps, out))
+    with target, draft:
+        rs = generate(PROMPTS, target, draft, n_parallel=2, **GREEDY)    # all but the first join a batch
+        assert [r.tokens for r in rs] == want
+        merged = [lg for ps in parts for lg in ps if not isinstance(lg, str)]
+        assert len(merged) == len(PROMPTS) - 1, parts
+        with target.lease() as a, target.lease() as b:
+            a.clear(), b.clear()
+            rows = target.decode([(a, [1, 2, 3, 4], 2)])[0]           # an int: rows of the last n tokens
+            assert rows.shape == (2, target.n_vocab)
+            assert np.array_equal(rows, target.decode([(b, [1, 2, 3, 4], "all")])[0][2:])
+            with pytest.raises(InvalidArgumentError):
+                target.decode([(a, [1, 2], 3)])

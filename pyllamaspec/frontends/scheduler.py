@@ -23,6 +23,9 @@ from ..speculation.decoder import Decoder, DraftParams
 from .output import Piece, TextOutput
 
 
+MERGE_MAX = 256        # prompt tokens evaluated with a round's batch at most (Generation._merge)
+
+
 class Generation:
     """One prompt's generation in a Scheduler; result as generate's (tokens, text, finish_reason,
     stats, logprobs, eog, prompt_tokens)."""
@@ -53,7 +56,9 @@ class Generation:
         alongside: the generations running beside it (a drafter that follows one sequence of
         its target, a draft head, refuses to run beside any: InvalidArgumentError);
         plain_sure(decoder, n_seq): whether a round of n_seq sequences will surely not draft
-        (BatchRound.plain_sure), when a draft model's prompt evaluation is left for later."""
+        (BatchRound.plain_sure), when a draft model's prompt evaluation is left for later.
+        Beside others, a short prompt's evaluation goes with the next round's (one target
+        evaluation for all: Decoder.prefill's target_later)."""
         c = self.cancel
         fresh = not self.cache_prompt
         grammar = self.constraint.make(self.target) if self.constraint is not None else None
@@ -67,7 +72,7 @@ class Generation:
                 if c is not None:
                     c.watch(*self.dec.sequences())
                 later = bool(alongside) and plain_sure is not None and plain_sure(self.dec, alongside + 1)
-                self.dec.prefill(self.ids, fresh=fresh, draft_later=later)
+                self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside))
         except EvaluationInterrupted:
             if c is None or not c.is_set():
                 self.end(ok=False)
@@ -82,6 +87,14 @@ class Generation:
         if self.max_tokens == 0:
             return self.end()
         return []
+
+    def _merge(self, alongside: int) -> bool:
+        """Whether its prompt is evaluated with the next round's batch: beside other
+        generations (alone, a round would evaluate it alone all the same), short (a long one
+        evaluated alone stays interruptible by its own cancel), and with no drafter that reads
+        the target's state of the prompt (an MTP head; a draft model or n-gram lookup does not)."""
+        d = self.dec.drafter
+        return bool(alongside) and len(self.ids) - 1 <= MERGE_MAX and (d is None or d.draft_model is not None)
 
     def _check_drafter(self, alongside: int) -> None:
         """A drafter that follows one sequence of its target (a draft head), or one Drafter object

@@ -66,10 +66,7 @@ class BatchRound:
         t0 = time.perf_counter()
         for d in decs:
             d.stats.t_draft += t0 - t_round
-        n_pasts = [d.tseq.n_past for d in decs]
-        rows = self.target.decode([(d.tseq, d.batch_tokens(dr), "all") for d, dr in zip(decs, drafts)],
-                                  out=self._rows_for(sum(dr.n + 1 for dr in drafts)))
-        self.policy(decs[0]).observe_target(sum(dr.n + 1 for dr in drafts), time.perf_counter() - t0)
+        rows, n_pasts = self._verify(decs, drafts, t0)
         out = []
         plain = max(ks, default=0) == 0
         for d, dr, p, n_past in zip(decs, drafts, rows, n_pasts):
@@ -78,6 +75,31 @@ class BatchRound:
             d.stats.batch_seqs += len(decs)
             d.stats.batch_plain += plain
         return out
+
+    def _verify(self, decs: list[Decoder], drafts: list[Draft], t0: float) -> tuple[list, list[int]]:
+        """The target's one evaluation of every sequence's [last, drafts], after the prompt
+        tokens a generation that just joined has not evaluated yet (Decoder.pending: rows for
+        its round's tokens only); returns each one's rows and its length before them."""
+        parts, n_pasts, prompts = [], [], False
+        for d, dr in zip(decs, drafts):
+            toks = d.batch_tokens(dr)
+            if d.pending is not None:
+                parts.append((d.tseq, np.concatenate([d.pending, toks]), len(toks)))
+                n_pasts.append(d.tseq.n_past + len(d.pending))
+                prompts = True
+            else:
+                parts.append((d.tseq, toks, "all"))
+                n_pasts.append(d.tseq.n_past)
+        n_rows = sum(dr.n + 1 for dr in drafts)
+        rows = self.target.decode(parts, out=self._rows_for(n_rows))
+        dt = time.perf_counter() - t0
+        for d in decs:
+            if d.pending is not None:
+                d.pending = None
+                d.stats.t_prompt += dt
+        if not prompts:                   # (with a prompt's tokens, not a cost of n_rows tokens)
+            self.policy(decs[0]).observe_target(n_rows, dt)
+        return rows, n_pasts
 
     def _rows_for(self, n: int) -> np.ndarray:
         """A buffer for n logits rows (a large vocabulary's rows are megabytes: allocated once)."""
@@ -113,16 +135,22 @@ class BatchRound:
         for i, (d, k) in enumerate(zip(decs, ks)):
             if k > 0:
                 self._advance(active, drafts, i, d.drafter.propose_steps(d.seq, k, d.policy, d.constraint, batch=True), first=True)
-        t0, steps = time.perf_counter(), 0
+        steps, seconds = 0, 0.0
         while active:
+            # a draft model's catch-up (its unseen text, after plain rounds or a prompt left
+            # to it) is no drafting step: timed with the steps, it made drafting look dearer
+            catch_up = any(isinstance(r, Eval) and r.logits == "none" for _, r in active.values())
+            t0 = time.perf_counter()
             results = self._run_requests(active)
             for i, res in results.items():
                 self._advance(active, drafts, i, active[i][0], res)
-            steps += 1
+            if not catch_up:
+                steps += 1
+                seconds += time.perf_counter() - t0
         n_drafting = sum(k > 0 for k in ks)
-        if n_drafting:
+        if n_drafting:                    # (an n-gram lookup: no steps, no cost)
             self.policy(decs[next(i for i, k in enumerate(ks) if k > 0)]).observe_draft(
-                n_drafting, max(steps, 1), time.perf_counter() - t0)
+                n_drafting, max(steps, 1), seconds)
         return drafts
 
     @staticmethod
