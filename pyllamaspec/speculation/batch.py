@@ -66,7 +66,7 @@ class BatchRound:
         t0 = time.perf_counter()
         for d in decs:
             d.stats.t_draft += t0 - t_round
-        rows, n_pasts = self._verify(decs, drafts, t0)
+        rows, n_pasts, prompts = self._verify(decs, drafts, t0)
         out = []
         plain = max(ks, default=0) == 0
         for d, dr, p, n_past in zip(decs, drafts, rows, n_pasts):
@@ -74,12 +74,18 @@ class BatchRound:
             d.stats.batch_rounds += 1
             d.stats.batch_seqs += len(decs)
             d.stats.batch_plain += plain
+        # the cost of verifying n tokens: the evaluation and the acceptance tests of their rows
+        # (a large vocabulary's rows cost milliseconds to test: Gemma 3's 262k); a round that
+        # carried a prompt's tokens says nothing of it
+        if not prompts:
+            self.policy(decs[0]).observe_target(sum(dr.n + 1 for dr in drafts), time.perf_counter() - t0)
         return out
 
-    def _verify(self, decs: list[Decoder], drafts: list[Draft], t0: float) -> tuple[list, list[int]]:
+    def _verify(self, decs: list[Decoder], drafts: list[Draft], t0: float) -> tuple[list, list[int], bool]:
         """The target's one evaluation of every sequence's [last, drafts], after the prompt
         tokens a generation that just joined has not evaluated yet (Decoder.pending: rows for
-        its round's tokens only); returns each one's rows and its length before them."""
+        its round's tokens only); returns each one's rows, its length before them, and
+        whether a prompt was evaluated."""
         parts, n_pasts, prompts = [], [], False
         for d, dr in zip(decs, drafts):
             toks = d.batch_tokens(dr)
@@ -97,9 +103,7 @@ class BatchRound:
             if d.pending is not None:
                 d.pending = None
                 d.stats.t_prompt += dt
-        if not prompts:                   # (with a prompt's tokens, not a cost of n_rows tokens)
-            self.policy(decs[0]).observe_target(n_rows, dt)
-        return rows, n_pasts
+        return rows, n_pasts, prompts
 
     def _rows_for(self, n: int) -> np.ndarray:
         """A buffer for n logits rows (a large vocabulary's rows are megabytes: allocated once)."""
