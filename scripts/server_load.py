@@ -15,8 +15,9 @@ answers are compared token by token.
 
 Several servers in one run, alternated (one at a time, the order rotating each round; medians of
 the rounds), e.g. ours with one slot and four against llama-server b11434 with and without
-speculation; each --server is NAME=PROGRAM:ARGS, PROGRAM "pyllamaspec" for ours or a
-llama-server binary, ARGS its flags ({T} and {D} stand for -m / -md's paths):
+speculation; each --server is NAME=PROGRAM:ARGS, PROGRAM "pyllamaspec" for ours (from this
+checkout; "pyllamaspec@TREE": another checkout's, before/after) or a llama-server binary, ARGS
+its flags ({T} and {D} stand for -m / -md's paths):
 
     python scripts/server_load.py -m T.gguf -md D.gguf --clients 8 --requests 16 --max-tokens 64 \
         --rounds 3 --server "np1=pyllamaspec:-m {T} -md {D} -np 1 -c 4096 -t 2" \
@@ -42,6 +43,7 @@ import argparse
 import json
 import os
 import pathlib
+import signal
 import socket
 import statistics
 import subprocess
@@ -123,8 +125,11 @@ def wait_up(url: str, proc: subprocess.Popen | None, what: str = "") -> None:
 
 def _start(args: list[str], program: str = "pyllamaspec") -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "pyllamaspec.server"] if program == "pyllamaspec" else [program]
-    p = subprocess.Popen([*cmd, *args, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ours, _, tree = program.partition("@")       # pyllamaspec@TREE: another checkout's package
+    cmd = [sys.executable, "-m", "pyllamaspec.server"] if ours == "pyllamaspec" else [program]
+    env = dict(os.environ, PYTHONPATH=tree) if ours == "pyllamaspec" and tree else None
+    p = subprocess.Popen([*cmd, *args, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=env)
     url = f"http://127.0.0.1:{port}"
     wait_up(url, p, " ".join(cmd + args))
     return p, url
@@ -318,4 +323,5 @@ def _single(a: argparse.Namespace, ap: argparse.ArgumentParser, extra: list[str]
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))    # the server it started is stopped too
     sys.exit(main())

@@ -4,7 +4,10 @@ carries the verify rows of all of them (speculation/batch.py), and one alone dec
 generate() does (Decoder.step).
 
 A generation is admitted while the target's cells hold what the running ones may still need
-(prompt + max_tokens + a draft each); the others wait their turn. A cancelled one leaves before
+(prompt + max_tokens + a draft each); the others wait their turn. One that joins running
+generations has its (short) prompt evaluated in the next round's target evaluation, as
+llama-server's continuous batching does, and where the batch's cost model is sure that no round
+will draft, its draft model's prompt is left to the catch-up of a round that does. A cancelled one leaves before
 the next round (a round is tens of milliseconds; its prompt's evaluation, which may be long, is
 interrupted at once).
 """
