@@ -33,6 +33,9 @@ after the other, in one command:
     python scripts/server_load.py --real smollm2,gemma3 --suite /work/llamacpp/build-native/bin/llama-server \
         --ids --clients 8 --requests 16 --max-tokens 64 --rounds 3 --threads 2
 
+(--extra=-nr: the weights not repacked, both servers; then a batch's composition no longer
+changes Gemma 3's logits, scripts/batch_composition.py, and -np 4 answers as -np 1.)
+
 It prints each configuration's median tokens/s, p50/p95 latency, the ratios to the first, and
 how the greedy answers compare with the first configuration's and with each other's (the same
 question, the same tokens expected where the kernels do not depend on the batch's composition).
@@ -201,7 +204,7 @@ def answer_report(name: str, got: dict[int, list], ref: dict[int, list]) -> str:
 def _configs(a: argparse.Namespace, target: str, draft: str | None) -> list[tuple[str, str, list[str]]]:
     specs = list(a.server)
     if a.suite:
-        common = f"-c {a.ctx} -t {a.threads}"
+        common = f"-c {a.ctx} -t {a.threads} {a.extra}".strip()
         specs = [f"ours-np1-draft=pyllamaspec:-m {{T}} -md {{D}} -np 1 {common}",
                  f"ours-np4-draft=pyllamaspec:-m {{T}} -md {{D}} -np 4 {common}",
                  f"ours-np4=pyllamaspec:-m {{T}} -np 4 {common}",
@@ -287,6 +290,7 @@ def main() -> int:
                     help="the five standard configurations (see the module's docstring)")
     ap.add_argument("--threads", type=int, default=2, help="with --suite: -t")
     ap.add_argument("--ctx", type=int, default=4096, help="with --suite: -c")
+    ap.add_argument("--extra", default="", help="with --suite: more flags for all five servers (e.g. --extra=-nr)")
     ap.add_argument("--rounds", type=int, default=3, help="with --server/--suite: alternated rounds")
     a, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
