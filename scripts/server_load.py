@@ -33,8 +33,8 @@ after the other, in one command:
     python scripts/server_load.py --real smollm2,gemma3 --suite /work/llamacpp/build-native/bin/llama-server \
         --ids --clients 8 --requests 16 --max-tokens 64 --rounds 3 --threads 2
 
-(--extra=-nr: the weights not repacked, both servers; then a batch's composition no longer
-changes Gemma 3's logits, scripts/batch_composition.py, and -np 4 answers as -np 1.)
+(--extra=-nr: the weights not repacked, both servers: Gemma 3's logits then change from 8 tokens
+an evaluation on, not 4; scripts/batch_composition.py measures it.)
 
 It prints each configuration's median tokens/s, p50/p95 latency, the ratios to the first, and
 how the greedy answers compare with the first configuration's and with each other's (the same
