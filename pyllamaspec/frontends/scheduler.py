@@ -6,10 +6,10 @@ generate() does (Decoder.step).
 A generation is admitted while the target's cells hold what the running ones may still need
 (prompt + max_tokens + a draft each); the others wait their turn. One that joins running
 generations has its (short) prompt evaluated in the next round's target evaluation, as
-llama-server's continuous batching does, and where the batch's cost model is sure that no round
-will draft, its draft model's prompt is left to the catch-up of a round that does. A cancelled one leaves before
-the next round (a round is tens of milliseconds; its prompt's evaluation, which may be long, is
-interrupted at once).
+llama-server's continuous batching does, and where the batch's cost model is sure that no
+round will draft, its draft model's prompt is left to the catch-up of a round that does. A
+cancelled one leaves before the next round (a round is tens of milliseconds; its prompt's
+evaluation, which may be long, is interrupted at once).
 """
 from __future__ import annotations
 
@@ -94,8 +94,9 @@ class Generation:
     def _merge(self, alongside: int) -> bool:
         """Whether its prompt is evaluated with the next round's batch: beside other
         generations (alone, a round would evaluate it alone all the same), short (a long one
-        evaluated alone stays interruptible by its own cancel), and with no drafter that reads
-        the target's state of the prompt (an MTP head; a draft model or n-gram lookup does not)."""
+        evaluated alone stays interruptible by its own cancel), and with no drafter or a draft
+        model (one that reads the target's state of the prompt, an MTP head, must not find it
+        missing; the n-gram kinds are left out too, untried)."""
         d = self.dec.drafter
         return bool(alongside) and len(self.ids) - 1 <= MERGE_MAX and (d is None or d.draft_model is not None)
 
