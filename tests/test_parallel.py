@@ -249,19 +249,25 @@ def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeyp
 
 
 def test_prompts_joining_a_batch_are_evaluated_with_its_round(files, monkeypatch):
-    """A short prompt joining running generations is evaluated in the next round's target
+    """A short prompt joining running generations is evaluated in the next plain round's target
     evaluation (llama-server's continuous batching): no evaluation of its own, the rows of its
-    round only, and the output of one at a time."""
-    want = _alone(files, PROMPTS, **GREEDY)
+    round only, and the output of one at a time. A round that verifies drafts evaluates it
+    alone first (that evaluation is the cost model's measurement of n verified tokens)."""
+    plain = dict(max_tokens=24, temperature=0)
+    want = _alone(files, PROMPTS, drafter=None, **plain)
     target, draft = _models(files)
     parts = []
     decode = Model.decode
     monkeypatch.setattr(Model, "decode", lambda self, ps, out=None: parts.append([p[2] for p in ps]) or decode(self, ps, out))
     with target, draft:
-        rs = generate(PROMPTS, target, draft, n_parallel=2, **GREEDY)    # all but the first join a batch
+        rs = generate(PROMPTS, target, None, n_parallel=2, **plain)      # pairs: the second joins the first
         assert [r.tokens for r in rs] == want
         merged = [lg for ps in parts for lg in ps if not isinstance(lg, str)]
-        assert len(merged) == len(PROMPTS) - 1, parts
+        assert len(merged) >= len(PROMPTS) // 2 and set(merged) == {1}, parts
+        parts.clear()
+        rs = generate(PROMPTS, target, draft, n_parallel=2, adaptive=False, **GREEDY)   # every round drafts
+        assert [r.tokens for r in rs] == _alone(files, PROMPTS, **GREEDY)
+        assert not [lg for ps in parts for lg in ps if not isinstance(lg, str)]
         with target.lease() as a, target.lease() as b:
             a.clear(), b.clear()
             rows = target.decode([(a, [1, 2, 3, 4], 2)])[0]           # an int: rows of the last n tokens
@@ -269,3 +275,18 @@ def test_prompts_joining_a_batch_are_evaluated_with_its_round(files, monkeypatch
             assert np.array_equal(rows, target.decode([(b, [1, 2, 3, 4], "all")])[0][2:])
             with pytest.raises(InvalidArgumentError):
                 target.decode([(a, [1, 2], 3)])
+
+
+def test_batch_policy_counts_the_drafts_catch_up():
+    """Drafting after plain rounds first costs the draft models' catch-up on what those rounds
+    decoded: a draft that pays in steady drafting (k > 0 without catch-up) does not pay for a
+    round that must first catch up 32 tokens a sequence, so plain and drafting rounds do not
+    alternate where drafting barely pays."""
+    st = PairStats(target_costs={n: 0.016 + 0.0015 * (n - 4) for n in range(1, 200)},
+                   draft_step_costs={s: 0.001 * s for s in range(1, 9)})
+    p = BatchPolicy(st, 16)
+    p.n_step_obs = BatchPolicy.CONFIDENT
+    p.observe_catch_up(64, 0.032)                 # 0.5 ms a token
+    assert p.choose([0.9] * 4, [16] * 4) > 0      # nothing to catch up on: drafting pays
+    assert p.choose([0.9] * 4, [16] * 4, pending=4 * 32) == 0
+    assert not p.plain_sure(4, 16)                # it would pay once caught up: probes go on

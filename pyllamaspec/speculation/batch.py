@@ -63,6 +63,11 @@ class BatchRound:
         drafts = self._propose(decs, ks)
         # each generation's grammar cuts its draft and appends the text it forces (constraint.py)
         drafts = [d.constraint.complete(dr, c) for d, dr, c in zip(decs, drafts, full)]
+        if any(dr.n for dr in drafts):
+            # a verifying round's evaluation is the cost model's measurement of n verified
+            # tokens: a joining prompt goes alone first (plain rounds carry them)
+            for d in decs:
+                d.eval_pending()
         t0 = time.perf_counter()
         for d in decs:
             d.stats.t_draft += t0 - t_round
@@ -75,8 +80,8 @@ class BatchRound:
             d.stats.batch_seqs += len(decs)
             d.stats.batch_plain += plain
         # the cost of verifying n tokens: the evaluation and the acceptance tests of their rows
-        # (a large vocabulary's rows cost milliseconds to test: Gemma 3's 262k); a round that
-        # carried a prompt's tokens says nothing of it
+        # (a large vocabulary's rows cost milliseconds to test: Gemma 3's 262k); a plain round
+        # that carried a prompt's tokens says nothing of it
         if not prompts:
             self.policy(decs[0]).observe_target(sum(dr.n + 1 for dr in drafts), time.perf_counter() - t0)
         return out
@@ -126,8 +131,10 @@ class BatchRound:
                 for i in idx:
                     ks[i] = caps[i]
                 continue
+            pending = sum(decs[i].drafter.pending(decs[i].seq) if hasattr(decs[i].drafter, "pending") else 0
+                          for i in idx)
             k = self.policy(dec0).choose([decs[i].policy.alpha_upper for i in idx], [caps[i] for i in idx],
-                                         n_plain=n_total - len(idx))
+                                         n_plain=n_total - len(idx), pending=pending)
             for i in idx:
                 ks[i] = min(k, caps[i])
         return ks
@@ -139,22 +146,25 @@ class BatchRound:
         for i, (d, k) in enumerate(zip(decs, ks)):
             if k > 0:
                 self._advance(active, drafts, i, d.drafter.propose_steps(d.seq, k, d.policy, d.constraint, batch=True), first=True)
-        steps, seconds = 0, 0.0
+        steps, seconds, n_up, up_seconds = 0, 0.0, 0, 0.0
         while active:
             # a draft model's catch-up (its unseen text, after plain rounds or a prompt left
-            # to it) is no drafting step: timed with the steps, it made drafting look dearer
-            catch_up = any(isinstance(r, Eval) and r.logits == "none" for _, r in active.values())
+            # to it) is no drafting step: timed apart (BatchPolicy.observe_catch_up)
+            up = sum(len(r.tokens) for _, r in active.values() if isinstance(r, Eval) and r.logits == "none")
             t0 = time.perf_counter()
             results = self._run_requests(active)
             for i, res in results.items():
                 self._advance(active, drafts, i, active[i][0], res)
-            if not catch_up:
-                steps += 1
-                seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            if up:
+                n_up, up_seconds = n_up + up, up_seconds + dt
+            else:
+                steps, seconds = steps + 1, seconds + dt
         n_drafting = sum(k > 0 for k in ks)
         if n_drafting:                    # (an n-gram lookup: no steps, no cost)
-            self.policy(decs[next(i for i, k in enumerate(ks) if k > 0)]).observe_draft(
-                n_drafting, max(steps, 1), seconds)
+            pol = self.policy(decs[next(i for i, k in enumerate(ks) if k > 0)])
+            pol.observe_draft(n_drafting, max(steps, 1), seconds)
+            pol.observe_catch_up(n_up, up_seconds)
         return drafts
 
     @staticmethod
