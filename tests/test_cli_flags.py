@@ -45,6 +45,7 @@ def test_llama_cli_flags_parse():
     assert a.escape and a.mlock and a.mmap is False and a.log_disable and a.load_mode == "mmap+mlock"
     assert parse("--no-escape").escape is False and parse().escape is True
     assert parse("-r", "x").given == {"reverse_prompt": "-r"}
+    assert parse().repack is True and parse("-nr").repack is False and parse("--no-repack").repack is False
 
 
 def test_escapes_as_llama_cpp():

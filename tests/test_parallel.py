@@ -19,7 +19,10 @@ import models
 import pyllamaspec
 from pyllamaspec import Cancel, Model, generate, stream_generate
 from pyllamaspec.errors import InvalidArgumentError
+from pyllamaspec.speculation.batch import BatchRound
 from pyllamaspec.speculation.batch_policy import BatchPolicy
+from pyllamaspec.speculation.cost_model import cost_at
+from pyllamaspec.speculation.decoder import Decoder
 from pyllamaspec.speculation.pair_stats import PairStats
 
 Q = dict(dtype="Q4_1", n_embd=64, n_ff=96, n_vocab=64)
@@ -189,3 +192,101 @@ def test_batch_policy_speculates_less_as_the_batch_grows():
     assert cpu == sorted(cpu, reverse=True) and cpu[0] > cpu[2] > cpu[-1] == 0, cpu   # [2, 2, 1, 0, 0]
     gpu = [k_for(s, 0.00001) for s in (1, 2, 4, 8, 16)]
     assert min(gpu) >= 1 and all(g > c for g, c in zip(gpu, cpu)), gpu   # [4, 4, 3, 2, 1]
+
+
+def test_cost_estimates_never_make_fewer_tokens_dearer():
+    """A slow outlier measured at n (a busy machine) is capped by what a larger batch measured:
+    plain decoding of 4 sequences (n = 4), never chosen while its estimate is 289 ms, would
+    never be measured again (seen: a -np 4 server drafting with a draft as dear as its target)."""
+    costs = {1: 0.006, 4: 0.289, 5: 0.0345, 8: 0.0434}
+    assert cost_at(costs, 4) == pytest.approx(0.0345)
+    assert cost_at(costs, 3) <= 0.0345 and cost_at(costs, 8) == pytest.approx(0.0434)
+    assert cost_at({1: 0.006, 4: 0.289}, 4) == pytest.approx(0.289)     # negative control: nothing larger
+    st = PairStats(target_costs=costs, draft_step_costs={4: 0.03})
+    p = BatchPolicy(st, 16)
+    p.n_step_obs = BatchPolicy.CONFIDENT
+    assert p.choose([0.9] * 4, [16] * 4) == 0
+
+
+def _cpu_pair(step: float) -> PairStats:
+    return PairStats(target_costs={n: 0.010 + 0.002 * (n - 1) for n in range(1, 200)},
+                     draft_step_costs={s: step * (1 + 0.5 * (s - 1)) for s in range(1, 9)})
+
+
+def test_plain_sure_follows_the_cost_model():
+    """A draft as dear as the target (SmolLM2 Q8_0 for its Q4_1): a batch of 4 surely decodes
+    plainly once the draft's cost is believed; a cheap draft (or one not measured enough) keeps
+    drafting possible."""
+    dear, cheap = BatchPolicy(_cpu_pair(0.010), 16), BatchPolicy(_cpu_pair(0.0005), 16)
+    assert not dear.plain_sure(4, 16)                    # not measured CONFIDENT times yet
+    dear.n_step_obs = cheap.n_step_obs = BatchPolicy.CONFIDENT
+    assert dear.plain_sure(4, 16) and not cheap.plain_sure(4, 16)
+    assert dear.choose([1.0] * 4, [16] * 4) == 0 and cheap.choose([0.8] * 4, [16] * 4) > 0
+
+
+def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeypatch):
+    """A generation joining a batch its cost model surely decodes plainly does not evaluate its
+    prompt in the draft model (Drafter.prefill_later): rounds that draft after all catch up
+    first (the last tokens of the prompt), and the output is the target's, token for token."""
+    want = _alone(files, PROMPTS, **GREEDY)
+    flags = []
+    prefill = Decoder.prefill
+
+    def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False):
+        flags.append(draft_later)
+        return prefill(self, prompt, fresh, progress, draft_later, target_later)
+    monkeypatch.setattr(Decoder, "prefill", spy)
+    target, draft = _models(files)
+    with target, draft:
+        rs = generate(PROMPTS, target, draft, **GREEDY)          # negative control: nothing measured yet
+        assert [r.tokens for r in rs] == want and not any(flags)
+        flags.clear()
+        monkeypatch.setattr(BatchRound, "plain_sure", lambda self, dec, n_seq: True)
+        rs = generate(PROMPTS, target, draft, cache_prompt=False, adaptive=False, **GREEDY)   # drafts n_draft
+        assert [r.tokens for r in rs] == want                    # drafted anyway: after the catch-up
+        assert flags == [False] + [True] * (len(PROMPTS) - 1)
+        assert sum(r.stats.drafted for r in rs) > 0
+
+
+def test_prompts_joining_a_batch_are_evaluated_with_its_round(files, monkeypatch):
+    """A short prompt joining running generations is evaluated in the next plain round's target
+    evaluation (llama-server's continuous batching): no evaluation of its own, the rows of its
+    round only, and the output of one at a time. A round that verifies drafts evaluates it
+    alone first (that evaluation is the cost model's measurement of n verified tokens)."""
+    plain = dict(max_tokens=24, temperature=0)
+    want = _alone(files, PROMPTS, drafter=None, **plain)
+    target, draft = _models(files)
+    parts = []
+    decode = Model.decode
+    monkeypatch.setattr(Model, "decode", lambda self, ps, out=None: parts.append([p[2] for p in ps]) or decode(self, ps, out))
+    with target, draft:
+        rs = generate(PROMPTS, target, None, n_parallel=2, **plain)      # pairs: the second joins the first
+        assert [r.tokens for r in rs] == want
+        merged = [lg for ps in parts for lg in ps if not isinstance(lg, str)]
+        assert len(merged) >= len(PROMPTS) // 2 and set(merged) == {1}, parts
+        parts.clear()
+        rs = generate(PROMPTS, target, draft, n_parallel=2, adaptive=False, **GREEDY)   # every round drafts
+        assert [r.tokens for r in rs] == _alone(files, PROMPTS, **GREEDY)
+        assert not [lg for ps in parts for lg in ps if not isinstance(lg, str)]
+        with target.lease() as a, target.lease() as b:
+            a.clear(), b.clear()
+            rows = target.decode([(a, [1, 2, 3, 4], 2)])[0]           # an int: rows of the last n tokens
+            assert rows.shape == (2, target.n_vocab)
+            assert np.array_equal(rows, target.decode([(b, [1, 2, 3, 4], "all")])[0][2:])
+            with pytest.raises(InvalidArgumentError):
+                target.decode([(a, [1, 2], 3)])
+
+
+def test_batch_policy_counts_the_drafts_catch_up():
+    """Drafting after plain rounds first costs the draft models' catch-up on what those rounds
+    decoded: a draft that pays in steady drafting (k > 0 without catch-up) does not pay for a
+    round that must first catch up 32 tokens a sequence, so plain and drafting rounds do not
+    alternate where drafting barely pays."""
+    st = PairStats(target_costs={n: 0.016 + 0.0015 * (n - 4) for n in range(1, 200)},
+                   draft_step_costs={s: 0.001 * s for s in range(1, 9)})
+    p = BatchPolicy(st, 16)
+    p.n_step_obs = BatchPolicy.CONFIDENT
+    p.observe_catch_up(64, 0.032)                 # 0.5 ms a token
+    assert p.choose([0.9] * 4, [16] * 4) > 0      # nothing to catch up on: drafting pays
+    assert p.choose([0.9] * 4, [16] * 4, pending=4 * 32) == 0
+    assert not p.plain_sure(4, 16)                # it would pay once caught up: probes go on

@@ -69,6 +69,25 @@ def test_completion_equals_generate_with_n_probs(srv, local):
     assert r["generation_settings"]["n_probs"] == N_PROBS and r["timings"]["predicted_n"] == N
 
 
+def test_prompt_as_token_ids(srv, local):
+    """llama-server's prompt as token ids (taken as they are: no BOS added) on /completion and
+    /v1/completions: the answer of the same ids given to generate, and of the text they spell;
+    a mixed prompt (texts and ids) too. What scripts/server_load.py --ids sends both servers."""
+    t = local[0]
+    ids = t.tokenize("The capital of France is", add_special=True)
+    ref = pyllamaspec.generate(ids, *local, max_tokens=N, temperature=0, **DRAFT_KW)
+    code, r = srv.post("/completion", {"prompt": ids, "n_predict": N, "temperature": 0, "return_tokens": True})
+    assert code == 200 and r["tokens"] == ref.tokens and r["content"] == ref.text
+    assert r["tokens_evaluated"] == len(ids)
+    code, r = srv.post("/v1/completions", {"prompt": ids, "max_tokens": N, "temperature": 0})
+    assert code == 200 and r["choices"][0]["text"] == ref.text
+    code, r = srv.post("/completion", {"prompt": ["The capital", *t.tokenize(" of France is")], "n_predict": N,
+                                       "temperature": 0, "return_tokens": True})
+    assert code == 200 and r["tokens"] == ref.tokens
+    code, r = srv.post("/completion", {"prompt": ids[1:], "n_predict": N, "temperature": 0, "return_tokens": True})
+    assert code == 200 and r["tokens_evaluated"] == len(ids) - 1     # negative control: no BOS added to ids
+
+
 def test_completion_stream_and_stop_word(srv):
     body = {"prompt": "Count: 1, 2, 3,", "n_predict": N, "temperature": 0, "return_tokens": True}
     code, whole = srv.post("/completion", body)

@@ -499,18 +499,24 @@ class Model(VocabMixin, _native.Closeable):
     def decode(self, parts: Sequence[tuple[Seq, Sequence[int] | np.ndarray, str]],
                out: np.ndarray | None = None) -> list[np.ndarray]:
         """Evaluates the tokens of several sequences in one batch: parts are (sequence, tokens,
-        logits) with logits "all", "last" or "none", one part per sequence; returns each part's
+        logits) with logits "all", "last", "none" or an int n (the rows of its last n tokens: a
+        prompt evaluated with its first round), one part per sequence; returns each part's
         logits rows (views of one array; out, if given, is that array). On failure every
         sequence is as it was. Not stopped by one sequence's interrupt()."""
         seqs, toks, flags = [], [], []
         for s, t, lg in parts:
             if s in seqs:
                 raise InvalidArgumentError(f"sequence {getattr(s, 'id', s)} appears twice in one decode()")
-            mode = logits_mode(lg)
             a = _args.token_ids("tokens", t, self.n_vocab)
-            f = np.full(len(a), mode == 2, bool)
-            if mode == 1 and len(a):
-                f[-1] = True
+            if isinstance(lg, (int, np.integer)) and not isinstance(lg, bool):
+                _args.integer("logits", int(lg), 0, len(a))
+                f = np.zeros(len(a), bool)
+                f[len(a) - int(lg):] = True
+            else:
+                mode = logits_mode(lg)
+                f = np.full(len(a), mode == 2, bool)
+                if mode == 1 and len(a):
+                    f[-1] = True
             seqs.append(s), toks.append(a), flags.append(f)
         tokens = np.concatenate(toks) if toks else np.zeros(0, np.int32)
         owners = [s for s, a in zip(seqs, toks) for _ in range(len(a))]

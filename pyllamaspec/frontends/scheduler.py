@@ -4,9 +4,12 @@ carries the verify rows of all of them (speculation/batch.py), and one alone dec
 generate() does (Decoder.step).
 
 A generation is admitted while the target's cells hold what the running ones may still need
-(prompt + max_tokens + a draft each); the others wait their turn. A cancelled one leaves before
-the next round (a round is tens of milliseconds; its prompt's evaluation, which may be long, is
-interrupted at once).
+(prompt + max_tokens + a draft each); the others wait their turn. One that joins running
+generations has its (short) prompt evaluated in the next round's target evaluation, as
+llama-server's continuous batching does, and where the batch's cost model is sure that no
+round will draft, its draft model's prompt is left to the catch-up of a round that does. A
+cancelled one leaves before the next round (a round is tens of milliseconds; its prompt's
+evaluation, which may be long, is interrupted at once).
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ from ..errors import EvaluationInterrupted, InvalidArgumentError, RpcError
 from ..speculation.batch import BatchRound
 from ..speculation.decoder import Decoder, DraftParams
 from .output import Piece, TextOutput
+
+
+MERGE_MAX = 256        # prompt tokens evaluated with a round's batch at most (Generation._merge)
 
 
 class Generation:
@@ -48,10 +54,14 @@ class Generation:
     def draft_models(self) -> list[Model]:
         return [self.drafter] if isinstance(self.drafter, Model) else []
 
-    def start(self, alongside: int = 0) -> list[Piece]:
+    def start(self, alongside: int = 0, plain_sure=None) -> list[Piece]:
         """Takes its sequences and evaluates the prompt (what they hold of it is kept);
         alongside: the generations running beside it (a drafter that follows one sequence of
-        its target, a draft head, refuses to run beside any: InvalidArgumentError)."""
+        its target, a draft head, refuses to run beside any: InvalidArgumentError);
+        plain_sure(decoder, n_seq): whether a round of n_seq sequences will surely not draft
+        (BatchRound.plain_sure), when a draft model's prompt evaluation is left for later.
+        Beside others, a short prompt's evaluation goes with the next round's (one target
+        evaluation for all: Decoder.prefill's target_later)."""
         c = self.cancel
         fresh = not self.cache_prompt
         grammar = self.constraint.make(self.target) if self.constraint is not None else None
@@ -64,7 +74,8 @@ class Generation:
                 self.dec.open(self.ids, fresh=fresh, stop=c.is_set if c is not None else None)
                 if c is not None:
                     c.watch(*self.dec.sequences())
-                self.dec.prefill(self.ids, fresh=fresh)
+                later = bool(alongside) and plain_sure is not None and plain_sure(self.dec, alongside + 1)
+                self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside))
         except EvaluationInterrupted:
             if c is None or not c.is_set():
                 self.end(ok=False)
@@ -79,6 +90,15 @@ class Generation:
         if self.max_tokens == 0:
             return self.end()
         return []
+
+    def _merge(self, alongside: int) -> bool:
+        """Whether its prompt is evaluated with the next round's batch: beside other
+        generations (alone, a round would evaluate it alone all the same), short (a long one
+        evaluated alone stays interruptible by its own cancel), and with no drafter or a draft
+        model (one that reads the target's state of the prompt, an MTP head, must not find it
+        missing; the n-gram kinds are left out too, untried)."""
+        d = self.dec.drafter
+        return bool(alongside) and len(self.ids) - 1 <= MERGE_MAX and (d is None or d.draft_model is not None)
 
     def _check_drafter(self, alongside: int) -> None:
         """A drafter that follows one sequence of its target (a draft head), or one Drafter object
@@ -155,7 +175,7 @@ class Scheduler:
 
     def admit(self, g: Generation, emit: Emit) -> None:
         """Starts g (its prompt evaluated): running, or finished at once (max_tokens 0, a cancel)."""
-        pieces = g.start(len(self.running))
+        pieces = g.start(len(self.running), self.round.plain_sure)
         if g.done:
             emit(g, pieces)
         else:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ..engine.model import Model
 from .batch_policy import BatchPolicy
 from .decoder import Decoder
@@ -31,6 +33,7 @@ class BatchRound:
         self.target = target
         self.k_max = k_max
         self._policies: dict = {}
+        self._rows = np.empty((0, target.n_vocab), np.float32)   # the verify rows, reused round to round
 
     def policy(self, dec: Decoder) -> BatchPolicy:
         """The batch cost model of the decoder's pair (its target's costs, its drafter's)."""
@@ -39,6 +42,14 @@ class BatchRound:
         if p is None:
             p = self._policies[key] = BatchPolicy(registry.lookup(self.target, key), self.k_max)
         return p
+
+    def plain_sure(self, dec: Decoder, n_seq: int) -> bool:
+        """Whether a round of n_seq sequences with dec's pair will surely not draft (its cost
+        model's verdict): a generation joining such a batch may leave its draft model's prompt
+        evaluation to the catch-up (Decoder.prefill's draft_later)."""
+        if dec.drafter is None or not dec.dp.adaptive:
+            return False
+        return self.policy(dec).plain_sure(n_seq, min(dec.k_max, dec.drafter.max_draft))
 
     def step(self, decs: list[Decoder], wants: list[int | None]) -> list[list[tuple[int, bool]]]:
         """One round of every decoder (each wants at most wants[i] more tokens); returns each
@@ -52,12 +63,15 @@ class BatchRound:
         drafts = self._propose(decs, ks)
         # each generation's grammar cuts its draft and appends the text it forces (constraint.py)
         drafts = [d.constraint.complete(dr, c) for d, dr, c in zip(decs, drafts, full)]
+        if any(dr.n for dr in drafts):
+            # a verifying round's evaluation is the cost model's measurement of n verified
+            # tokens: a joining prompt goes alone first (plain rounds carry them)
+            for d in decs:
+                d.eval_pending()
         t0 = time.perf_counter()
         for d in decs:
             d.stats.t_draft += t0 - t_round
-        n_pasts = [d.tseq.n_past for d in decs]
-        rows = self.target.decode([(d.tseq, d.batch_tokens(dr), "all") for d, dr in zip(decs, drafts)])
-        self.policy(decs[0]).observe_target(sum(dr.n + 1 for dr in drafts), time.perf_counter() - t0)
+        rows, n_pasts, prompts = self._verify(decs, drafts, t0)
         out = []
         plain = max(ks, default=0) == 0
         for d, dr, p, n_past in zip(decs, drafts, rows, n_pasts):
@@ -65,7 +79,42 @@ class BatchRound:
             d.stats.batch_rounds += 1
             d.stats.batch_seqs += len(decs)
             d.stats.batch_plain += plain
+        # the cost of verifying n tokens: the evaluation and the acceptance tests of their rows
+        # (a large vocabulary's rows cost milliseconds to test: Gemma 3's 262k); a plain round
+        # that carried a prompt's tokens says nothing of it
+        if not prompts:
+            self.policy(decs[0]).observe_target(sum(dr.n + 1 for dr in drafts), time.perf_counter() - t0)
         return out
+
+    def _verify(self, decs: list[Decoder], drafts: list[Draft], t0: float) -> tuple[list, list[int], bool]:
+        """The target's one evaluation of every sequence's [last, drafts], after the prompt
+        tokens a generation that just joined has not evaluated yet (Decoder.pending: rows for
+        its round's tokens only); returns each one's rows, its length before them, and
+        whether a prompt was evaluated."""
+        parts, n_pasts, prompts = [], [], False
+        for d, dr in zip(decs, drafts):
+            toks = d.batch_tokens(dr)
+            if d.pending is not None:
+                parts.append((d.tseq, np.concatenate([d.pending, toks]), len(toks)))
+                n_pasts.append(d.tseq.n_past + len(d.pending))
+                prompts = True
+            else:
+                parts.append((d.tseq, toks, "all"))
+                n_pasts.append(d.tseq.n_past)
+        n_rows = sum(dr.n + 1 for dr in drafts)
+        rows = self.target.decode(parts, out=self._rows_for(n_rows))
+        dt = time.perf_counter() - t0
+        for d in decs:
+            if d.pending is not None:
+                d.pending = None
+                d.stats.t_prompt += dt
+        return rows, n_pasts, prompts
+
+    def _rows_for(self, n: int) -> np.ndarray:
+        """A buffer for n logits rows (a large vocabulary's rows are megabytes: allocated once)."""
+        if self._rows.shape[0] < n:
+            self._rows = np.empty((n, self.target.n_vocab), np.float32)
+        return self._rows
 
     def _choose(self, decs: list[Decoder], caps: list[int]) -> list[int]:
         """Each decoder's draft length this round: one k for the decoders whose pair shares a
@@ -82,8 +131,10 @@ class BatchRound:
                 for i in idx:
                     ks[i] = caps[i]
                 continue
+            pending = sum(decs[i].drafter.pending(decs[i].seq) if hasattr(decs[i].drafter, "pending") else 0
+                          for i in idx)
             k = self.policy(dec0).choose([decs[i].policy.alpha_upper for i in idx], [caps[i] for i in idx],
-                                         n_plain=n_total - len(idx))
+                                         n_plain=n_total - len(idx), pending=pending)
             for i in idx:
                 ks[i] = min(k, caps[i])
         return ks
@@ -95,16 +146,25 @@ class BatchRound:
         for i, (d, k) in enumerate(zip(decs, ks)):
             if k > 0:
                 self._advance(active, drafts, i, d.drafter.propose_steps(d.seq, k, d.policy, d.constraint, batch=True), first=True)
-        t0, steps = time.perf_counter(), 0
+        steps, seconds, n_up, up_seconds = 0, 0.0, 0, 0.0
         while active:
+            # a draft model's catch-up (its unseen text, after plain rounds or a prompt left
+            # to it) is no drafting step: timed apart (BatchPolicy.observe_catch_up)
+            up = sum(len(r.tokens) for _, r in active.values() if isinstance(r, Eval) and r.logits == "none")
+            t0 = time.perf_counter()
             results = self._run_requests(active)
             for i, res in results.items():
                 self._advance(active, drafts, i, active[i][0], res)
-            steps += 1
+            dt = time.perf_counter() - t0
+            if up:
+                n_up, up_seconds = n_up + up, up_seconds + dt
+            else:
+                steps, seconds = steps + 1, seconds + dt
         n_drafting = sum(k > 0 for k in ks)
-        if n_drafting:
-            self.policy(decs[next(i for i, k in enumerate(ks) if k > 0)]).observe_draft(
-                n_drafting, max(steps, 1), time.perf_counter() - t0)
+        if n_drafting:                    # (an n-gram lookup: no steps, no cost)
+            pol = self.policy(decs[next(i for i, k in enumerate(ks) if k > 0)])
+            pol.observe_draft(n_drafting, max(steps, 1), seconds)
+            pol.observe_catch_up(n_up, up_seconds)
         return drafts
 
     @staticmethod

@@ -32,6 +32,7 @@ class BatchPolicy:
         self.stats, self.k_max = stats, k_max
         self.plain_time = 0.0
         self.n_step_obs = 0
+        self.c_catch_up: float | None = None     # seconds per token a draft model catches up on
 
     def target_cost(self, n: int) -> float:
         return cost_at(self.stats.target_costs, n)
@@ -51,31 +52,50 @@ class BatchPolicy:
             c[n_seq] = updated_cost(c.get(n_seq), seconds / k)
             self.n_step_obs += 1
 
-    def rate(self, k: int, alphas: list[float], caps: list[int], n_plain: int) -> float:
-        """Expected tokens per second of a round drafting k (n_plain sequences without a drafter)."""
+    def observe_catch_up(self, n_tokens: int, seconds: float) -> None:
+        """Draft models catching up on n_tokens they had not seen (after plain rounds) took seconds."""
+        if n_tokens > 0:
+            self.c_catch_up = updated_cost(self.c_catch_up, seconds / n_tokens)
+
+    def rate(self, k: int, alphas: list[float], caps: list[int], n_plain: int, pending: int = 0) -> float:
+        """Expected tokens per second of a round drafting k (n_plain sequences without a drafter);
+        a drafting round first pays for the draft models' catch-up on what plain rounds decoded
+        (pending tokens): without it, plain and drafting rounds alternate where drafting barely
+        pays, each switch a catch-up of up to CATCH_UP_MAX tokens a sequence."""
         ks = [min(k, c) for c in caps]
         tokens = n_plain + sum(DraftPolicy.expected_tokens(a, j) for a, j in zip(alphas, ks))
         n = n_plain + sum(j + 1 for j in ks)
         drafting = sum(j > 0 for j in ks)
         cost = self.target_cost(n) + (max(ks) * (self.step_cost(drafting) or 0.0) if drafting else 0.0)
+        if drafting and self.c_catch_up is not None:
+            cost += pending * self.c_catch_up
         return tokens / cost
 
-    def best_k(self, alphas: list[float], caps: list[int], n_plain: int) -> int:
+    def best_k(self, alphas: list[float], caps: list[int], n_plain: int, pending: int = 0) -> int:
         best_k, best = 0, self.rate(0, alphas, caps, n_plain)
         for k in range(1, min(self.k_max, max(caps, default=0)) + 1):
-            r = self.rate(k, alphas, caps, n_plain)
+            r = self.rate(k, alphas, caps, n_plain, pending)
             if r > best * (1 + 1e-9):
                 best_k, best = k, r
         return best_k
 
-    def choose(self, alphas: list[float], caps: list[int], n_plain: int = 0) -> int:
+    def plain_sure(self, n_seq: int, k_cap: int) -> bool:
+        """Whether rounds of n_seq sequences decode plainly without probes: even drafts that
+        were always right could not pay, by step costs measured CONFIDENT times (choose's rule)."""
+        if self.n_step_obs < self.CONFIDENT or self.step_cost(n_seq) is None or not self.stats.target_costs:
+            return False
+        return self.best_k([1.0] * n_seq, [k_cap] * n_seq, 0) == 0
+
+    def choose(self, alphas: list[float], caps: list[int], n_plain: int = 0, pending: int = 0) -> int:
         """The draft length of the round: alphas and caps of the sequences that draft (their
-        acceptance bound, their longest draft), n_plain sequences that do not."""
+        acceptance bound, their longest draft), n_plain sequences that do not, pending tokens
+        their draft models must catch up on first (whether drafting could ever pay, and the
+        probes, are judged without: a catch-up is paid once)."""
         if not caps or max(caps) == 0:
             return 0
         if self.step_cost(len(caps)) is None or not self.stats.target_costs:
             return min(max(caps), self.START_K)   # nothing measured yet: a short draft measures it
-        k = self.best_k(alphas, caps, n_plain)
+        k = self.best_k(alphas, caps, n_plain, pending)
         if k > 0:
             self.plain_time = 0.0
             return k

@@ -18,7 +18,16 @@ from .pair_stats import PairStats
 
 def cost_at(costs: dict[int, float], n: int) -> float:
     """Seconds an evaluation of n tokens takes, from the measured costs by batch size: measured,
-    interpolated linearly between measurements, or extrapolated optimistically beyond them."""
+    interpolated linearly between measurements, or extrapolated optimistically beyond them;
+    never more than a larger batch measured (fewer tokens do not cost more: a slow outlier at
+    n would otherwise stand for good where it makes n look too dear to be chosen, so measured,
+    again, as a batch round's plain decoding of S sequences at n = S)."""
+    est = _estimate(costs, n)
+    above = [c for m, c in costs.items() if m > n]
+    return min(est, min(above)) if above else est
+
+
+def _estimate(costs: dict[int, float], n: int) -> float:
     pts = sorted(costs.items())
     if n in costs:
         return costs[n]

@@ -172,6 +172,9 @@ class Decoder:
         self.policy.tree_whole_branches = self.tree.hybrid
         self.seq: list[int] = []
         self.tseq: Sequence | None = None        # the target's sequence this generation holds
+        # prompt tokens the target has not evaluated yet (prefill's target_later): the first
+        # round evaluates them before its own batch (a batch round: in the same evaluation)
+        self.pending: np.ndarray | None = None
 
     @property
     def draft(self) -> Model | None:
@@ -193,14 +196,18 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.open(prompt, fresh, stop)
 
-    def prefill(self, prompt: list[int], fresh: bool = False, progress=None) -> None:
+    def prefill(self, prompt: list[int], fresh: bool = False, progress=None, draft_later: bool = False,
+                target_later: bool = False) -> None:
         """Evaluate the prompt (all but its last token, which the first round feeds). What a
         model's cache already holds of it (its longest common prefix with the cached ids: the
         previous turns of a chat) is kept, not evaluated again (fresh: nothing is kept); on
         the CPU the result is bit-identical to a fresh evaluation where the model's batched and
         one-token evaluations are (SmolLM2: yes; Gemma 3: not quite, as in llama.cpp).
         progress(done, total): called after each batch of the target's evaluation (a long
-        prompt's progress bar)."""
+        prompt's progress bar). draft_later: the next rounds are not expected to draft (a batch
+        decoding plainly): a draft model leaves the prompt to its catch-up (Drafter.prefill_later).
+        target_later: the target's part is left to the first round (self.pending), which a batch
+        round evaluates together with the other sequences' (llama-server's continuous batching)."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
         for m in (self.target, self.draft):
@@ -216,10 +223,14 @@ class Decoder:
         if fresh:
             self.tseq.clear()
         n_keep = self.tseq.reuse_prefix(prompt[:-1])
-        if n_keep < len(head):
+        self.pending = None
+        if n_keep < len(head) and target_later:
+            self.pending = head[n_keep:]
+        elif n_keep < len(head):
             self._eval_prompt(head[n_keep:], progress)
         if self.drafter is not None:
-            self.stats.n_draft_reused = self.drafter.prefill(self.seq, self.tseq, fresh)
+            prefill = self.drafter.prefill_later if draft_later else self.drafter.prefill
+            self.stats.n_draft_reused = prefill(self.seq, self.tseq, fresh)
         self.stats.n_prompt = len(prompt)
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
@@ -247,6 +258,7 @@ class Decoder:
         more than that needs, so nothing is verified only to be dropped."""
         cap = self._draft_cap(want)
         k = min(cap, self.drafter.max_draft) if self.drafter is not None else 0
+        self.eval_pending()
         t_round = time.perf_counter()
         draft = self.drafter.propose(self.seq, k, self.policy, self.constraint) if k else NO_DRAFT
         # drafts the grammar forbids are cut; the text it forces is appended (free drafts)
@@ -257,6 +269,14 @@ class Decoder:
         n_past = self.tseq.n_past
         draft, p = self._score(draft)
         return self.settle(draft, p, n_past, t0, t_round)
+
+    def eval_pending(self) -> None:
+        """The prompt tokens prefill left to the first round, evaluated now (alone)."""
+        if self.pending is not None:
+            t0 = time.perf_counter()
+            self.tseq.eval(self.pending, logits="none")
+            self.pending = None
+            self.stats.t_prompt += time.perf_counter() - t0
 
     def settle(self, draft: Draft, p: np.ndarray, n_past: int, t0: float, t_round: float,
                batch: int = 1) -> list[tuple[int, bool]]:

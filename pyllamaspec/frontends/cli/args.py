@@ -131,6 +131,12 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--no-mmap", dest="mmap", action="store_false", default=True,
                    help="read the weights into memory instead of mapping the file")
     g.add_argument("--mlock", action="store_true", help="keep the weights in RAM (no swapping out)")
+    g.add_argument("--repack", dest="repack", action="store_true", default=True,
+                   help="repack the weights for the CPU's kernels (the default)")
+    g.add_argument("-nr", "--no-repack", dest="repack", action="store_false",
+                   help="leave the weights as stored (slower on most CPUs); the matmul kernels then change "
+                        "at another batch size (Gemma 3 270M Q4_K_M's logits: from 8 tokens an evaluation "
+                        "on, not 4; scripts/batch_composition.py)")
     g.add_argument("-lm", "--load-mode", choices=["auto", "none", "mmap", "mlock", "mmap+mlock"], default=None,
                    help="llama.cpp's newer spelling of --no-mmap / --mlock")
     g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")

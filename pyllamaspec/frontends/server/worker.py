@@ -69,6 +69,7 @@ class Job:
     info: dict | None = None              # what /slots shows of it (native.describe_slot)
     n_out: int = 0                        # tokens sent
     n_at_cancel: int | None = None
+    outbox: "Outbox | None" = None        # the worker's (submit): events go out once per round
 
     def stop(self) -> None:
         """Cancels the request (from the event loop): a no-op once it has finished."""
@@ -77,7 +78,11 @@ class Job:
         self.cancel.set()
 
     def emit(self, kind: str, value) -> None:
-        """From the worker thread: queue an event for the request's handler."""
+        """From the worker thread: queue an event for the request's handler (through the
+        worker's outbox once submitted)."""
+        if self.outbox is not None:
+            self.outbox.put(self, kind, value)
+            return
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
         except RuntimeError:              # the event loop is gone (shutdown)
@@ -90,6 +95,38 @@ class Job:
             yield kind, value
             if kind != "piece":
                 return
+
+
+class Outbox:
+    """The worker's events for the requests' handlers, handed to their event loop together:
+    one wake-up of the loop per round, not one per token of each slot (each wake-up is a
+    write to the loop's socket and a turn of the loop, which competes with the evaluation's
+    threads for the cores)."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[Job, str, object]] = []
+
+    def put(self, job: Job, kind: str, value) -> None:
+        self._items.append((job, kind, value))
+
+    def flush(self) -> None:
+        """From the worker thread: everything put so far, to its loop(s)."""
+        if not self._items:
+            return
+        items, self._items = self._items, []
+        by_loop: dict = {}
+        for it in items:
+            by_loop.setdefault(it[0].loop, []).append(it)
+        for loop, its in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, its)
+            except RuntimeError:          # the event loop is gone (shutdown)
+                pass
+
+
+def _deliver(items: list) -> None:
+    for job, kind, value in items:
+        job.events.put_nowait((kind, value))
 
 
 @dataclass
@@ -147,6 +184,7 @@ class Worker:
         self._calls: deque[_Call] = deque()       # run_exclusive's, waiting for idle slots
         self.last: dict[int, dict] = {}           # each slot's last request, for /slots
         self._pieces: dict[int, bytes] = {}
+        self._outbox = Outbox()
         self._thread = threading.Thread(target=self._run_forever, name="pyllamaspec-worker", daemon=True)
         self._thread.start()
 
@@ -265,6 +303,7 @@ class Worker:
 
     # -- running (the worker thread) -----------------------------------------------------------
     def submit(self, job: Job) -> None:
+        job.outbox = self._outbox
         self._jobs.put(job)
 
     def close(self) -> None:
@@ -280,7 +319,9 @@ class Worker:
 
     def _run_forever(self) -> None:
         while True:
+            self._outbox.flush()              # before _take_jobs may block
             if not self._take_jobs():
+                self._outbox.flush()
                 return
             while self._calls and not self._running:
                 self._calls.popleft().run()

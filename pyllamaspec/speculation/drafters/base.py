@@ -123,6 +123,12 @@ class Drafter(ABC):
         earlier generation (fresh: none)."""
         return 0
 
+    def prefill_later(self, prompt: list[int], target: "Sequence | None" = None, fresh: bool = False) -> int:
+        """prefill() where the next rounds are not expected to draft (a batch decoding plainly):
+        a drafter with a model of its own may leave the prompt to its catch-up (drafts then see
+        less of it; the output is the target's either way)."""
+        return self.prefill(prompt, target, fresh)
+
     @property
     def max_draft(self) -> int:
         """The longest draft it can roll back after (a recurrent draft's snapshot ring)."""

@@ -31,13 +31,16 @@ _HEAD_USERS: "weakref.WeakKeyDictionary[Model, list]" = weakref.WeakKeyDictionar
 _HEAD_LOCK = threading.Lock()
 
 
-def _common_ids(target: Model, n: int) -> np.ndarray | None:
+def _common_ids(target: Model, n: int, eog: frozenset[int]) -> np.ndarray | None:
+    """The restricted head's ids: the n commonest tokens and the end-of-generation ones."""
     cached = _COMMON_IDS.get(target)
     if cached is None or cached[0] != n:
         try:
             common = target.common_token_ids(n)
         except NoVocabularyError:                # no token texts to rank: the full head
             common = None
+        if common is not None:
+            common = np.union1d(common, np.fromiter(eog, np.int32)).astype(np.int32)
         _COMMON_IDS[target] = cached = (n, common)
     return cached[1]
 
@@ -62,8 +65,10 @@ class ModelDrafter(SampledDrafter):
                 users = _HEAD_USERS[model] = [weakref.WeakSet(), model.output_ids]
             users[0].add(self)
             self.saved_head = users[1]
+            shared = len(users[0]) > 1
         self._open = True
-        self._restrict_head(target)
+        if not shared or model.output_ids is None:   # (else restricted by the first, grown by the text)
+            self._restrict_head(target)
         # Tokens the text uses join the head as they appear (rare names, identifiers, a loop
         # of odd tokens): texts repeat their own rare tokens.
         self.in_head = None
@@ -86,11 +91,9 @@ class ModelDrafter(SampledDrafter):
         n, m = self.params.draft_vocab, self.model
         if not n or m.n_vocab <= 2 * n:
             return
-        common = _common_ids(target, n)
-        if common is not None:
-            ids = np.union1d(common, np.fromiter(self.eog, np.int32)).astype(np.int32)
-            if m.output_ids is None or not np.array_equal(m.output_ids, ids):
-                m.set_output_ids(ids)
+        ids = _common_ids(target, n, self.eog)
+        if ids is not None and (m.output_ids is None or not np.array_equal(m.output_ids, ids)):
+            m.set_output_ids(ids)
 
     @property
     def max_draft(self) -> int:
@@ -100,17 +103,29 @@ class ModelDrafter(SampledDrafter):
         """Brings its draft sequence to hold prompt[:-1], evaluating only what follows its
         longest common prefix with what it (or another of the draft's sequences) holds;
         returns how many tokens were reused."""
+        head, n_keep = self._reuse(prompt, fresh)
+        if n_keep < len(head):
+            self.draft_seq.eval(head[n_keep:], logits="none")
+        return n_keep
+
+    def prefill_later(self, prompt: list[int], target=None, fresh: bool = False) -> int:
+        """prefill() without the evaluation: what its sequence lacks of the prompt is left to
+        catch_up_steps (its last CATCH_UP_MAX tokens, placed after what it holds) should a
+        round draft; a batch decoding plainly then spends nothing on the draft model."""
+        return self._reuse(prompt, fresh)[1]
+
+    def _reuse(self, prompt: list[int], fresh: bool) -> tuple[np.ndarray, int]:
+        """Its sequence truncated to its longest common prefix with prompt[:-1] (emptied if
+        fresh): (prompt[:-1], that prefix's length)."""
         super().prefill(prompt)
         head = np.asarray(prompt[:-1], np.int32)
         self.open(prompt, fresh)
         if fresh:
             self.draft_seq.clear()
         n_keep = self.draft_seq.reuse_prefix(head.tolist())
-        if n_keep < len(head):
-            self.draft_seq.eval(head[n_keep:], logits="none")
         self.skipped = 0
         self.learn(head)
-        return n_keep
+        return head, n_keep
 
     def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
         if self.draft_seq is None:
