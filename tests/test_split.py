@@ -39,7 +39,8 @@ def smol_split(smollm2_path, tmp_path_factory):
 # ---- loads and matches ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("kw", [{}, {"use_mmap": False}, {"use_repack": False}], ids=["mmap", "read", "norepack"])
+@pytest.mark.parametrize("kw", [{"use_mmap": True}, {"use_mmap": False}, {"use_repack": False}],
+                         ids=["mmap", "read", "norepack"])
 def test_tiny_split_logits_are_identical(tiny, tmp_path, n, kw):
     parts = models.split_gguf(tiny, tmp_path / "t", n_shards=n)
     assert len(parts) == n and all(p.name.endswith(f"-of-{n:05d}.gguf") for p in parts)

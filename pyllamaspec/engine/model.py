@@ -13,6 +13,7 @@ from ..files import split as _split
 from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
 from .context import Context, LocalContext
+from .load_mode import resolve_mmap
 from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
 from .sequence import Sequence as Seq, SequencePool, check_out, common_prefix, logits_mode
 from .vocab import VocabMixin
@@ -89,6 +90,11 @@ class Model(VocabMixin, _native.Closeable):
     a sequence of its own (lease()), so generations on threads that share the Model never mix,
     and decode() evaluates the tokens of several sequences in one batch.
 
+    use_mmap: True maps the file (llama.cpp's default), False reads the weights into memory
+    backed by huge pages; None (the default) reads them in on Linux where that is faster and the
+    file is small next to the free memory, else maps it (engine/load_mode.py says when, and
+    why). The choice made is self.use_mmap.
+
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
@@ -102,7 +108,8 @@ class Model(VocabMixin, _native.Closeable):
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool = True, use_repack: bool = True,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool | None = None,
+                 use_repack: bool = True,
                  type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
                  rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
                  rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0):
@@ -127,6 +134,8 @@ class Model(VocabMixin, _native.Closeable):
         if not os.path.exists(path):
             raise ModelNotFoundError(f"model file not found: {path}")
         self.path = path
+        # mapped, or read into huge pages (engine/load_mode.py: None decides)
+        use_mmap = self.use_mmap = resolve_mmap(use_mmap, path, n_gpu_layers)
         servers = rpc_mod.endpoints(rpc)
         split = rpc_mod.split_values(tensor_split, servers)
         ctx_kw = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)

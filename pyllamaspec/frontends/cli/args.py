@@ -128,8 +128,12 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-fa", "--flash-attn", dest="flash_attn", nargs="?", const="on", default="auto",
                    choices=["on", "off", "auto"], help="accepted for llama.cpp's sake: attention here is "
                                                        "ggml's, flash attention is not used")
-    g.add_argument("--no-mmap", dest="mmap", action="store_false", default=True,
-                   help="read the weights into memory instead of mapping the file")
+    g.add_argument("--mmap", dest="mmap", action="store_true", default=None,
+                   help="map the model file (the default where the weights would not fit in huge pages: "
+                        "macOS, offloaded layers, a model large next to the free memory)")
+    g.add_argument("--no-mmap", dest="mmap", action="store_false",
+                   help="read the weights into memory (huge pages on Linux: faster decoding); the default "
+                        "on Linux for a model at most half the free memory")
     g.add_argument("--mlock", action="store_true", help="keep the weights in RAM (no swapping out)")
     g.add_argument("--repack", dest="repack", action="store_true", default=True,
                    help="repack the weights for the CPU's kernels (the default)")
@@ -138,7 +142,7 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
                         "at another batch size (Gemma 3 270M Q4_K_M's logits: from 8 tokens an evaluation "
                         "on, not 4; scripts/batch_composition.py)")
     g.add_argument("-lm", "--load-mode", choices=["auto", "none", "mmap", "mlock", "mmap+mlock"], default=None,
-                   help="llama.cpp's newer spelling of --no-mmap / --mlock")
+                   help="llama.cpp's newer spelling of --mmap / --no-mmap / --mlock (auto: as with neither)")
     g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")
 
 

@@ -125,6 +125,8 @@ def _load_mode(a: argparse.Namespace) -> None:
     mode = getattr(a, "load_mode", None)
     if mode in ("none", "mlock"):
         a.mmap = False
+    if mode in ("mmap", "mmap+mlock"):
+        a.mmap = True
     if mode in ("mlock", "mmap+mlock"):
         a.mlock = True
 
@@ -190,7 +192,7 @@ def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
                 stack: ExitStack) -> "tuple[Model, Model | DraftHead | None]":
     """The target and the draft (a model or a head), loaded; a draft that cannot speculate for
     the target is refused here, before anything is printed."""
-    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", True),
+    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", None),
               use_repack=getattr(a, "repack", True), n_seq_max=getattr(a, "n_seq_max", 0))
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
