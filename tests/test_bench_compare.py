@@ -1,5 +1,5 @@
 """python -m pyllamaspec.bench ... --llama-bench BIN: the comparison runs both engines alike
-(flash attention, and with --no-mmap weights read into memory: llama-bench's -lm none)."""
+(flash attention, and the load mode: --mmap, --no-mmap or each its default)."""
 from __future__ import annotations
 
 import json
@@ -24,8 +24,8 @@ print(json.dumps(rows))
 """
 
 
-@pytest.mark.parametrize("no_mmap", [False, True])
-def test_llama_bench_gets_the_same_load_mode(tmp_path, no_mmap):
+@pytest.mark.parametrize("flag,mode", [(None, "auto"), ("--mmap", "mmap"), ("--no-mmap", "none")])
+def test_llama_bench_gets_the_same_load_mode(tmp_path, flag, mode):
     model = tmp_path / "tiny.gguf"
     write_llama_gguf(model)
     log = tmp_path / "argv.jsonl"
@@ -33,11 +33,11 @@ def test_llama_bench_gets_the_same_load_mode(tmp_path, no_mmap):
     fake.write_text(FAKE.format(python=sys.executable, log=str(log)))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     cmd = [sys.executable, "-m", "pyllamaspec.bench", "-m", str(model), "-t", "1", "-p", "4", "-n", "4", "-r", "1",
-           "--rounds", "1", "--llama-bench", str(fake), "--json"] + (["--no-mmap"] if no_mmap else [])
+           "--rounds", "1", "--llama-bench", str(fake), "--json"] + ([flag] if flag else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert p.returncode == 0, p.stderr[-3000:]
     [argv] = [json.loads(line) for line in log.read_text().splitlines()]
-    assert argv[argv.index("-lm") + 1] == ("none" if no_mmap else "mmap")
+    assert argv[argv.index("-lm") + 1] == mode
     assert argv[argv.index("-fa") + 1] == "1"
     rows = json.loads(p.stdout[p.stdout.index("["):])
     assert {r["test"] for r in rows} >= {"pp4", "tg4"}, rows

@@ -54,11 +54,12 @@ def llama_cpp_python(python: str) -> Engine:
     return lambda path, t, p, n, r: llama_cpp_probe(python, path, t, p, n, r)
 
 
-def llama_bench(binary: str, use_mmap: bool = True) -> Engine:
+def llama_bench(binary: str, use_mmap: bool | None = None) -> Engine:
     """llama.cpp's llama-bench: its own pp/tg loop, flash attention on as ours is."""
     def run(path, threads, n_prompt, n_gen, reps):
         rows = _run_json([binary, "-m", path, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
-                          "-r", str(reps), "-fa", "1", "-lm", "mmap" if use_mmap else "none", "-o", "json"],
+                          "-r", str(reps), "-fa", "1", "-lm", {None: "auto", True: "mmap", False: "none"}[use_mmap],
+                          "-o", "json"],
                          what="llama-bench")
         out = {"pp": [], "tg": []}
         for row in rows:
@@ -75,14 +76,14 @@ def split_label(arg: str) -> tuple[str, str]:
     return label, lib
 
 
-def other_build(library: str, use_mmap: bool = True) -> Engine:
+def other_build(library: str, use_mmap: bool | None = None) -> Engine:
     """This benchmark in a subprocess that loads another build of the core."""
     env = dict(os.environ, PYLLAMASPEC_LIBRARY=os.path.abspath(library))
 
     def run(path, threads, n_prompt, n_gen, reps):
         rows = _run_json([sys.executable, "-m", "pyllamaspec.bench", "-m", path, "-t", str(threads),
                           "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "--json"]
-                         + ([] if use_mmap else ["--no-mmap"]), env, library)
+                         + {None: [], True: ["--mmap"], False: ["--no-mmap"]}[use_mmap], env, library)
         return {r["test"][:2]: r["runs"] for r in rows}
     return run
 

@@ -131,7 +131,7 @@ def bench_tg(m: Model, n: int, reps: int, rng: np.random.Generator) -> tuple[lis
 
 
 def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_gpu_layers: int,
-        verbose: bool = True, use_mmap: bool = True) -> list[Result]:
+        verbose: bool = True, use_mmap: bool | None = None) -> list[Result]:
     results: list[Result] = []
     rng = np.random.default_rng(0)
     for path in paths:
@@ -157,7 +157,7 @@ def run(paths: list[str], threads: int, n_prompt: int, n_gen: int, reps: int, n_
     return results
 
 
-def ours(n_gpu_layers: int = 0, use_mmap: bool = True) -> engines.Engine:
+def ours(n_gpu_layers: int = 0, use_mmap: bool | None = None) -> engines.Engine:
     """This build as a benchmark engine (bench_engines.compare)."""
     def time_model(path, threads, n_prompt, n_gen, reps):
         rng = np.random.default_rng(0)
@@ -345,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=64)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
-    ap.add_argument("--no-mmap", action="store_true",
-                    help="weights read into memory rather than mapped, by every engine (llama-bench: -lm none)")
+    ap.add_argument("--mmap", dest="mmap", action="store_true", default=None,
+                    help="weights mapped, by every engine (llama-bench: -lm mmap, its default on a CPU)")
+    ap.add_argument("--no-mmap", dest="mmap", action="store_false",
+                    help="weights read into memory, by every engine (llama-bench: -lm none); with neither, "
+                         "each engine's default (ours: engine/load_mode.py)")
     ap.add_argument("--tokenizer", action="store_true",
                     help="also measure tokenization throughput (MB/s, one thread, ~1 MB of English)")
     ap.add_argument("--llama-cpp", metavar="PYTHON",
@@ -407,9 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     others = {}
     for label, lib in map(engines.split_label, a.vs_lib):
-        others[label] = engines.other_build(lib, not a.no_mmap)
+        others[label] = engines.other_build(lib, a.mmap)
     if a.llama_bench:
-        others["llama-bench"] = engines.llama_bench(a.llama_bench, not a.no_mmap)
+        others["llama-bench"] = engines.llama_bench(a.llama_bench, a.mmap)
     if a.llama_cpp:
         others["llama-cpp-py"] = engines.llama_cpp_python(a.llama_cpp)
     if others:
@@ -419,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label} ({lib}): {engines.other_build_info(lib)}")
             print(f"medians of {a.rounds} alternating rounds x {a.repetitions} runs, {a.threads or 'all'} threads")
             engines.print_compare_header(list(others))
-        rows = engines.compare(a.model, ours(a.n_gpu_layers, not a.no_mmap), others, a.threads or os.cpu_count(), a.n_prompt,
+        rows = engines.compare(a.model, ours(a.n_gpu_layers, a.mmap), others, a.threads or os.cpu_count(), a.n_prompt,
                                a.n_gen, a.repetitions, a.rounds, verbose=not a.json)
         if a.json:
             json.dump(rows, sys.stdout, indent=1)
@@ -429,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pyllamaspec bench | {system_info()}")
         _print_header()
     results = run(a.model, a.threads, a.n_prompt, a.n_gen, a.repetitions, a.n_gpu_layers,
-                  verbose=not a.json, use_mmap=not a.no_mmap) if (a.n_prompt or a.n_gen) else []
+                  verbose=not a.json, use_mmap=a.mmap) if (a.n_prompt or a.n_gen) else []
     if a.tokenizer:
         results += bench_tokenizer(a.model, a.repetitions, verbose=not a.json)
     if a.json:
