@@ -336,7 +336,7 @@ def plot_pair(a: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pyllamaspec.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", action="append", required=True, help="GGUF model (repeatable)")
@@ -375,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--plot", metavar="FILE.png", help="with -md: draw the verification cost curve, the cost "
                     "model's choice and tokens/s by draft length, plain against speculative (needs matplotlib)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     a = ap.parse_args(argv)
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
         ap.error("repetitions must be >= 1; sizes and threads >= 0")
