@@ -25,7 +25,7 @@ from pyllamaspec.engine.sampling import Sampler, SamplingParams
 from pyllamaspec.frontends.generate import generate
 from pyllamaspec.speculation.decoder import Decoder, DraftParams
 from pyllamaspec.speculation.tree import TreeVerifier
-from test_speculative import PROMPT, chi2_pvalue, exact_marginals
+from test_speculative import PROMPT, chi2_pvalue, exact_marginals, plain_greedy_to_near_tie
 
 PROMPTS = [[1, 7, 3, 9], [2, 5, 5, 5, 8], [3], [9, 8, 7, 6, 5, 4, 3, 2]]
 F32 = dict(n_threads=1, type_k="f32", type_v="f32")
@@ -474,16 +474,7 @@ def test_greedy_tree_gemma3_up_to_small_margins(gemma3_path):
     n_tok, log = 32, []
     with Model(gemma3_path, n_ctx=256) as target, Model(draft_path, n_ctx=256) as draft:
         for prompt in prompts:
-            ids = target.tokenize(prompt)
-            target.clear()
-            row = target.eval(ids, logits="last")[0]
-            plain, margins = [], []
-            for _ in range(n_tok):
-                top2 = np.partition(row, -2)[-2:]
-                margins.append(float(top2[1] - top2[0]))
-                plain.append(int(row.argmax()))
-                row = target.eval([plain[-1]], logits="last")[0]
-            safe = next((i for i, m in enumerate(margins) if m < 0.5), n_tok)
+            plain, safe = plain_greedy_to_near_tie(target, prompt, n_tok)
             for k in (2, 4):
                 spec = _gen(target, draft, prompt, n_tok, n_draft=k, tree=True)
                 assert spec.tokens[:safe] == plain[:safe], f"n_draft={k}, {prompt!r}"
