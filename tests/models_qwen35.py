@@ -45,6 +45,7 @@ def write_qwen35_gguf(
     n_ff_exp: int = 32,
     n_ff_shexp: int = 48,
     extra_kv: Mapping[str, object] | None = None,
+    edit=None,
 ) -> dict:
     """Write a tiny random ``qwen35`` GGUF (hybrid Gated DeltaNet + gated attention) with
     llama.cpp's tensor names and keys, and return its hyper-parameters.
@@ -61,6 +62,8 @@ def write_qwen35_gguf(
     ``n_nextn`` MTP blocks follow the trunk (``block_count`` counts them,
     ``nextn_predict_layers`` names them): an attention layer plus ``nextn.eh_proj``,
     ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm`` (the head is the model's).
+    ``edit``, if given, is called with {name: weights} before writing and may change them in
+    place (an MTP block made to agree with its trunk: tests/test_mtp.py).
     ``n_expert`` > 0 writes ``qwen35moe`` (Qwen3.5 / 3.6 MoE): each layer's FFN (the MTP
     block's too) is ``ffn_gate_inp`` and stacked experts of width ``n_ff_exp`` plus a shared
     expert of width ``n_ff_shexp`` with its gate vector ``ffn_gate_inp_shexp``.
@@ -109,6 +112,8 @@ def write_qwen35_gguf(
     else:
         kv[f"{a}.attention.recurrent_layers"] = [bool(r) for r in recurrent]
     kv.update(extra_kv or {})
+    if edit is not None:                        # edit({name: array}) changes weights in place
+        edit({name: w for name, w, _ in tensors})
     parts.write_file(gguf, path, a, kv, tensors)
     return {"path": path, "arch": a, "n_vocab": n_vocab, "n_layer": n_layer, "recurrent": recurrent, "seed": seed}
 

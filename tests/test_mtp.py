@@ -205,3 +205,196 @@ def test_own_file_as_draft_means_mtp(files):
         plain = generate(PROMPT, m, temperature=0, max_tokens=12, cache_prompt=False)
         spec = generate(PROMPT, m, str(files[0]), temperature=0, max_tokens=12, cache_prompt=False)
     assert spec.tokens == plain.tokens and spec.stats.drafted > 0
+
+
+# ---- token trees from the MTP block (issue 28) -----------------------------------------------
+
+def _agreeing(n_layer: int = 4, trunk: float = 0.5, mix: float = 0.3):
+    """An edit (write_qwen35_gguf(edit=)) that makes the MTP block agree with its trunk part of
+    the time: the trunk's layers scaled down (the target near a bigram model of its embeddings),
+    the block near the identity on the token's embedding, its head norm the trunk's. A random
+    block agrees with the target on ~1 token in 64, so no tree would ever keep a later sibling."""
+    def edit(w):
+        for name, a in w.items():
+            if name.startswith("blk.") and not name.startswith(f"blk.{n_layer}.") \
+                    and name.endswith(("attn_output.weight", "ssm_out.weight", "ffn_down.weight")):
+                a *= trunk
+        b = f"blk.{n_layer}."
+        e = w[b + "nextn.eh_proj.weight"]
+        e *= mix
+        e[:, :e.shape[0]] += np.eye(e.shape[0])
+        w[b + "nextn.enorm.weight"][:] = 1.0
+        w[b + "nextn.shared_head_norm.weight"][:] = w["output_norm.weight"]
+        w[b + "attn_output.weight"] *= mix
+        w[b + "ffn_down.weight"] *= mix
+    return edit
+
+
+@pytest.fixture(scope="module")
+def agreeing(tmp_path_factory):
+    p = tmp_path_factory.mktemp("mtp_tree") / "agree.gguf"
+    write_qwen35_gguf(p, n_nextn=1, edit=_agreeing(), **SPEC)
+    # 16 sequences: the tree's branches are spare sequences of the target (speculation/tree.py)
+    with Model(p, n_ctx=256, n_seq_max=16, n_threads=1, type_k="f32", type_v="f32") as m:
+        yield m
+
+
+# batched and one-token MTP rows differ by float rounding only: 9.5e-7 at most measured (logits
+# ~ 3), so 1e-5 relative to the row's largest; a node run from a wrong state differs by O(1)
+ROW_TOL = 1e-5
+
+
+def test_draft_nodes_match_the_chains_through_them(files):
+    """A node's row is the chain's along its path: siblings run from the same state."""
+    with _open(files[0], n_seq_max=2) as m:
+        m.enable_mtp()
+        m.eval(PROMPT, logits="none")
+        s = m.sequence(0)
+        m.mtp_draft(5, 0)                                  # node 0
+        kids = s.mtp_draft_nodes([8, 21], [0, 0]).copy()   # nodes 1, 2: siblings
+        deep = s.mtp_draft_nodes([30, 2, 4], [2, 1, 1]).copy()   # nodes 3, 4, 5
+        for path, row in (([8], kids[0]), ([21], kids[1]), ([21, 30], deep[0]), ([8, 2], deep[1]), ([8, 4], deep[2])):
+            m.mtp_draft(5, 0)
+            for step, t in enumerate(path):
+                ref = m.mtp_draft(t, step + 1)
+            assert np.abs(row - ref).max() <= ROW_TOL * np.abs(ref).max(), path
+        assert np.abs(kids[0] - kids[1]).max() > 0.1      # the siblings' rows do differ
+
+
+def _chain_after(m, toks):
+    return [m.mtp_draft(t, s).copy() for s, t in enumerate(toks)]
+
+
+def test_a_tree_leaves_the_mtp_cache_as_a_chain_does(files):
+    """The drafted nodes never enter the cache: after a tree draft, the round's eval of the
+    accepted tokens and its truncation, the next drafts are bit for bit those after a chain
+    draft (and after no draft at all), and every cell in use is the text's."""
+    out = []
+    for kind in ("tree", "chain", "none"):
+        with _open(files[0], n_seq_max=2) as m:
+            m.enable_mtp()
+            m.eval(PROMPT, logits="none")
+            if kind != "none":
+                m.mtp_draft(5, 0)
+            if kind == "tree":
+                s = m.sequence(0)
+                s.mtp_draft_nodes([8, 21, 3], [0, 0, 0])
+                s.mtp_draft_nodes([30, 2], [1, 2])
+                s.mtp_draft_nodes([9], [4])
+                assert m._context.n_cells_used() == len(PROMPT) + 7
+            elif kind == "chain":
+                _chain_after(m, [5, 8, 30, 9])
+            m.eval([5, 8, 33], logits="all")
+            m.truncate(len(PROMPT) + 2)
+            assert m._context.n_cells_used() == len(PROMPT) + 2
+            out.append(_chain_after(m, [30, 2, 7]))
+    for a, b, c in zip(*out):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_bad_node_calls_raise(files):
+    with _open(files[0], n_seq_max=2) as m:
+        m.enable_mtp()
+        m.eval(PROMPT, logits="none")
+        s = m.sequence(0)
+        with pytest.raises(InvalidArgumentError, match="need a draft"):
+            s.mtp_draft_nodes([8], [0])                   # no step 0 yet
+        m.mtp_draft(5, 0)
+        for parents, msg in (([1], "parent 1 is not a node the draft holds"), ([-1], "parent -1"),
+                             ([0, 1], "parent 1 is not")):   # a parent in the same call is not held yet
+            with pytest.raises(InvalidArgumentError, match=msg):
+                s.mtp_draft_nodes([8] * len(parents), parents)
+        s.mtp_draft_nodes([8, 21], [0, 0])
+        with pytest.raises(InvalidArgumentError, match="must follow step"):
+            m.mtp_draft(3, 1)                              # the last node (2) is at depth 1: step 2
+        m.mtp_draft(3, 2)                                  # the child of node 2
+        with pytest.raises(InvalidArgumentError, match="non-empty"):
+            s.mtp_draft_nodes([], [])
+        with pytest.raises(InvalidArgumentError, match="must be in"):
+            m._context.seq_mtp_draft_nodes(0, np.zeros(0, np.int32), np.zeros(0, np.int32), np.empty(64, np.float32))
+        from pyllamaspec.errors import PyllamaspecError
+        with pytest.raises(PyllamaspecError, match="outside the vocabulary"):
+            s.mtp_draft_nodes([64], [0])
+        m.eval([5], logits="none")                         # the sequence changed: the draft is gone
+        with pytest.raises(InvalidArgumentError, match="need a draft"):
+            s.mtp_draft_nodes([8], [0])
+
+
+TREE_PROMPTS = [PROMPT, [2, 5, 5, 5, 8], [3], [9, 8, 7, 6, 5, 4, 3, 2]]
+
+
+def test_greedy_mtp_tree_equals_plain(agreeing):
+    log = []
+    for prompt in TREE_PROMPTS:
+        plain = generate(prompt, agreeing, temperature=0, max_tokens=40, cache_prompt=False)
+        for k, nodes in ((2, 0), (4, 0), (4, 12)):
+            spec = generate(prompt, agreeing, "mtp", temperature=0, max_tokens=40, n_draft=k, adaptive=False,
+                            p_min=0.0, tree=True, tree_nodes=nodes, cache_prompt=False)
+            assert spec.tokens == plain.tokens, (prompt, k, nodes)
+            st = spec.stats
+            assert st.tree_rounds >= st.rounds - 1 > 0            # every round a tree (the last: room)
+            # the shape of the last round (its depth cut by max_tokens), the full one before
+            assert st.tree_shape.startswith("depth ") and "width 2 x 2 levels" in st.tree_shape
+            assert max(n for n, _, _ in st.tree_log) == (nodes or 2 * k)
+            assert st.tree_nodes == sum(n for n, _, _ in st.tree_log)
+            log += st.tree_log
+        auto = generate(prompt, agreeing, "mtp", temperature=0, max_tokens=40, tree=None, adaptive=True,
+                        cache_prompt=False)
+        assert auto.tokens == plain.tokens
+    # a branch other than the first was accepted: the tree kept what a chain would have lost
+    assert any(branch > 0 and depth > 0 for _, depth, branch in log), log
+
+
+def _naive(self, row, draft, kids):
+    """The negative control (test_tree.py's): each sibling tested against the same p and q."""
+    p = self.sampler.probs(row).astype(np.float64)
+    p /= p.sum()
+    if not kids:
+        return None, int(self.rng.choice(len(p), p=p))
+    q = draft.q[kids[0]].astype(np.float64)
+    q /= q.sum()
+    for c in kids:
+        x = int(draft.tokens[c])
+        if self.rng.random() * q[x] < p[x]:
+            return c, x
+    r = np.maximum(p - q, 0.0)
+    return None, int(self.rng.choice(len(p), p=r / r.sum()))
+
+
+def _tree_first_two(target, sp: SamplingParams, n: int, naive: bool = False):
+    from pyllamaspec.speculation.decoder import DraftParams
+    from pyllamaspec.speculation.tree import TreeVerifier
+    c1 = np.zeros(target.n_vocab, np.int64)
+    c2 = np.zeros(target.n_vocab, np.int64)
+    later = 0
+    for seed in range(n):
+        dec = Decoder(target, "mtp", SamplingParams(**{**sp.__dict__, "seed": seed}),
+                      DraftParams(n_draft=2, p_min=0.0, adaptive=False, tree=True, tree_width=4, tree_levels=2,
+                                  tree_nodes=12))
+        if naive:
+            dec.tree._recursive = _naive.__get__(dec.tree, TreeVerifier)
+        dec.prefill(PROMPT)
+        out = []
+        while len(out) < 2:
+            out += [t for t, _ in dec.step()]
+        assert dec.stats.tree_rounds > 0
+        later += any(b > 0 and d > 0 for _, d, b in dec.stats.tree_log)
+        dec.close()
+        c1[out[0]] += 1
+        c2[out[1]] += 1
+    return c1, c2, later / n
+
+
+def test_sampled_mtp_tree_preserves_the_distribution(agreeing):
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    p1, p2 = exact_marginals(agreeing, sp, PROMPT)
+    c1, c2, later = _tree_first_two(agreeing, sp, n=3000)
+    pv1, pv2 = chi2_pvalue(c1, p1)[0], chi2_pvalue(c2, p2)[0]
+    print(f"MTP trees under sampling: a later sibling kept in {later:.2f} of runs; p-values {pv1:.3f}, {pv2:.3f}")
+    assert later > 0.05                  # siblings past the first really were accepted
+    assert pv1 > 1e-3 and pv2 > 1e-3
+    c1, c2, _ = _tree_first_two(agreeing, sp, n=3000, naive=True)    # the naive sibling rule fails
+    pv_naive = chi2_pvalue(c1, p1)[0]
+    print(f"naive sibling rule: p-value {pv_naive:.2e}")
+    assert pv_naive < 1e-6

@@ -53,4 +53,12 @@ psl_status psl_context_seq_mtp_draft(psl_context * ctx, int32_t seq, int32_t tok
     });
 }
 
+psl_status psl_context_seq_mtp_draft_nodes(psl_context * ctx, int32_t seq, int32_t n, const int32_t * tokens,
+                                           const int32_t * parents, float * logits, int64_t out_cap) {
+    return guard([&] {
+        if (!ctx) fail(PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        ctx->mtp_draft_nodes(seq, n, tokens, parents, logits, out_cap);
+    });
+}
+
 }  // extern "C"

@@ -618,6 +618,27 @@ void psl_context::mtp_draft(int32_t seq, int32_t token, int32_t step, float * ou
     mtp->draft(seq, token, step, interrupt, out);
 }
 
+void psl_context::mtp_draft_nodes(int32_t seq, int32_t n, const int32_t * tokens, const int32_t * parents, float * out,
+                                  int64_t out_cap) {
+    check_seq(seq);
+    if (!mtp) fail(PSL_ERR_INVALID_ARGUMENT, "MTP drafting is not enabled on this context (psl_context_enable_mtp)");
+    if (!out || !tokens || !parents) fail(PSL_ERR_INVALID_ARGUMENT, "tokens, parents or logits is NULL");
+    if (n < 1 || n > MtpState::max_batch) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft nodes: n is %d, must be in [1, %d]", n, MtpState::max_batch);
+    }
+    if (out_cap < (int64_t) n * model->hp.n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
+             (long long) n * model->hp.n_vocab);
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= model->hp.n_vocab) {
+            fail(PSL_ERR_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", tokens[i], model->hp.n_vocab);
+        }
+    }
+    replay(seq);   // a replay changes the sequence: the draft it held is gone (InvalidArgument)
+    mtp->draft_nodes(seq, n, tokens, parents, interrupt, out);
+}
+
 void psl_context::set_threads(int32_t n) {
     check_threads(n);
     params.n_threads = n > 0 ? n : default_threads();

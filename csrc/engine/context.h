@@ -73,6 +73,8 @@ struct psl_context {
     void add_output_ids(const int32_t * ids, int32_t n);
     void enable_mtp();
     void mtp_draft(int32_t seq, int32_t token, int32_t step, float * out, int64_t out_cap);
+    void mtp_draft_nodes(int32_t seq, int32_t n, const int32_t * tokens, const int32_t * parents, float * out,
+                         int64_t out_cap);
     void check_seq(int32_t seq) const;
     void attach_head(psl_model * h);
     void head_draft(int32_t token, int32_t step, float * out, int64_t out_cap);

@@ -26,9 +26,7 @@ MtpState::~MtpState() {
 }
 
 MtpState::Seq & MtpState::seq(int32_t s) {
-    if (!seqs_[s]) {
-        seqs_[s] = std::make_unique<Seq>(Seq{HiddenRing(n_embd_, n_rows_), std::vector<float>((size_t) n_embd_, 0.0f)});
-    }
+    if (!seqs_[s]) seqs_[s] = std::make_unique<Seq>(Seq{HiddenRing(n_embd_, n_rows_), {}, {}, {}, -1});
     return *seqs_[s];
 }
 
@@ -38,8 +36,24 @@ void MtpState::clear() {
 
 void MtpState::copy(int32_t src, int32_t dst) {
     if (src == dst) return;
-    seqs_[dst] = std::make_unique<Seq>(seq(src));
-    seqs_[dst]->step = -1;   // a draft chain is the sequence's own
+    seqs_[dst] = std::make_unique<Seq>(Seq{seq(src).hidden, {}, {}, {}, -1});   // a draft is the sequence's own
+}
+
+int32_t MtpState::held(int32_t s) {
+    const Seq & q = seq(s);
+    const KvCells & cells = kv_.cells();
+    const int32_t n = (int32_t) q.depth.size();
+    // anything that changed the sequence let its scratch cells go (kv_cells.h)
+    return n > 0 && q.past == cells.n_past(s) && cells.n_scratch(s) == n ? n : 0;
+}
+
+void MtpState::end_draft(int32_t s) {
+    kv_.cells().drop_scratch(s);
+    Seq & q = seq(s);
+    q.out.clear();
+    q.parent.clear();
+    q.depth.clear();
+    q.past = -1;
 }
 
 void MtpState::before_compute(const Graph & g, int32_t s, int32_t n_past) {
@@ -54,55 +68,111 @@ void MtpState::after_compute(const Graph & g, int32_t s, int32_t n_past) {
     hidden.store(n_past, n, scratch_.data());
 }
 
-void MtpState::build(int32_t n_kv) {
+void MtpState::build(int32_t n_tokens, int32_t n_kv) {
     graph_.reset();
     graph_ctx_.reset();
-    graph_kv_ = -1;
+    graph_kv_ = graph_tokens_ = -1;
     ggml_init_params p = {graph_buf_.size(), graph_buf_.data(), /*no_alloc =*/ true};
     graph_ctx_.reset(ggml_init(p));
     if (!graph_ctx_) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the MTP graph context");
     gf_ = ggml_new_graph_custom(graph_ctx_.get(), graph_size_, false);
-    graph_ = std::make_unique<Graph>(graph_ctx_.get(), gf_, m_, kv_, 1, n_kv, Graph::Outputs::All);
+    graph_ = std::make_unique<Graph>(graph_ctx_.get(), gf_, m_, kv_, n_tokens, n_kv, Graph::Outputs::All);
     logits_ = m_.arch->build_mtp(*graph_);
     ggml_backend_sched_reset(sched_.get());
     if (!ggml_backend_sched_alloc_graph(sched_.get(), gf_)) fail(PSL_ERR_BACKEND, "cannot allocate the MTP graph");
     graph_kv_ = n_kv;
+    graph_tokens_ = n_tokens;
 }
 
 void MtpState::draft(int32_t s, int32_t token, int32_t step, std::atomic<bool> & interrupt, float * out) {
-    KvCells & cells = kv_.cells();
-    const int32_t n_past = cells.n_past(s);
-    Seq & q = seq(s);
-    if (step < 0 || (step > 0 && (q.step != step - 1 || q.past != n_past || cells.n_scratch(s) != step))) {
+    if (step < 0) fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft step %d: steps count from 0", step);
+    if (step == 0) {
+        end_draft(s);
+        const int32_t root = -1;
+        run(s, 1, &token, &root, interrupt, out);
+        return;
+    }
+    const int32_t n = held(s);
+    if (n == 0 || seq(s).depth[(size_t) n - 1] != step - 1) {
         fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft step %d must follow step %d at the same cache length", step, step - 1);
     }
-    const int32_t pos = n_past + step;
-    if (pos >= n_ctx_) fail(PSL_ERR_CONTEXT_FULL, "MTP draft at position %d: n_ctx is %d", pos, n_ctx_);
-    q.step = -1;   // until this step succeeds
-    if (step == 0) cells.drop_scratch(s);
-    const int32_t cell = cells.add_scratch(s);
-    if (cell < 0) fail(PSL_ERR_CONTEXT_FULL, "MTP draft: no free KV cell (all %d in use)", cells.size());
-    try {
-        const int32_t n_kv = kv_.n_kv_for(cells.used_end());
-        if (n_kv != graph_kv_) build(n_kv);
-        const UBatch ub{1, &token, &pos, &s, &cell, nullptr};
-        inputs_.fill(*graph_, ub, cells);
-        const float * h = step == 0 ? q.hidden.at(n_past - 1) : q.chain.data();
-        ggml_backend_tensor_set(graph_->inp_mtp_h, h, 0, sizeof(float) * (size_t) n_embd_);
-        const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), gf_);
-        if (st == GGML_STATUS_ABORTED) {   // psl_context_interrupt: consumed, as by an eval
-            interrupt = false;
-            fail(PSL_ERR_INTERRUPTED, "MTP draft interrupted");
+    const int32_t parent = n - 1;
+    run(s, 1, &token, &parent, interrupt, out);
+}
+
+void MtpState::draft_nodes(int32_t s, int32_t n, const int32_t * tokens, const int32_t * parents,
+                           std::atomic<bool> & interrupt, float * out) {
+    if (n < 1 || n > max_batch) fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft nodes: n is %d, must be in [1, %d]", n, max_batch);
+    const int32_t h = held(s);
+    if (h == 0) fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft nodes need a draft: step 0 first, the cache unchanged since");
+    for (int32_t i = 0; i < n; ++i) {
+        if (parents[i] < 0 || parents[i] >= h) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "MTP draft node %d: parent %d is not a node the draft holds (0..%d)", i,
+                 parents[i], h - 1);
         }
-        if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "MTP graph computation failed (ggml status %d)", (int) st);
+    }
+    run(s, n, tokens, parents, interrupt, out);
+}
+
+// Evaluates n nodes (parents -1: step 0) in one batch; each keeps its output h'.
+void MtpState::run(int32_t s, int32_t n, const int32_t * tokens, const int32_t * parents, std::atomic<bool> & interrupt,
+                   float * out) {
+    KvCells & cells = kv_.cells();
+    Seq & q = seq(s);
+    const int32_t n_past = cells.n_past(s), h = (int32_t) q.depth.size();
+    pos_.resize((size_t) n);
+    seq_ids_.assign((size_t) n, s);
+    cells_.resize((size_t) n);
+    tails_.resize((size_t) n);
+    for (int32_t i = 0; i < n; ++i) {
+        pos_[i] = n_past + (parents[i] < 0 ? 0 : q.depth[(size_t) parents[i]] + 1);
+        if (pos_[i] >= n_ctx_) fail(PSL_ERR_CONTEXT_FULL, "MTP draft at position %d: n_ctx is %d", pos_[i], n_ctx_);
+    }
+    try {
+        for (int32_t i = 0; i < n; ++i) {
+            cells_[i] = cells.add_scratch(s, pos_[i]);
+            if (cells_[i] < 0) fail(PSL_ERR_CONTEXT_FULL, "MTP draft: no free KV cell (all %d in use)", cells.size());
+        }
+        const std::vector<int32_t> & node_cell = cells.scratch(s);   // node k's cell: node_cell[k]
+        scratch_.resize((size_t) n * n_embd_);
+        for (int32_t i = 0; i < n; ++i) {   // the node's path: its ancestors' cells, then its own
+            std::vector<int32_t> & tail = tails_[i];
+            tail.assign((size_t) (pos_[i] - n_past + 1), -1);
+            tail.back() = cells_[i];
+            for (int32_t a = parents[i], k = (int32_t) tail.size() - 2; a >= 0; a = q.parent[(size_t) a], --k) {
+                tail[(size_t) k] = node_cell[(size_t) a];
+            }
+            const float * in = parents[i] < 0 ? q.hidden.at(n_past - 1) : q.out.data() + (size_t) parents[i] * n_embd_;
+            std::copy(in, in + n_embd_, scratch_.data() + (size_t) i * n_embd_);
+        }
+        compute(n, tokens, interrupt);
     } catch (...) {
-        cells.drop_scratch(s);
+        end_draft(s);
         throw;
     }
-    ggml_backend_tensor_get(logits_, out, 0, sizeof(float) * (size_t) m_.hp.n_vocab);
-    ggml_backend_tensor_get(graph_->mtp_hidden, q.chain.data(), 0, sizeof(float) * (size_t) n_embd_);
-    q.step = step;
+    ggml_backend_tensor_get(logits_, out, 0, sizeof(float) * (size_t) n * m_.hp.n_vocab);
+    q.out.resize((size_t) (h + n) * n_embd_);
+    ggml_backend_tensor_get(graph_->mtp_hidden, q.out.data() + (size_t) h * n_embd_, 0,
+                            sizeof(float) * (size_t) n * n_embd_);
+    for (int32_t i = 0; i < n; ++i) {
+        q.parent.push_back(parents[i]);
+        q.depth.push_back(pos_[i] - n_past);
+    }
     q.past = n_past;
+}
+
+void MtpState::compute(int32_t n, const int32_t * tokens, std::atomic<bool> & interrupt) {
+    const int32_t n_kv = kv_.n_kv_for(kv_.cells().used_end());
+    if (n_kv != graph_kv_ || n != graph_tokens_) build(n, n_kv);
+    const UBatch ub{n, tokens, pos_.data(), seq_ids_.data(), cells_.data(), nullptr, tails_.data()};
+    inputs_.fill(*graph_, ub, kv_.cells());
+    ggml_backend_tensor_set(graph_->inp_mtp_h, scratch_.data(), 0, sizeof(float) * (size_t) n * n_embd_);
+    const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), gf_);
+    if (st == GGML_STATUS_ABORTED) {   // psl_context_interrupt: consumed, as by an eval
+        interrupt = false;
+        fail(PSL_ERR_INTERRUPTED, "MTP draft interrupted");
+    }
+    if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "MTP graph computation failed (ggml status %d)", (int) st);
 }
 
 }  // namespace psl

@@ -9,10 +9,14 @@
 //   h' = shared_head_norm(y) (else output_norm); logits = shared_head_head(h') (else the output head)
 // The MTP KV cache holds (x_p, h_{p-1}) for every token in the target's cache: the target's eval
 // fills it (one more cache layer, so truncation rolls it back with the rest) and keeps its
-// hidden rows on the host. A draft chains steps: step 0 runs (x_{n}, h_{n-1}) at n = n_past,
-// step s runs the step s-1 token with the step s-1 output h' at n + s; its cache writes go to
-// scratch cells of the sequence (kv_cells.h), let go before anything else changes it. All of it
-// per sequence: each has its hidden rows and its chain.
+// hidden rows on the host. A draft is a tree of nodes, numbered as they are evaluated: step 0
+// runs (x_{n}, h_{n-1}) at n = n_past (node 0, depth 0); a node with parent P runs its token
+// with P's output h' at n + depth(P) + 1, attending to the cache, its ancestors' draft cells and
+// itself (a chain is the tree whose step s has the step s-1 node for parent). Every node's
+// output h' is kept until the draft ends, so that siblings run from the same state. Its cache
+// writes go to scratch cells of the sequence (kv_cells.h), let go before anything else changes
+// it: drafted nodes never enter the cache. All of it per sequence: each has its hidden rows and
+// its draft.
 #pragma once
 
 #include "memory/hidden_ring.h"
@@ -46,17 +50,31 @@ public:
     // Sequence dst now holds src's first n tokens (shared cells): it takes src's hidden rows.
     void copy(int32_t src, int32_t dst);
     // One draft step of seq (see the header comment) after its n_past cached tokens (no replay
-    // pending): logits [n_vocab] into out. A computation stopped by interrupt consumes it.
+    // pending): step 0 starts a draft, step s > 0 is a node whose parent is the last node
+    // evaluated, which must be at depth s - 1. Logits [n_vocab] into out. A computation stopped
+    // by interrupt consumes it; any failure past the checks ends the draft.
     void draft(int32_t seq, int32_t token, int32_t step, std::atomic<bool> & interrupt, float * out);
+    // n nodes of seq's draft in one batch, node i the child of node parents[i] (one evaluated
+    // before this call); logits [n, n_vocab] into out.
+    void draft_nodes(int32_t seq, int32_t n, const int32_t * tokens, const int32_t * parents,
+                     std::atomic<bool> & interrupt, float * out);
+    static constexpr int32_t max_batch = 512;    // nodes one draft_nodes call may evaluate
 
 private:
     struct Seq {
         HiddenRing hidden;                        // the target's h by position
-        std::vector<float> chain;                 // the last step's output h'
-        int32_t step = -1, past = -1;             // the last draft step and the n_past it ran at
+        std::vector<float> out;                   // each draft node's output h', node order
+        std::vector<int32_t> parent, depth;       // each node's parent (-1: step 0's) and depth
+        int32_t past = -1;                        // the n_past the draft ran at
     };
     Seq & seq(int32_t s);
-    void build(int32_t n_kv);
+    // The nodes seq's draft holds: 0 when none (no step 0 since the sequence last changed).
+    int32_t held(int32_t s);
+    void end_draft(int32_t s);
+    void run(int32_t s, int32_t n, const int32_t * tokens, const int32_t * parents, std::atomic<bool> & interrupt,
+             float * out);
+    void compute(int32_t n, const int32_t * tokens, std::atomic<bool> & interrupt);
+    void build(int32_t n_tokens, int32_t n_kv);
 
     const psl_model & m_;
     KvCache & kv_;
@@ -65,6 +83,9 @@ private:
     int32_t n_rows_;                              // hidden rows kept per sequence
     std::vector<std::unique_ptr<Seq>> seqs_;      // made on first use
     std::vector<float> scratch_;
+    // a draft batch: positions, sequence ids, cells, each node's tail (kv_cells' scratch cells)
+    std::vector<int32_t> pos_, seq_ids_, cells_;
+    std::vector<std::vector<int32_t>> tails_;
     // the draft graph: its own scheduler, so that the target's graph stays allocated
     ggml_backend_sched_ptr sched_;
     size_t graph_size_ = 1024;
@@ -74,7 +95,7 @@ private:
     std::unique_ptr<Graph> graph_;
     GraphInputs inputs_;
     ggml_tensor * logits_ = nullptr;
-    int32_t graph_kv_ = -1;
+    int32_t graph_kv_ = -1, graph_tokens_ = -1;
 };
 
 }  // namespace psl

@@ -235,6 +235,19 @@ PSL_API int32_t    psl_context_n_cells_used(const psl_context * ctx);
 /* psl_context_mtp_draft for sequence seq (each sequence drafts from its own hidden state). */
 PSL_API psl_status psl_context_seq_mtp_draft(psl_context * ctx, int32_t seq, int32_t token, int32_t step,
                                              float * logits, int64_t out_cap);
+/* Token trees from the MTP block: n nodes of sequence seq's draft in one MTP batch. A draft's
+ * nodes are numbered as they are evaluated since its step 0 (node 0; step s > 0 adds the next
+ * node, a child of the last one); node i of this call is numbered after them and is the child
+ * of node parents[i], which must be one the draft holds already (evaluated before this call):
+ * it runs tokens[i] with its parent's MTP output state, one position past its parent, attending
+ * to the cache, its ancestors and itself only; several children of one node are siblings drawn
+ * from the same state. n_vocab logits per node into logits (out_cap >= n * n_vocab floats).
+ * Every node's state is held until the draft ends: at the next step 0, or when anything changes
+ * the sequence (eval, truncate, copy, clear): then, or with a parent not held,
+ * PSL_ERR_INVALID_ARGUMENT. The drafted nodes never enter the cache (as for the steps: its
+ * contents and length are unchanged as far as evals see). 1 <= n <= 512. */
+PSL_API psl_status psl_context_seq_mtp_draft_nodes(psl_context * ctx, int32_t seq, int32_t n, const int32_t * tokens,
+                                                   const int32_t * parents, float * logits, int64_t out_cap);
 
 /* The context's own logits buffer after an eval with out == NULL. Valid until the next eval. */
 PSL_API psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab);
@@ -297,9 +310,11 @@ PSL_API int32_t    psl_model_n_mtp_layers(const psl_model * model);
  * eval. PSL_ERR_UNSUPPORTED when the model has no MTP layers. Idempotent. */
 PSL_API psl_status psl_context_enable_mtp(psl_context * ctx);
 /* One chained draft step, writing n_vocab logits into logits (out_cap floats). Step 0 runs
- * `token` (the next token, not yet in the cache) with the target's hidden state at n_past - 1;
- * step s > 0 runs the step s - 1 draft token with the MTP's own step s - 1 output, and must
- * follow step s - 1 with the cache unchanged (else PSL_ERR_INVALID_ARGUMENT). The cache's
+ * `token` (the next token, not yet in the cache) with the target's hidden state at n_past - 1
+ * and starts a draft; step s > 0 runs the step s - 1 draft token with the MTP's own step s - 1
+ * output, and must follow step s - 1 (the last node evaluated is at depth s - 1: a step or a
+ * psl_context_seq_mtp_draft_nodes node) with the cache unchanged (else
+ * PSL_ERR_INVALID_ARGUMENT). The cache's
  * contents and length are unchanged as far as evals see. */
 PSL_API psl_status psl_context_mtp_draft(psl_context * ctx, int32_t token, int32_t step, float * logits,
                                          int64_t out_cap);

@@ -14,9 +14,7 @@ int32_t KvCells::used_end() const {
 
 int32_t KvCells::cell_at(int32_t seq, int32_t pos) const {
     const auto & own = seqs_[seq];
-    if (pos < (int32_t) own.size()) return own[pos];
-    const size_t i = (size_t) (pos - (int32_t) own.size());
-    return i < scratch_[seq].size() ? scratch_[seq][i] : -1;
+    return pos < (int32_t) own.size() ? own[pos] : -1;
 }
 
 int32_t KvCells::find_free(int32_t seq) const {
@@ -82,10 +80,10 @@ void KvCells::clear() {
     lo_ = 0;
 }
 
-int32_t KvCells::add_scratch(int32_t seq) {
+int32_t KvCells::add_scratch(int32_t seq, int32_t pos) {
     const int32_t c = find_free(seq);
     if (c < 0) return -1;
-    take(c, n_past(seq) + n_scratch(seq));
+    take(c, pos);
     scratch_[seq].push_back(c);
     return c;
 }

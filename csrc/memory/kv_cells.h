@@ -4,9 +4,9 @@
 // position p. A cell held by several sequences (a shared prompt prefix, a tree node on several
 // branches) is freed when the last of them lets go.
 //
-// Scratch cells: an MTP draft step writes the K/V of its draft token past a sequence's end; the
-// cell is the sequence's at that position for the draft steps' masks only (cell_at), and is
-// dropped before anything else changes the sequence.
+// Scratch cells: an MTP draft node writes the K/V of its draft token past a sequence's end (a
+// draft tree may put several at one position); the draft's masks name them (engine/mtp.cpp),
+// and they are dropped before anything else changes the sequence.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ public:
     int32_t used_end() const;
 
     int32_t n_past(int32_t seq) const { return (int32_t) seqs_[seq].size(); }
-    // The cell of position pos of seq: its own for pos < n_past, else its scratch cell there.
+    // The cell of position pos < n_past of seq.
     int32_t cell_at(int32_t seq, int32_t pos) const;
     int32_t pos_of(int32_t cell) const { return pos_[cell]; }
     bool shared(int32_t cell) const { return refs_[cell] > 1; }
@@ -44,8 +44,10 @@ public:
     void clear();
 
     int32_t n_scratch(int32_t seq) const { return (int32_t) scratch_[seq].size(); }
-    // A free cell as seq's position n_past + n_scratch (-1 when none is free).
-    int32_t add_scratch(int32_t seq);
+    // The scratch cells of seq, in the order they were added.
+    const std::vector<int32_t> & scratch(int32_t seq) const { return scratch_[seq]; }
+    // A free cell as a scratch cell of seq at position pos >= n_past (-1 when none is free).
+    int32_t add_scratch(int32_t seq, int32_t pos);
     void drop_scratch(int32_t seq);
     void drop_all_scratch();
 

@@ -60,6 +60,10 @@ class Context(ABC):
     @abstractmethod
     def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None: ...
 
+    @abstractmethod
+    def seq_mtp_draft_nodes(self, seq: int, tokens: np.ndarray, parents: np.ndarray, out: np.ndarray) -> None:
+        """MTP draft nodes of a token tree (int32 tokens, parents: nodes of the draft so far)."""
+
     def n_cells_used(self) -> int:
         return self.n_past()
 
@@ -181,6 +185,11 @@ class LocalContext(Context):
     def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None:
         _native.check(lib.psl_context_seq_mtp_draft(self._ctx, seq, token, step,
                                                     ffi.from_buffer("float[]", out, require_writable=True), out.size))
+
+    def seq_mtp_draft_nodes(self, seq: int, tokens: np.ndarray, parents: np.ndarray, out: np.ndarray) -> None:
+        _native.check(lib.psl_context_seq_mtp_draft_nodes(
+            self._ctx, seq, len(tokens), ffi.from_buffer("int32_t[]", tokens), ffi.from_buffer("int32_t[]", parents),
+            ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def n_cells_used(self) -> int:
         return lib.psl_context_n_cells_used(self._ctx)

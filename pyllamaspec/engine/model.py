@@ -684,6 +684,18 @@ class Model(VocabMixin, _native.Closeable):
                    else c.seq_mtp_draft(seq.id, token, step, out))
         return out
 
+    def _mtp_draft_nodes(self, seq: Seq, tokens, parents, out: np.ndarray | None) -> np.ndarray:
+        toks = np.ascontiguousarray(tokens, np.int32)
+        par = np.ascontiguousarray(parents, np.int32)
+        if toks.ndim != 1 or par.shape != toks.shape or not len(toks):
+            raise InvalidArgumentError("tokens and parents must be two non-empty vectors of one length")
+        if out is None:
+            out = np.empty((len(toks), self.n_vocab), np.float32)
+        elif out.dtype != np.float32 or not out.flags.c_contiguous or out.size < len(toks) * self.n_vocab:
+            raise InvalidArgumentError(f"out must be a C-contiguous float32 array of {len(toks)} x {self.n_vocab}")
+        self._call(seq, lambda c: c.seq_mtp_draft_nodes(seq.id, toks, par, out))
+        return out.reshape(-1)[:len(toks) * self.n_vocab].reshape(len(toks), self.n_vocab)
+
     # -- draft heads (EAGLE-3, DFlash: engine/head.py) --------------------------------------
     def attach_head(self, head: "DraftHead | None") -> None:
         """From now on every eval keeps the inputs of the layers `head` reads and gives them to

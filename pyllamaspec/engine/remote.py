@@ -303,6 +303,9 @@ class RemoteContext(Context):
     def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None:
         self.enable_mtp()
 
+    def seq_mtp_draft_nodes(self, seq: int, tokens: np.ndarray, parents: np.ndarray, out: np.ndarray) -> None:
+        self.enable_mtp()
+
     def truncate(self, n_keep: int) -> None:
         self.call("truncate", n_keep)
 

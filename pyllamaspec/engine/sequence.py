@@ -134,6 +134,12 @@ class Sequence:
         """Model.mtp_draft from this sequence's hidden state."""
         return self.model._mtp_draft(self, token, step, out)
 
+    def mtp_draft_nodes(self, tokens, parents, out: np.ndarray | None = None) -> np.ndarray:
+        """Several MTP draft nodes of a token tree in one batch (psl_context_seq_mtp_draft_nodes):
+        node i runs tokens[i] as a child of node parents[i] of this sequence's draft (numbered as
+        evaluated: step 0 is node 0, each earlier node the next). Returns their logits [n, n_vocab]."""
+        return self.model._mtp_draft_nodes(self, tokens, parents, out)
+
     # -- interrupts ---------------------------------------------------------------------------
     def interrupt(self) -> None:
         """Stops this sequence's eval running now or, if none is, its next one

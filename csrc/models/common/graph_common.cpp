@@ -312,8 +312,8 @@ void GraphInputs::fill(const Graph & g, const UBatch & ub, const KvCells & cells
     fill_masks(g, ub, cells);
 }
 
-// Token i (position p of sequence s) sees the cells of s's positions 0..p; with a sliding
-// window only the last n_swa of them. One sequence whose cells ascend gives the causal mask of
+// Token i (position p of sequence s) sees the cells of s's positions 0..p (from n_past on, its
+// tail's); with a sliding window only the last n_swa of them. One sequence whose cells ascend gives the causal mask of
 // a one-sequence cache, cell for cell.
 void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells) {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
@@ -325,8 +325,9 @@ void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells &
         const int32_t p = ub.pos[i], s = ub.seq[i];
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
         ggml_fp16_t * srow = g.inp_mask_swa ? mask_swa_.data() + (size_t) i * g.n_kv : nullptr;
+        const int32_t own = cells.n_past(s);
         for (int32_t q = 0; q <= p; ++q) {
-            const int32_t c = cells.cell_at(s, q);
+            const int32_t c = q < own ? cells.cell_at(s, q) : ub.tails[i][(size_t) (q - own)];
             row[c] = zero;
             if (srow && q > p - n_swa) srow[c] = zero;
         }

@@ -48,7 +48,7 @@ struct Graph {
     ggml_tensor * inp_attn_scale = nullptr; // F32 [1, 1, n_tokens]: q's temperature per position (attn_temp_scale)
     // MTP (mtp.h): the target's eval also fills the MTP block's cache and returns its hidden rows
     bool mtp = false;
-    ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1]: the hidden state before the first token
+    ggml_tensor * inp_mtp_h = nullptr;      // F32 [n_embd, 1] (a draft: [n_embd, n_tokens]): the hidden state before
     ggml_tensor * mtp_hidden = nullptr;     // F32 [n_embd, n_tokens]: hidden rows to keep
     // A draft head's features: the inputs of the target's layers *capture (engine/head.h) are
     // kept (captured[k] for capture[k]) while the target computes a batch.
@@ -149,6 +149,9 @@ struct UBatch {
     const int32_t * seq = nullptr;
     const int32_t * cell = nullptr;
     const int32_t * out_ids = nullptr;
+    // per token, the cells of its positions from its sequence's n_past on (an MTP draft node's
+    // path: its ancestors' scratch cells and its own); null: no token lies past its sequence
+    const std::vector<int32_t> * tails = nullptr;
 };
 
 // The host side of a graph's inputs: where its tokens sit (positions, cache cells), the causal

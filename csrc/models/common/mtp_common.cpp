@@ -54,7 +54,7 @@ ggml_tensor * mtp_prev_hidden(Graph & g, ggml_tensor * x) {
 }
 
 ggml_tensor * mtp_draft_input(Graph & g) {
-    g.inp_mtp_h = new_input(g, g.m.hp.n_embd, 1, "inp_mtp_h");
+    g.inp_mtp_h = new_input(g, g.m.hp.n_embd, g.n_tokens, "inp_mtp_h");   // each node's own
     return g.inp_mtp_h;
 }
 

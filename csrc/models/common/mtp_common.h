@@ -28,8 +28,8 @@ ggml_tensor * nextn_draft(Graph & g, const NextnOps & ops);
 // normed and kept (g.mtp_hidden), returned shifted by one row (token i pairs with the hidden
 // state of token i - 1; the first with the one kept before, input g.inp_mtp_h).
 ggml_tensor * mtp_prev_hidden(Graph & g, ggml_tensor * x);
-// In a draft step: the hidden row given as input (g.inp_mtp_h); and the head over the block's
-// output y: keeps its normed row (g.mtp_hidden), returns the logits [n_vocab, 1].
+// In a draft step: the hidden rows given as input, one per token (g.inp_mtp_h); and the head over
+// the block's output y: keeps its normed rows (g.mtp_hidden), returns the logits [n_vocab, n_tokens].
 ggml_tensor * mtp_draft_input(Graph & g);
 ggml_tensor * mtp_head(Graph & g, ggml_tensor * y);
 // The whole target graph of such an architecture: its layers (ops.block), the NextN block's

@@ -244,8 +244,9 @@ void mtp_fill(Graph & g, ggml_tensor * embd, ggml_tensor * x, const Qwen35Ffn & 
     mtp_block(g, mtp_embed(g, embd), mtp_prev_hidden(g, x), true, ffn);
 }
 
-// One MTP draft step (engine/mtp.h): the block over one token and the hidden row given as input
-// (g.inp_mtp_h), its output row kept (g.mtp_hidden) for the next step; logits [n_vocab, 1].
+// MTP draft nodes (engine/mtp.h): the block over their tokens, each with the hidden row given as
+// its input (g.inp_mtp_h), their output rows kept (g.mtp_hidden) for their children; logits
+// [n_vocab, n_tokens].
 ggml_tensor * build_mtp_impl(Graph & g, const Qwen35Ffn & ffn) {
     return mtp_head(g, mtp_block(g, mtp_embed(g, g.embed()), mtp_draft_input(g), false, ffn));
 }

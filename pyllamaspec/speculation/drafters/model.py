@@ -9,7 +9,6 @@ head: the last one to finish gives the head back as it was."""
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 
 import numpy as np
@@ -19,9 +18,8 @@ from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError, NoVocabularyError
 from ..params import DraftParams
 from .base import Draft, Eval, Steps
-from .sampled import SampledDrafter
-from .tree_draft import TreeDraft, TreeShape, accepted_path, children
-from .tree_policy import TreeStats, best_batch, choose as choose_tree, observe_tree
+from .sampled_tree import TreeSampledDrafter
+from .tree_draft import TreeDraft
 
 # Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
 _COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
@@ -45,11 +43,11 @@ def _common_ids(target: Model, n: int, eog: frozenset[int]) -> np.ndarray | None
     return cached[1]
 
 
-class ModelDrafter(SampledDrafter):
-    """Drafts with a draft Model; see the module's docstring."""
+class ModelDrafter(TreeSampledDrafter):
+    """Drafts with a draft Model (a chain, or a token tree: sampled_tree.py); see the module's
+    docstring."""
 
     CATCH_UP_MAX = 32
-    pending_hint = 0             # the catch-up the round's draft needs (propose)
 
     def __init__(self, model: Model, sampling: SamplingParams, params: DraftParams, eog: frozenset[int],
                  target: Model):
@@ -78,11 +76,6 @@ class ModelDrafter(SampledDrafter):
         self.logits = np.empty((1, model.n_vocab), np.float32)
         self.step_buf = np.empty(1, np.int32)
         self.skipped = 0
-        # token trees (tree_draft.py): their own seeded draws (Gumbel-top-k)
-        self.rng = np.random.default_rng([sampling.seed, 0x74726565])
-        self.tree: TreeDraft | None = None
-        self.tree_draft: Draft | None = None
-        self.ranks = TreeStats()             # acceptance by sibling rank, expansion cost (tree_policy.py)
 
     def _restrict_head(self, target: Model) -> None:
         """A large vocabulary's head is most of a small draft's cost (Gemma 3: 262k rows): the
@@ -164,67 +157,11 @@ class ModelDrafter(SampledDrafter):
         self.step_buf[0] = token
         return Eval(self.draft_seq, self.step_buf, "last", self.logits)
 
-    # -- token trees -----------------------------------------------------------------------
-    def shape(self, k_cap: int, policy, constraint) -> TreeShape | None:
-        """The tree to draft this round, None for a chain: params.tree, never under a grammar
-        (its state would have to follow every branch) nor in a batch. Under penalties the
-        children's q counts the text's history, not the path's: a q of its own, which the
-        verification uses as drawn (exact), only less close to p."""
-        dp = self.params
-        if dp.tree is False or (dp.tree is None and not dp.adaptive) \
-                or (constraint is not None and constraint.active) or k_cap < 1:
-            return None
-        k = policy.choose(k_cap, self.pending_hint) if dp.adaptive else k_cap
-        self.chosen_k = k                    # a chain drafted instead does not choose again
-        k = min(k, self.room() - 1)
-        if k <= 0:
-            return None
-        if dp.tree is None:                  # the cost model decides: a tree only where it pays
-            return choose_tree(policy, self.ranks, k, min(k_cap, self.room() - 1), dp.tree_width,
-                               dp.tree_levels, dp.tree_nodes)
-        shape = TreeShape(k, dp.tree_nodes or 2 * k, dp.tree_width, dp.tree_levels)
-        return best_batch(policy, self.ranks, shape) if dp.adaptive else shape
-
-    def propose(self, seq: list[int], k_cap: int, policy, constraint=None) -> Draft:
-        if self.tree is not None:            # a round that failed after drafting: its spares go back
-            self.tree.release()
-            self.tree, self.tree_draft = None, None
-        self.pending_hint = self.pending(seq)
-        shape = self.shape(k_cap, policy, constraint)
-        if shape is None or shape.is_chain:
-            self.tree_shape = ""
-            return super().propose(seq, k_cap, policy, constraint)
-        self.chosen_k = None
-        t0 = time.perf_counter()
-        n_up = self.catch_up(seq)
-        t1 = time.perf_counter()
-        row0 = self.next_logits(int(seq[-1]), 0).copy()
-        t2 = time.perf_counter()
-        self.tree = TreeDraft(self.model, self.draft_seq, self.sampler, self.greedy, self.rng, self.eog)
-        try:
-            d = self.tree.build(int(seq[-1]), shape, row0)
-        except BaseException:
-            self.tree.release()
-            self.tree = None
-            raise
-        if self.params.adaptive:             # the root is the chain's kind of step; expansions apart
-            policy.observe_catch_up(t1 - t0, n_up)
-            policy.observe_draft(t2 - t1, 1)
-            for n, dt in self.tree.expansions:
-                self.ranks.observe_expand(n, dt)
-        self.tree_draft = d
-        self.tree_shape = (f"depth {shape.depth}, width {shape.width} x {shape.levels} levels, {shape.nodes} nodes, "
-                           f"{shape.batch} per draft evaluation")
-        return d
+    def new_tree(self) -> TreeDraft:
+        return TreeDraft(self.model, self.draft_seq, self.sampler, self.greedy, self.rng, self.eog)
 
     def accepted(self, seq: list[int], new: list[int], draft: Draft) -> None:
-        if self.tree is not None:        # the tree drafted (the round may have verified its first branch)
-            path = accepted_path(self.tree_draft, new)
-            if draft is self.tree_draft:     # verified whole: what each sibling rank achieved
-                observe_tree(self.ranks, children(draft.parents), path)
-            self.tree.keep(path)
-            self.tree, self.tree_draft = None, None
-        super().accepted(seq, new, draft)
+        super().accepted(seq, new, draft)      # a tree's drafter keeps its accepted path
         # keep what the draft saw of the accepted prefix; the rest it evaluates next round
         d = self.draft_seq
         d.truncate(min(d.n_past, len(seq) - 1 - self.skipped))
@@ -237,9 +174,7 @@ class ModelDrafter(SampledDrafter):
         if not self._open:
             return
         self._open = False
-        if self.tree is not None:
-            self.tree.release()
-            self.tree = None
+        self.release_tree()
         if self.draft_seq is not None:
             self.draft_seq.release()
             self.draft_seq = None

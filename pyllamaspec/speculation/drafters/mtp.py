@@ -8,23 +8,54 @@ output head). The core keeps the MTP cache in step with the target's (its eval f
 truncation rolls it back), so this drafter holds no cache of its own. Drafts are sampled from
 the MTP's adjusted distribution q, as a draft model's are, and verified exactly: greedy output
 is the target's own, sampled output keeps the target's distribution.
+
+Token trees (DraftParams.tree, as a draft model's: sampled_tree.py, tree_draft.py): step 0 is
+the root's evaluation; a node grown is an MTP draft node run from its parent's output state
+(psl_context_seq_mtp_draft_nodes: the core keeps every node's state until the draft ends), the
+nodes of one expansion in one MTP batch. Nothing of it enters the MTP cache.
 """
 from __future__ import annotations
 
 import numpy as np
 
+import time
+
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
+from ...engine.sequence import Sequence
 from ...errors import UnsupportedModelError
 from ..params import DraftParams
 from .base import Call
-from .sampled import SampledDrafter
+from .sampled_tree import TreeSampledDrafter
+from .tree_draft import TreeBuilder
 
 __all__ = ["MtpDrafter"]
 
 
-class MtpDrafter(SampledDrafter):
-    """Drafts with the target's MTP block."""
+class MtpTree(TreeBuilder):
+    """A tree's nodes evaluated by the MTP block of the target's sequence tseq: the root is the
+    round's step 0 (MTP node 0), each node grown the next MTP node, a child of its parent's."""
+
+    def __init__(self, tseq: Sequence, sampler, greedy: bool, rng: np.random.Generator, eog: frozenset[int]):
+        super().__init__(sampler, greedy, rng, eog)
+        self.tseq = tseq
+        self.mtp_node = {-1: 0}              # tree node -> its MTP draft node
+        self.n_mtp = 1
+
+    def _eval(self, grow: list, toks: list[int]) -> list[np.ndarray | None]:
+        if not grow:
+            return []
+        t0 = time.perf_counter()
+        rows = self.tseq.mtp_draft_nodes([toks[i] for i, _, _ in grow], [self.mtp_node[e.node] for _, e, _ in grow])
+        self.expansions.append((len(grow), time.perf_counter() - t0))
+        for j, (i, _, _) in enumerate(grow):
+            self.mtp_node[i] = self.n_mtp + j
+        self.n_mtp += len(grow)
+        return list(rows)
+
+
+class MtpDrafter(TreeSampledDrafter):
+    """Drafts with the target's MTP block: a chain, or a token tree (see the module's docstring)."""
 
     key = "mtp"
     SEED_MIX = (0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7)
@@ -49,3 +80,6 @@ class MtpDrafter(SampledDrafter):
 
     def next_step(self, token: int, k: int) -> Call:
         return Call(lambda: self.tseq.mtp_draft(token, k, out=self.logits))
+
+    def new_tree(self) -> MtpTree:
+        return MtpTree(self.tseq, self.sampler, self.greedy, self.rng, self.eog)

@@ -1,5 +1,7 @@
-"""A token tree drafted by a draft model, best-first (SpecExec, Sequoia): the most probable
-nodes are expanded first, several in one draft evaluation, until the node budget is spent.
+"""A token tree drafted best-first (SpecExec, Sequoia): the most probable nodes are expanded
+first, several in one draft evaluation, until the node budget is spent. TreeBuilder is the shape
+and the priorities, whatever evaluates a node; TreeDraft evaluates them in a draft model's
+sequences, the MTP drafter (mtp.py) in its target's MTP block.
 
 Where the nodes live in the draft model's cache: the root (the text's last token) is evaluated
 in the drafter's own sequence; a node's first evaluated child continues its parent's sequence,
@@ -21,6 +23,7 @@ import heapq
 import itertools
 import math
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,17 +83,25 @@ class _Tree:
     tie: "itertools.count" = field(default_factory=itertools.count)
 
 
-class TreeDraft:
-    """One round's tree in a draft model (see the module's docstring)."""
+class TreeBuilder(ABC):
+    """One round's tree, best-first (see the module's docstring); a subclass evaluates nodes."""
 
-    def __init__(self, model: Model, main: Sequence, sampler, greedy: bool, rng: np.random.Generator,
-                 eog: frozenset[int]):
-        self.model, self.main, self.sampler = model, main, sampler
-        self.greedy, self.rng, self.eog = greedy, rng, eog
-        self.spares: list[Sequence] = []
-        self.node_seq: list[tuple[Sequence, int] | None] = []
-        self.root_n = 0
+    def __init__(self, sampler, greedy: bool, rng: np.random.Generator, eog: frozenset[int]):
+        self.sampler, self.greedy, self.rng, self.eog = sampler, greedy, rng, eog
         self.expansions: list[tuple[int, float]] = []   # (nodes, seconds) of each draft evaluation
+
+    @abstractmethod
+    def _eval(self, grow: list, toks: list[int]) -> list[np.ndarray | None]:
+        """The draft logits after each node of grow ((node, its parent's _Expanded, rank)), in
+        one draft evaluation where it can; None: the node stays a leaf. Appends (nodes,
+        seconds) to self.expansions."""
+
+    def keep(self, path: list[int]) -> None:
+        """After verification: the drafter keeps what it evaluated of the accepted path."""
+        self.release()
+
+    def release(self) -> None:
+        """Gives back what the tree took."""
 
     # -- children of an evaluated node -------------------------------------------------------
     def _children(self, row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
@@ -118,7 +129,6 @@ class TreeDraft:
         chain's draft comes first (each main node's first child, to the full depth: the tree
         holds what the chain would, so it never yields less); the other nodes, best-first, take
         what the budget leaves."""
-        self.root_n = len(self.main._cache_ids)
         t = _Tree()
         self._expand(-1, 0, 1.0, True, row0, shape, t)
         main_taken = 0
@@ -152,7 +162,6 @@ class TreeDraft:
         t.parents.append(e.node)
         t.qrows.append(e.q)
         t.pmax.append(e.p_max)
-        self.node_seq.append(None)
         if r + 1 < len(e.tokens):
             heapq.heappush(t.heap, (-e.cum * e.ranked[r + 1], next(t.tie), e_i, r + 1))
         return len(t.toks) - 1, e, r
@@ -164,6 +173,22 @@ class TreeDraft:
             return
         t.exp.append(_Expanded(node, depth, cum, tokens, probs, ranked, q, float(ranked[0]), main))
         heapq.heappush(t.heap, (_MAIN if main else -cum * ranked[0], next(t.tie), len(t.exp) - 1, 0))
+
+
+class TreeDraft(TreeBuilder):
+    """One round's tree in a draft model's sequences (see the module's docstring)."""
+
+    def __init__(self, model: Model, main: Sequence, sampler, greedy: bool, rng: np.random.Generator,
+                 eog: frozenset[int]):
+        super().__init__(sampler, greedy, rng, eog)
+        self.model, self.main = model, main
+        self.spares: list[Sequence] = []
+        self.node_seq: dict[int, tuple[Sequence, int]] = {}    # an evaluated node: where its path is
+        self.root_n = 0
+
+    def build(self, first: int, shape: TreeShape, row0: np.ndarray) -> Draft:
+        self.root_n = len(self.main._cache_ids)
+        return super().build(first, shape, row0)
 
     def _path_seq(self, node: int) -> tuple[Sequence, int]:
         """A draft sequence holding the path to node (root: the drafter's own), and its length."""
@@ -203,7 +228,7 @@ class TreeDraft:
     # -- after verification ------------------------------------------------------------------
     def keep(self, path: list[int]) -> None:
         """The drafter's sequence takes the accepted path's evaluated part; the spares go back."""
-        deepest = next((i for i in reversed(path) if self.node_seq[i] is not None), None)
+        deepest = next((i for i in reversed(path) if i in self.node_seq), None)
         if deepest is not None:
             s, n = self.node_seq[deepest]
             if s is not self.main:
