@@ -62,8 +62,7 @@ def write_qwen35_gguf(
     ``n_nextn`` MTP blocks follow the trunk (``block_count`` counts them,
     ``nextn_predict_layers`` names them): an attention layer plus ``nextn.eh_proj``,
     ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm`` (the head is the model's).
-    ``edit``, if given, is called with {name: weights} before writing and may change them in
-    place (an MTP block made to agree with its trunk: tests/test_mtp.py).
+    ``edit({name: weights})``, if given, may change the weights in place before they are written.
     ``n_expert`` > 0 writes ``qwen35moe`` (Qwen3.5 / 3.6 MoE): each layer's FFN (the MTP
     block's too) is ``ffn_gate_inp`` and stacked experts of width ``n_ff_exp`` plus a shared
     expert of width ``n_ff_shexp`` with its gate vector ``ffn_gate_inp_shexp``.

@@ -8,8 +8,9 @@ Shapes a drafter may propose:
 - a chain (parents None): x_1..x_k, each following the one before;
 - a tree: nodes in an order where a parent comes before its children, parents[i] the index of
   node i's parent (-1: the last token of the text). Verifying a tree needs tree attention in
-  the target's batch and a multi-draft acceptance rule (speculation/tree.py); a draft model
-  proposes one (tree_draft.py) where its DraftParams ask for it.
+  the target's batch and a multi-draft acceptance rule (speculation/tree.py); a draft model or
+  the MTP head (sampled_tree.py, tree_draft.py) and the n-gram drafter propose one where their
+  DraftParams ask for it.
 A drafter that reads the target's hidden states (the MTP head, EAGLE-3, DFlash) holds the target
 and has its context keep those rows while it verifies (the core keeps them: csrc/engine/mtp.h,
 csrc/engine/head.h), so verification stays one target eval and the round does not change.
