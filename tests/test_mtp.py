@@ -398,3 +398,32 @@ def test_sampled_mtp_tree_preserves_the_distribution(agreeing):
     pv_naive = chi2_pvalue(c1, p1)[0]
     print(f"naive sibling rule: p-value {pv_naive:.2e}")
     assert pv_naive < 1e-6
+
+
+def test_the_cost_models_tree_is_drafted_by_the_mtp(agreeing, monkeypatch):
+    """tree=None, adaptive: the shape is the cost model's (tree_policy.choose) and the MTP
+    drafts it; its expansions are measured apart (TreeStats.c_expand, by MTP batch size). On
+    this tiny CPU model the real cost model drafts nothing at all (a draft step costs about as
+    much as the target's token), so its choices are pinned here: a draft of 3, a tree of 6."""
+    from pyllamaspec.speculation import cost_model
+    from pyllamaspec.speculation.drafters import sampled_tree
+    from pyllamaspec.speculation.drafters.tree_draft import TreeShape
+    asked = []
+
+    def choose(policy, stats, k, k_cap, width, levels, nodes):
+        asked.append((k, width, levels))
+        return TreeShape(k, 2 * k, width, levels, 2)
+    monkeypatch.setattr(sampled_tree, "choose_tree", choose)
+    monkeypatch.setattr(cost_model.DraftPolicy, "choose", lambda self, k_cap, pending=0: min(k_cap, 3))
+    from pyllamaspec.speculation.decoder import DraftParams
+    plain = generate(PROMPT, agreeing, temperature=0, max_tokens=30, cache_prompt=False)
+    dec = Decoder(agreeing, "mtp", SamplingParams(temperature=0), DraftParams(n_draft=8, adaptive=True, tree=None))
+    dec.prefill(PROMPT)
+    out = []
+    while len(out) < 30:
+        out += [t for t, _ in dec.step()]
+    assert out[:30] == plain.tokens
+    assert asked and all(a == (3, 2, 2) for a in asked[:-1])
+    assert dec.stats.tree_rounds > 0 and dec.stats.tree_shape.endswith("6 nodes, 2 per draft evaluation")
+    assert set(dec.drafter.ranks.c_expand) <= {1, 2} and dec.drafter.ranks.c_expand
+    dec.close()
