@@ -16,9 +16,9 @@ nodes of one expansion in one MTP batch. Nothing of it enters the MTP cache.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import time
+
+import numpy as np
 
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
