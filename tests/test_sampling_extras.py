@@ -395,3 +395,30 @@ def test_wrong_prompt_types_are_our_error(prompt, match):
         generate(prompt, "/does/not/exist.gguf")
     with pytest.raises(pyllamaspec.InvalidArgumentError, match=match):
         stream_generate(prompt, "/does/not/exist.gguf")
+
+
+def test_greedy_pick_is_the_first_largest_entry():
+    """The core's argmax (csrc/engine/sampling.cpp: eight lanes) is the first largest entry:
+    the lowest id on ties wherever they fall among the lanes and the tail, NaNs never win, a
+    row of -inf gives 0; numpy's nanargmax is the reference."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for n in [1, 2, 7, 8, 9, 15, 16, 17, 31, 262144]:
+        x = rng.normal(0.0, 3.0, n).astype(np.float32)
+        rows.append(x)
+        for a, b in [(0, n - 1), (n - 1, n // 2), (3, 11), (5, 13)]:   # ties in different lanes
+            if max(a, b) < n and a != b:
+                y = x.copy()
+                y[a] = y[b] = x.max() + 1.0
+                rows.append(y)
+        y = x.copy()
+        y[rng.integers(0, n, max(1, n // 5))] = np.nan
+        if not np.isnan(y).all():
+            rows.append(y)
+    rows.append(np.full(13, -np.inf, np.float32))
+    ramp = np.zeros(40, np.float32)
+    ramp[[9, 17, 25]] = 2.0                                         # three ties in one lane
+    rows.append(ramp)
+    for x in rows:
+        got = Sampler(len(x), SamplingParams(temperature=0.0)).sample(x)[0]
+        assert got == int(np.nanargmax(x)), (len(x), got, int(np.nanargmax(x)))

@@ -76,3 +76,17 @@ def test_np_per_slot_context(smollm2_path):
         assert code == 400 and "max_tokens asks for" in err["error"]["message"]
     finally:
         s.stop()
+
+
+def test_one_slot_with_spec_tree_verifies_trees(smollm2_path, draft_path):
+    """-np 1 --spec-tree: the context holds the tree's spare sequences beside the slot
+    (cli.main.sequences_for), so rounds verify trees (the timings say how many); before, one
+    slot meant one sequence and every tree shrank to its first branch, silently."""
+    s = Server(["-m", str(smollm2_path), "-md", str(draft_path), "-np", "1", "--spec-tree", *MODEL_FLAGS,
+                *DRAFT_FLAGS])
+    try:
+        t = _chat(s.client(), QUESTIONS[3]).model_extra["timings"]
+        assert t.get("tree_rounds", 0) > 0, t
+        assert s.get("/props")["total_slots"] == 1
+    finally:
+        s.stop()

@@ -480,3 +480,22 @@ def test_greedy_tree_gemma3_up_to_small_margins(gemma3_path):
                 assert spec.tokens[:safe] == plain[:safe], f"n_draft={k}, {prompt!r}"
                 log += spec.stats.tree_log
     assert log
+
+
+def test_cli_spec_tree_gives_a_hybrid_its_branches(synth_dir):
+    """A hybrid target holds one sequence by default (a recurrent state ring each): --spec-tree
+    asks for a tree's spare sequences too (cli.main.sequences_for), so the CLI really verifies
+    trees on it; without them every tree shrank to its first branch (0 tree rounds)."""
+    import subprocess
+    import sys
+    t, d = _qwen35_models(synth_dir)
+    base = [sys.executable, "-m", "pyllamaspec.cli", "-m", str(t), "-md", str(d), "-no-cnv", "-p", "a b c d",
+            "-n", "24", "--temp", "0", "--draft-max", "4", "-t", "1", "--no-adaptive", "--draft-p-min", "0",
+            "--ignore-eos"]
+    runs = {flag: subprocess.run(base + [flag], capture_output=True, text=True, timeout=300)
+            for flag in ("--spec-tree", "--no-spec-tree")}
+    for proc in runs.values():
+        assert proc.returncode == 0, proc.stderr
+    assert runs["--spec-tree"].stdout == runs["--no-spec-tree"].stdout        # greedy: the same text
+    line = next(x for x in runs["--spec-tree"].stderr.splitlines() if x.startswith("trees"))
+    assert int(line.split("=")[1].split()[0]) > 0, line

@@ -18,7 +18,7 @@ import sys
 import warnings
 from contextlib import ExitStack
 
-from ...engine._native import mlock_all
+from ...engine._native import lib, mlock_all
 from ...engine.chat_template import template_source
 from ...engine.head import HEAD_TYPES, DraftHead, file_arch
 from ...engine.model import DRAFT_OPTIONS, Model
@@ -188,12 +188,26 @@ def constraint_from_args(a: argparse.Namespace) -> GrammarSpec | None:
     return constraint_spec(grammar, schema)
 
 
+def sequences_for(a: argparse.Namespace) -> int:
+    """The sequences each model's context holds: the server's slots (a.n_seq_max; 0 in the CLI:
+    the core's default, many, but one for a hybrid model), and with --spec-tree a token tree's
+    branches beside them: each is verified (and drafted) in a spare sequence (speculation/
+    tree.py), and without spares a tree shrinks to its first branch. Only when asked: a hybrid
+    model keeps a recurrent state ring per sequence (memory); elsewhere a server's idle slots
+    serve as the branches."""
+    n = getattr(a, "n_seq_max", 0)
+    if getattr(a, "spec_tree", None):
+        dp = DraftParams()
+        n = min(max(n, 1) + dp.tree_width ** dp.tree_levels, lib.PSL_SEQ_MAX)
+    return n
+
+
 def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
                 stack: ExitStack) -> "tuple[Model, Model | DraftHead | None]":
     """The target and the draft (a model or a head), loaded; a draft that cannot speculate for
     the target is refused here, before anything is printed."""
     kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", None),
-              use_repack=getattr(a, "repack", True), n_seq_max=getattr(a, "n_seq_max", 0))
+              use_repack=getattr(a, "repack", True), n_seq_max=sequences_for(a))
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
