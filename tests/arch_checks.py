@@ -122,18 +122,32 @@ def rollback_every_split(path, rng_seed: int = 5, **kw) -> float:
     return worst
 
 
+# spare sequences for a token tree's branches (a hybrid's default context holds one)
+TREE_SEQS = 16
+
+
 def speculative_greedy(target_path, draft_path, prompt, ks=(1, 3, 8), max_tokens: int = 32) -> list[float]:
-    """Greedy speculative output equals plain greedy output for every draft length; returns
-    the acceptance rates."""
+    """Greedy speculative output equals plain greedy output for every draft length, drafting
+    chains and (depth >= 2) token trees (speculation/tree.py: tree attention in one target
+    evaluation); returns the chains' acceptance rates."""
     rates = []
-    with f32_model(target_path) as target, f32_model(draft_path) as draft:
+    with f32_model(target_path, n_seq_max=TREE_SEQS) as target, f32_model(draft_path, n_seq_max=TREE_SEQS) as draft:
         plain = generate(prompt, target, max_tokens=max_tokens, temperature=0)
         for k in ks:
             spec = generate(prompt, target, draft, max_tokens=max_tokens, temperature=0, n_draft=k, p_min=0.0,
                             adaptive=False)
             assert spec.tokens == plain.tokens, f"n_draft={k}"
             rates.append(spec.stats.acceptance_rate)
+            if k >= 2:
+                assert_tree_greedy(generate(prompt, target, draft, max_tokens=max_tokens, temperature=0, n_draft=k,
+                                            p_min=0.0, adaptive=False, tree=True), plain, k)
     return rates
+
+
+def assert_tree_greedy(spec, plain, k: int) -> None:
+    """A tree-drafting generation: plain greedy's tokens, and (nearly) every round a tree."""
+    assert spec.tokens == plain.tokens, f"tree, depth {k}"
+    assert spec.stats.tree_rounds >= spec.stats.rounds - 1 > 0, (spec.stats.tree_rounds, spec.stats.rounds)
 
 
 def compare_mtp_with_llamacpp(path, spec: dict) -> dict:
@@ -163,7 +177,7 @@ def mtp_greedy_equals_plain(path, prompt, ks=(1, 3, 6), max_tokens: int = 32) ->
     """Greedy speculation with the target's own MTP block (draft_model="mtp") equals plain
     greedy output; returns the acceptance rates."""
     rates = []
-    with f32_model(path) as m:
+    with f32_model(path, n_seq_max=TREE_SEQS) as m:
         plain = generate(prompt, m, temperature=0, max_tokens=max_tokens, cache_prompt=False)
         for k in ks:
             spec = generate(prompt, m, "mtp", temperature=0, max_tokens=max_tokens, n_draft=k, adaptive=False,
@@ -171,6 +185,9 @@ def mtp_greedy_equals_plain(path, prompt, ks=(1, 3, 6), max_tokens: int = 32) ->
             assert spec.tokens == plain.tokens, f"n_draft={k}"
             assert spec.stats.drafted > 0
             rates.append(spec.stats.acceptance_rate)
+            if k >= 2:                       # the MTP head's top-k as a token tree
+                assert_tree_greedy(generate(prompt, m, "mtp", temperature=0, max_tokens=max_tokens, n_draft=k,
+                                            adaptive=False, p_min=0.0, cache_prompt=False, tree=True), plain, k)
     return rates
 
 

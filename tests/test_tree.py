@@ -34,8 +34,8 @@ F32 = dict(n_threads=1, type_k="f32", type_v="f32")
 def _write(kind: str, path: pathlib.Path, draft: bool) -> None:
     """A target, or its draft: the same weights with fewer layers (agrees often, not always)."""
     n_layer = 1 if draft else 2
-    if kind == "qwen3moe":
-        write_moe_gguf(path, n_layer=n_layer, seed=5)
+    if kind in ("qwen3moe", "qwen2moe", "gpt-oss"):
+        write_moe_gguf(path, arch=kind, n_layer=n_layer, seed=5)
     else:
         models.write_gguf(path, arch=kind, n_vocab=64, n_embd=32, n_layer=n_layer, seed=11)
 
@@ -57,7 +57,7 @@ def _check_identity(target: Model, draft: Model, prompts) -> list[tuple[int, int
     return log
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma3", "qwen3moe"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe", "gpt-oss"])
 def test_greedy_tree_equals_plain(synth_dir, kind):
     t, d = synth_dir / f"tree_{kind}_t.gguf", synth_dir / f"tree_{kind}_d.gguf"
     _write(kind, t, False)

@@ -168,6 +168,7 @@ class Model(VocabMixin, _native.Closeable):
         # The sequences (each keeps the ids in its cache, in order, as the core keeps only K/V:
         # a new prompt then evaluates only what follows its longest common prefix with them)
         self.n_seq_max: int = c.n_seq_max
+        self.mtp_enabled = False             # enable_mtp()
         self._pool = SequencePool(self, c.n_seq_max)
         self._seq0 = self._pool.get(0)
         self._sig = threading.Lock()             # interrupts of a sequence vs. the call running
@@ -666,6 +667,7 @@ class Model(VocabMixin, _native.Closeable):
         once); UnsupportedError when the file has no MTP layers."""
         with self._excl:
             self._context.enable_mtp()
+            self.mtp_enabled = True          # a token then takes one sequence (tree.py lays trees out whole)
 
     def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
         """One chained MTP step (psl_context_mtp_draft): step 0 runs `token`, the one after the

@@ -5,8 +5,8 @@ target call: every root-to-leaf path gets a spare sequence of the target that st
 of the generation's sequence (Sequence.copy_from: shared KV cells), and each node is put in the
 batch once, in the sequences of all the branches through it: it attends as the first of them,
 to its ancestors and the text (csrc/engine/batch.h: a tree attention mask for free). A hybrid
-target (a recurrent state per sequence) takes one sequence per token: there every branch is
-laid out whole (the shared nodes repeated; exact, more rows). Then the longest accepted path is
+target (a recurrent state per sequence), or one whose MTP block is enabled (its hidden rows by
+sequence), takes one sequence per token: there every branch is laid out whole (the shared nodes repeated; exact, more rows). Then the longest accepted path is
 copied back into the generation's sequence and the branches dropped: both caches hold the text.
 
 Acceptance, walking down from the root, with p the target's adjusted distribution at the node:
@@ -101,7 +101,7 @@ class TreeVerifier:
 
     def __init__(self, target: Model, sampler: Sampler, seed: int):
         self.target, self.sampler = target, sampler
-        self.hybrid = target.memory.get("recurrent_bytes", 0) > 0
+        self.hybrid = target.memory.get("recurrent_bytes", 0) > 0 or target.mtp_enabled
         self.rng = np.random.default_rng([seed, 0x7265])
         self.branches: list[Sequence] = []
         self.leaf_seq: dict[int, Sequence] = {}
@@ -126,6 +126,7 @@ class TreeVerifier:
         """The target's rows for the tree: row 0 the root's (scoring its children), row i + 1
         node i's. The branches hold the text and the tree afterwards."""
         lv = leaves(draft.parents)
+        self.hybrid = self.hybrid or self.target.mtp_enabled     # MTP enabled since: its rows take one sequence a token
         n_past = tseq.n_past
         for s in self.branches:
             s.copy_from(tseq, n_past)
