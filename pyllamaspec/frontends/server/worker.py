@@ -395,7 +395,8 @@ class Worker:
             job.n_out += p.token >= 0
             job.info["generated"] += p.text
             job.info["n_decoded"], job.info["n_remain"] = job.n_out, job.max_tokens - job.n_out
-            job.emit("piece", p)
+            if job.req.stream:        # a whole answer's handler waits for "done" only: no wake-up per round
+                job.emit("piece", p)
         if g.done:
             self._finish(job)
 
