@@ -7,7 +7,10 @@ alternated rounds, medians (issue 28).
 
 Pairs (the models of pyllamaspec.files.offline, variants made by files.convert.ensure_variant):
   smollm2: SmolLM2-135M-Instruct Q4_1 target, its Q4_0 as the draft;
-  gemma3:  Gemma 3 270M F16 target, the Q4_K_M file as the draft.
+  gemma3:  Gemma 3 270M F16 target, the Q4_K_M file as the draft (the F16 is that file's
+           weights written as F16: the real F16 is not reachable offline, so the pair agrees on
+           nearly every token and a tree has nothing to add at depths a chain fills);
+  gemma3-q4_0: the same F16 target, its Q4_0 (requantized from the Q4_K_M: a weaker draft).
 Each round runs every mode once on every prompt, the order of the modes rotating (a machine that
 slows within a round favours none); each figure is the median over rounds. Modes: plain
 (no draft), chain (tree=False), tree (tree=True: n_draft is the depth, the default shape: the
@@ -38,12 +41,14 @@ PROMPTS = {
 def pair_paths(name: str) -> tuple[str, str]:
     from pyllamaspec.files.convert import ensure_variant
     from pyllamaspec.files.offline import real_model_path
-    base = real_model_path(name)
+    base = real_model_path(name.split("-")[0])
     if name == "smollm2":
         return str(base), str(ensure_variant(base, "q4_0"))
     if name == "gemma3":
         return str(ensure_variant(base, "f16")), str(base)
-    raise SystemExit(f"unknown pair {name!r} (smollm2, gemma3)")
+    if name == "gemma3-q4_0":
+        return str(ensure_variant(base, "f16")), str(ensure_variant(base, "q4_0"))
+    raise SystemExit(f"unknown pair {name!r} (smollm2, gemma3, gemma3-q4_0)")
 
 
 _LEARNED: dict = {}
