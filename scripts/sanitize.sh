@@ -51,7 +51,8 @@ while [ $# -gt 0 ]; do
 done
 
 # The fast files that exercise the core: loading (corrupt files included), the header check,
-# tokenizer, threads, and a short fuzz run (sanitized too: scripts/fuzz.py sees the library).
+# tokenizer, threads, a token tree's acceptance on hand-made rows (bad trees included), and a
+# short fuzz run (sanitized too: scripts/fuzz.py sees the library).
 # Deselected, as they measure what ASan changes, not what it checks:
 # * test_tokenizer_scaling's time-against-size tests: speed ratios, meaningless under ASan's
 #   constant factors (and on a shared machine);
@@ -61,7 +62,7 @@ done
 # * test_tokenizing_alongside_an_eval: waits 60 s for a 1500-token eval, which takes longer here.
 DEFAULT_TESTS=(tests/test_core.py tests/test_gguf_check.py tests/test_tokenizer.py tests/test_tokenizer_round_trip.py
                tests/test_tokenizer_oracles.py tests/test_reliability.py
-               tests/test_tokenizer_scaling.py tests/test_fuzz.py -k "not time_grows_linearly"
+               tests/test_tokenizer_scaling.py tests/test_fuzz.py tests/test_sampler_tree.py -k "not time_grows_linearly"
                --deselect tests/test_reliability.py::test_failed_loads_leak_nothing
                --deselect tests/test_reliability.py::test_failed_loads_of_a_truncated_real_model_leak_nothing
                --deselect tests/test_reliability.py::test_failed_split_loads_leak_nothing

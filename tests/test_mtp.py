@@ -346,25 +346,9 @@ def test_greedy_mtp_tree_equals_plain(agreeing):
     assert any(branch > 0 and depth > 0 for _, depth, branch in log), log
 
 
-def _naive(self, row, draft, kids):
-    """The negative control (test_tree.py's): each sibling tested against the same p and q."""
-    p = self.sampler.probs(row).astype(np.float64)
-    p /= p.sum()
-    if not kids:
-        return None, int(self.rng.choice(len(p), p=p))
-    q = draft.q[kids[0]].astype(np.float64)
-    q /= q.sum()
-    for c in kids:
-        x = int(draft.tokens[c])
-        if self.rng.random() * q[x] < p[x]:
-            return c, x
-    r = np.maximum(p - q, 0.0)
-    return None, int(self.rng.choice(len(p), p=r / r.sum()))
-
-
 def _tree_first_two(target, sp: SamplingParams, n: int, naive: bool = False):
     from pyllamaspec.speculation.decoder import DraftParams
-    from pyllamaspec.speculation.tree import TreeVerifier
+    from test_tree import _naive_accept       # the negative control: no residual update, q kept whole
     c1 = np.zeros(target.n_vocab, np.int64)
     c2 = np.zeros(target.n_vocab, np.int64)
     later = 0
@@ -373,7 +357,8 @@ def _tree_first_two(target, sp: SamplingParams, n: int, naive: bool = False):
                       DraftParams(n_draft=2, p_min=0.0, adaptive=False, tree=True, tree_width=4, tree_levels=2,
                                   tree_nodes=12))
         if naive:
-            dec.tree._recursive = _naive.__get__(dec.tree, TreeVerifier)
+            rng = np.random.default_rng(seed)
+            dec.tree.accept = lambda p, d, s=dec.t_sampler, r=rng: _naive_accept(s, r, p, d)
         dec.prefill(PROMPT)
         out = []
         while len(out) < 2:

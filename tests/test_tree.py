@@ -24,7 +24,7 @@ from pyllamaspec import Model
 from pyllamaspec.engine.sampling import Sampler, SamplingParams
 from pyllamaspec.frontends.generate import generate
 from pyllamaspec.speculation.decoder import Decoder, DraftParams
-from pyllamaspec.speculation.tree import TreeVerifier
+from pyllamaspec.speculation.drafters.tree_draft import children
 from test_speculative import PROMPT, chi2_pvalue, exact_marginals, plain_greedy_to_near_tie
 
 PROMPTS = [[1, 7, 3, 9], [2, 5, 5, 5, 8], [3], [9, 8, 7, 6, 5, 4, 3, 2]]
@@ -149,21 +149,24 @@ def pair(synth_dir):
         yield target, draft
 
 
-def _naive(self, row, draft, kids):
-    """The negative control: each sibling accepted with min(1, p/q) against the same p and q
-    (no residual update, q not renormalized without the earlier siblings)."""
-    p = self.sampler.probs(row).astype(np.float64)
-    p /= p.sum()
-    if not kids:
-        return None, int(self.rng.choice(len(p), p=p))
-    q = draft.q[kids[0]].astype(np.float64)
-    q /= q.sum()
-    for c in kids:
-        x = int(draft.tokens[c])
-        if self.rng.random() * q[x] < p[x]:
-            return c, x
-    r = np.maximum(p - q, 0.0)
-    return None, int(self.rng.choice(len(p), p=r / r.sum()))
+def _naive_accept(sampler: Sampler, rng: np.random.Generator, p: np.ndarray, draft) -> tuple[list[int], int]:
+    """The negative control, a walk in numpy: each sibling accepted with min(1, p/q) against the
+    same p and q (no residual update, q not renormalized without the earlier siblings)."""
+    kids, path, node = children(draft.parents), [], -1
+    while True:
+        pr = sampler.probs(p[node + 1]).astype(np.float64)
+        pr /= pr.sum()
+        group = kids[node + 1]
+        if not group:
+            return path, int(rng.choice(len(pr), p=pr))
+        q = draft.q[group[0]].astype(np.float64)
+        q /= q.sum()
+        nxt = next((c for c in group if rng.random() * q[draft.tokens[c]] < pr[draft.tokens[c]]), None)
+        if nxt is None:
+            r = np.maximum(pr - q, 0.0)
+            return path, int(rng.choice(len(pr), p=r / r.sum()))
+        path.append(nxt)
+        node = nxt
 
 
 def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = False, prompt=PROMPT):
@@ -175,7 +178,8 @@ def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = F
                       DraftParams(n_draft=2, p_min=0.0, adaptive=False, tree=True, tree_width=4, tree_levels=2,
                                   tree_nodes=12))
         if naive:
-            dec.tree._recursive = _naive.__get__(dec.tree, TreeVerifier)
+            rng = np.random.default_rng(seed)
+            dec.tree.accept = lambda p, d, s=dec.t_sampler, r=rng: _naive_accept(s, r, p, d)
         dec.prefill(prompt)
         out = []
         while len(out) < 2:

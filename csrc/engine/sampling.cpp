@@ -5,9 +5,8 @@
 // et al. 2023, Chen et al. 2023) uses the same adjusted distributions for the draft (q) and the
 // target (p), which is what keeps the output distribution exactly the target's; penalties at a
 // draft position count the drafts before it, as the text it continues holds them.
+#include "engine/sampling.h"
 #include "error.h"
-#include "grammar/grammar.h"
-#include "pyllamaspec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,28 +15,6 @@
 #include <vector>
 
 namespace {
-
-// xoshiro256** seeded through splitmix64: the same stream on every platform and compiler
-// (std:: distributions are not specified bit for bit).
-struct Rng {
-    uint64_t s[4];
-    void seed(uint64_t x) {
-        for (uint64_t & v : s) {
-            x += 0x9e3779b97f4a7c15ull;
-            uint64_t z = x;
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-            v = z ^ (z >> 31);
-        }
-    }
-    static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-    uint64_t next() {
-        const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
-        return r;
-    }
-    double uniform() { return (double) (next() >> 11) * 0x1.0p-53; }   // [0, 1)
-};
 
 // The largest entry's id, the lowest on ties (NaNs never win; 0 when nothing does). Eight
 // lanes, each the running maximum of every eighth entry: one compare-and-keep chain per lane
@@ -75,60 +52,6 @@ int32_t argmax(const float * x, int32_t n) {
     return best < 0 ? 0 : bi[best];
 }
 
-// llama.cpp's penalties sampler: over the last `last_n` tokens of the history, a token seen
-// c > 0 times has its logit divided by `repeat` (multiplied when <= 0, so that a penalty never
-// makes a token likelier), then lowered by c * freq + present. Applied to a copy of the row:
-// the caller's logits stay raw (logprobs read them).
-struct Penalties {
-    int32_t last_n = 0;
-    float repeat = 1.0f, freq = 0.0f, present = 0.0f;
-    std::vector<int32_t> history;   // every token pushed; the window is its tail
-    std::vector<int32_t> count;     // scratch per id, all zero between calls
-    std::vector<float> row;         // the penalized copy
-
-    bool active() const { return last_n != 0 && (repeat != 1.0f || freq != 0.0f || present != 0.0f); }
-
-    const float * apply(const float * logits, int32_t V) {
-        if (!active() || history.empty()) return logits;
-        const size_t n = history.size();
-        const size_t w = last_n < 0 ? n : std::min(n, (size_t) last_n);
-        const int32_t * win = history.data() + (n - w);
-        row.assign(logits, logits + V);
-        if (count.size() != (size_t) V) count.assign((size_t) V, 0);
-        for (size_t i = 0; i < w; ++i) ++count[win[i]];
-        for (size_t i = 0; i < w; ++i) {
-            const int32_t t = win[i], c = count[t];
-            if (c == 0) continue;   // a repeat within the window, done already
-            float & l = row[t];
-            l = l <= 0.0f ? l * repeat : l / repeat;
-            l -= (float) c * freq + (float) (c > 0) * present;
-            count[t] = 0;
-        }
-        return row.data();
-    }
-};
-
-// Rolls a grammar back to where a verification found it, whichever way it returns.
-struct GrammarMark {
-    psl_grammar * g;
-    int32_t n;
-    explicit GrammarMark(psl_grammar * gr) : g(gr), n(gr ? gr->n_accepted() : 0) {}
-    ~GrammarMark() {
-        if (!g) return;
-        try {
-            g->rewind(g->n_accepted() - n);
-        } catch (...) {   // cannot happen (rewinding what it accepted); a destructor must not throw
-        }
-    }
-};
-
-// Restores the history's length when a verification returns, whichever way it does.
-struct HistoryMark {
-    std::vector<int32_t> & h;
-    size_t n;
-    explicit HistoryMark(std::vector<int32_t> & v) : h(v), n(v.size()) {}
-    ~HistoryMark() { h.resize(n); }
-};
 
 double log_sum_exp(const float * x, int32_t n) {
     float m = -INFINITY;
@@ -163,193 +86,198 @@ void top_n(const float * x, int32_t V, int32_t n, int32_t * ids) {
 
 }  // namespace
 
-struct psl_sampler {
-    int32_t n_vocab;
-    psl_sampling_params params;
-    Rng rng;
-    std::vector<int32_t> cand;    // kept candidate ids
-    std::vector<float> cand_p;    // their probabilities (sum 1)
-    std::vector<float> row_p;     // a dense p row (verify)
-    Penalties pen;
-    psl_grammar * grammar = nullptr;   // the constraint, if any (not owned)
-    std::vector<uint8_t> allowed;      // its mask
-    std::vector<float> masked;         // a row with the tokens it forbids at -inf
-    std::vector<int32_t> top;          // the likeliest ids of a row (greedy under a grammar)
-
-    bool greedy() const { return params.temperature <= 0.0f; }
-
-    // The grammar's mask for its current state; fails where it allows no token of this vocabulary.
-    const uint8_t * grammar_mask() {
-        allowed.resize((size_t) n_vocab);
-        grammar->mask(allowed.data(), n_vocab);
-        if (std::find(allowed.begin(), allowed.end(), 1) == allowed.end()) {
-            psl::fail(PSL_ERR_INVALID_ARGUMENT, "the grammar allows no token of this vocabulary here");
-        }
-        return allowed.data();
+const float * psl::sampling::Penalties::apply(const float * logits, int32_t V) {
+    if (!active() || history.empty()) return logits;
+    const size_t n = history.size();
+    const size_t w = last_n < 0 ? n : std::min(n, (size_t) last_n);
+    const int32_t * win = history.data() + (n - w);
+    row.assign(logits, logits + V);
+    if (count.size() != (size_t) V) count.assign((size_t) V, 0);
+    for (size_t i = 0; i < w; ++i) ++count[win[i]];
+    for (size_t i = 0; i < w; ++i) {
+        const int32_t t = win[i], c = count[t];
+        if (c == 0) continue;   // a repeat within the window, done already
+        float & l = row[t];
+        l = l <= 0.0f ? l * repeat : l / repeat;
+        l -= (float) c * freq + (float) (c > 0) * present;
+        count[t] = 0;
     }
+    return row.data();
+}
 
-    // The argmax (lowest id on ties) among the tokens the grammar allows: the row's likeliest
-    // tokens are tested one by one first, which mostly spares computing a whole mask.
-    int32_t pick_greedy(const float * row) {
-        const int32_t V = n_vocab;
-        const int32_t best = argmax(row, V);
-        if (!grammar || grammar->allows(best)) return best;
-        const int32_t n = std::min<int32_t>(32, V);
-        top.resize((size_t) n);
-        top_n(row, V, n, top.data());
-        for (int32_t id : top) {
-            if (grammar->allows(id)) return id;
-        }
-        const uint8_t * ok = grammar_mask();
-        int32_t pick = -1;
-        for (int32_t i = 0; i < V; ++i) {
-            if (ok[i] && (pick < 0 || row[i] > row[pick])) pick = i;
-        }
-        return pick;
+// ---- the sampler ----
+
+// The grammar's mask for its current state; fails where it allows no token of this vocabulary.
+const uint8_t * psl_sampler::grammar_mask() {
+    allowed.resize((size_t) n_vocab);
+    grammar->mask(allowed.data(), n_vocab);
+    if (std::find(allowed.begin(), allowed.end(), 1) == allowed.end()) {
+        psl::fail(PSL_ERR_INVALID_ARGUMENT, "the grammar allows no token of this vocabulary here");
     }
+    return allowed.data();
+}
 
-    // The row with the tokens the grammar forbids at -inf (llama.cpp's grammar-first chain).
-    // Where every allowed token's logit is -inf (a draft's restricted head), they share the
-    // mass equally: a draft may propose from any distribution it really draws from.
-    const float * constrain(const float * row) {
-        if (!grammar) return row;
-        const uint8_t * ok = grammar_mask();
-        masked.resize((size_t) n_vocab);
-        bool finite = false;
-        for (int32_t i = 0; i < n_vocab; ++i) {
-            masked[i] = ok[i] ? row[i] : -INFINITY;
-            finite = finite || (ok[i] && row[i] > -INFINITY);
-        }
-        if (!finite) {
-            for (int32_t i = 0; i < n_vocab; ++i) masked[i] = ok[i] ? 0.0f : -INFINITY;
-        }
-        return masked.data();
+// The argmax (lowest id on ties) among the tokens the grammar allows: the row's likeliest
+// tokens are tested one by one first, which mostly spares computing a whole mask.
+int32_t psl_sampler::pick_greedy(const float * row) {
+    const int32_t V = n_vocab;
+    const int32_t best = argmax(row, V);
+    if (!grammar || grammar->allows(best)) return best;
+    const int32_t n = std::min<int32_t>(32, V);
+    top.resize((size_t) n);
+    top_n(row, V, n, top.data());
+    for (int32_t id : top) {
+        if (grammar->allows(id)) return id;
     }
+    const uint8_t * ok = grammar_mask();
+    int32_t pick = -1;
+    for (int32_t i = 0; i < V; ++i) {
+        if (ok[i] && (pick < 0 || row[i] > row[pick])) pick = i;
+    }
+    return pick;
+}
 
-    // Candidates and their adjusted probabilities for one logits row.
-    void adjust(const float * logits) {
-        const int32_t V = n_vocab;
-        if (!greedy()) logits = constrain(logits);
-        const auto by_logit = [logits](int32_t a, int32_t b) {
-            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-        };
-        cand.resize(V);
-        std::iota(cand.begin(), cand.end(), 0);
-        size_t n = V;
-        bool sorted = false;
+// The row with the tokens the grammar forbids at -inf (llama.cpp's grammar-first chain).
+// Where every allowed token's logit is -inf (a draft's restricted head), they share the
+// mass equally: a draft may propose from any distribution it really draws from.
+const float * psl_sampler::constrain(const float * row) {
+    if (!grammar) return row;
+    const uint8_t * ok = grammar_mask();
+    masked.resize((size_t) n_vocab);
+    bool finite = false;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        masked[i] = ok[i] ? row[i] : -INFINITY;
+        finite = finite || (ok[i] && row[i] > -INFINITY);
+    }
+    if (!finite) {
+        for (int32_t i = 0; i < n_vocab; ++i) masked[i] = ok[i] ? 0.0f : -INFINITY;
+    }
+    return masked.data();
+}
 
-        if (greedy()) {
-            cand[0] = pick_greedy(logits);
-            cand.resize(1);
-            cand_p.assign(1, 1.0f);
-            return;
-        }
-        if (params.top_k > 0 && params.top_k < V) {
-            n = (size_t) params.top_k;
-            std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end(), by_logit);
-            std::sort(cand.begin(), cand.begin() + n, by_logit);
-            sorted = true;
-        }
-        float max_l = -INFINITY;
-        for (size_t i = 0; i < n; ++i) max_l = std::max(max_l, logits[cand[i]]);
+// Candidates and their adjusted probabilities for one logits row.
+void psl_sampler::adjust(const float * logits) {
+    const int32_t V = n_vocab;
+    if (!greedy()) logits = constrain(logits);
+    const auto by_logit = [logits](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    cand.resize(V);
+    std::iota(cand.begin(), cand.end(), 0);
+    size_t n = V;
+    bool sorted = false;
 
-        if (params.top_p < 1.0f) {
-            double total = 0.0;
-            for (size_t i = 0; i < n; ++i) total += std::exp((double) logits[cand[i]] - max_l);
-            // Sort only as much of the head as the mass needs: usually a few dozen entries.
-            size_t m = sorted ? n : std::min<size_t>(n, 64);
-            for (;;) {
-                if (!sorted) std::partial_sort(cand.begin(), cand.begin() + m, cand.begin() + n, by_logit);
-                double cum = 0.0;
-                size_t keep = 0;
-                for (size_t i = 0; i < m; ++i) {
-                    cum += std::exp((double) logits[cand[i]] - max_l) / total;
-                    if (cum >= params.top_p) {
-                        keep = i + 1;
-                        break;
-                    }
-                }
-                if (keep) {
-                    n = keep;
+    if (greedy()) {
+        cand[0] = pick_greedy(logits);
+        cand.resize(1);
+        cand_p.assign(1, 1.0f);
+        return;
+    }
+    if (params.top_k > 0 && params.top_k < V) {
+        n = (size_t) params.top_k;
+        std::nth_element(cand.begin(), cand.begin() + (n - 1), cand.end(), by_logit);
+        std::sort(cand.begin(), cand.begin() + n, by_logit);
+        sorted = true;
+    }
+    float max_l = -INFINITY;
+    for (size_t i = 0; i < n; ++i) max_l = std::max(max_l, logits[cand[i]]);
+
+    if (params.top_p < 1.0f) {
+        double total = 0.0;
+        for (size_t i = 0; i < n; ++i) total += std::exp((double) logits[cand[i]] - max_l);
+        // Sort only as much of the head as the mass needs: usually a few dozen entries.
+        size_t m = sorted ? n : std::min<size_t>(n, 64);
+        for (;;) {
+            if (!sorted) std::partial_sort(cand.begin(), cand.begin() + m, cand.begin() + n, by_logit);
+            double cum = 0.0;
+            size_t keep = 0;
+            for (size_t i = 0; i < m; ++i) {
+                cum += std::exp((double) logits[cand[i]] - max_l) / total;
+                if (cum >= params.top_p) {
+                    keep = i + 1;
                     break;
                 }
-                if (m == n) break;   // rounding: the whole set is kept
-                m = std::min(n, m * 8);
             }
-        }
-        if (params.min_p > 0.0f) {
-            const float min_l = max_l + std::log(params.min_p);
-            size_t w = 0;
-            for (size_t i = 0; i < n; ++i) {
-                if (logits[cand[i]] >= min_l) cand[w++] = cand[i];
+            if (keep) {
+                n = keep;
+                break;
             }
-            n = w;
+            if (m == n) break;   // rounding: the whole set is kept
+            m = std::min(n, m * 8);
         }
-        cand.resize(n);
-        cand_p.resize(n);
-        const float inv_t = 1.0f / params.temperature;
-        double sum = 0.0;
+    }
+    if (params.min_p > 0.0f) {
+        const float min_l = max_l + std::log(params.min_p);
+        size_t w = 0;
         for (size_t i = 0; i < n; ++i) {
-            const double e = std::exp(((double) logits[cand[i]] - max_l) * inv_t);
-            cand_p[i] = (float) e;
-            sum += e;
+            if (logits[cand[i]] >= min_l) cand[w++] = cand[i];
         }
-        for (float & p : cand_p) p = (float) (p / sum);
+        n = w;
     }
+    cand.resize(n);
+    cand_p.resize(n);
+    const float inv_t = 1.0f / params.temperature;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double e = std::exp(((double) logits[cand[i]] - max_l) * inv_t);
+        cand_p[i] = (float) e;
+        sum += e;
+    }
+    for (float & p : cand_p) p = (float) (p / sum);
+}
 
-    void write_dense(float * probs) const {
-        std::memset(probs, 0, sizeof(float) * (size_t) n_vocab);
-        for (size_t i = 0; i < cand.size(); ++i) probs[cand[i]] = cand_p[i];
-    }
+void psl_sampler::write_dense(float * probs) const {
+    std::memset(probs, 0, sizeof(float) * (size_t) n_vocab);
+    for (size_t i = 0; i < cand.size(); ++i) probs[cand[i]] = cand_p[i];
+}
 
-    // A draw from the adjusted distribution of a (penalized) row.
-    int32_t draw_adjusted(const float * row) {
-        adjust(row);
-        return cand.size() == 1 ? cand[0] : draw(cand_p.data(), cand.data(), cand.size());
-    }
+// A draw from the adjusted distribution of a (penalized) row.
+int32_t psl_sampler::draw_adjusted(const float * row) {
+    adjust(row);
+    return cand.size() == 1 ? cand[0] : draw(cand_p.data(), cand.data(), cand.size());
+}
 
-    // One verification step on a (penalized) target row: accepts draft token x with
-    // probability min(1, p(x)/q(x)) (greedy: iff it is the argmax); else writes the token drawn
-    // from the residual norm(max(0, p - q)) to *next and returns false. q == nullptr: a
-    // deterministic drafter, q a point mass on x.
-    bool accept(const float * row, int32_t x, const float * q, int32_t * next) {
-        const int32_t V = n_vocab;
-        if (greedy()) {
-            *next = pick_greedy(row);
-            return *next == x;
-        }
-        const float qx = q ? q[x] : 1.0f;
-        row_p.resize(V);
-        adjust(row);
-        write_dense(row_p.data());
-        float * p = row_p.data();
-        if (qx > 0.0f && rng.uniform() * qx < p[x]) return true;
-        double mass = 0.0;
-        for (int32_t j = 0; j < V; ++j) {   // in place: p becomes the residual
-            p[j] = std::max(0.0f, p[j] - (q ? q[j] : (j == x ? 1.0f : 0.0f)));
-            mass += p[j];
-        }
-        // p == q up to rounding leaves the residual empty: p itself is then right
-        *next = mass > 0.0 ? draw(p, nullptr, (size_t) V) : draw_adjusted(row);
-        return false;
+// One verification step on a (penalized) target row: accepts draft token x with
+// probability min(1, p(x)/q(x)) (greedy: iff it is the argmax); else writes the token drawn
+// from the residual norm(max(0, p - q)) to *next and returns false. q == nullptr: a
+// deterministic drafter, q a point mass on x.
+bool psl_sampler::accept(const float * row, int32_t x, const float * q, int32_t * next) {
+    const int32_t V = n_vocab;
+    if (greedy()) {
+        *next = pick_greedy(row);
+        return *next == x;
     }
+    const float qx = q ? q[x] : 1.0f;
+    row_p.resize(V);
+    adjust(row);
+    write_dense(row_p.data());
+    float * p = row_p.data();
+    if (qx > 0.0f && rng.uniform() * qx < p[x]) return true;
+    double mass = 0.0;
+    for (int32_t j = 0; j < V; ++j) {   // in place: p becomes the residual
+        p[j] = std::max(0.0f, p[j] - (q ? q[j] : (j == x ? 1.0f : 0.0f)));
+        mass += p[j];
+    }
+    // p == q up to rounding leaves the residual empty: p itself is then right
+    *next = mass > 0.0 ? draw(p, nullptr, (size_t) V) : draw_adjusted(row);
+    return false;
+}
 
-    // Draws from weights w over ids (ids == nullptr: the id is the index), by inverse CDF.
-    int32_t draw(const float * w, const int32_t * ids, size_t n) {
-        double total = 0.0;
-        for (size_t i = 0; i < n; ++i) total += w[i];
-        const double u = rng.uniform() * total;
-        double cum = 0.0;
-        size_t last = 0;
-        for (size_t i = 0; i < n; ++i) {
-            if (w[i] <= 0.0f) continue;
-            cum += w[i];
-            last = i;
-            if (u < cum) break;
-        }
-        return ids ? ids[last] : (int32_t) last;
+// Draws from weights w over ids (ids == nullptr: the id is the index), by inverse CDF.
+int32_t psl_sampler::draw(const float * w, const int32_t * ids, size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += w[i];
+    const double u = rng.uniform() * total;
+    double cum = 0.0;
+    size_t last = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (w[i] <= 0.0f) continue;
+        cum += w[i];
+        last = i;
+        if (u < cum) break;
     }
-};
+    return ids ? ids[last] : (int32_t) last;
+}
 
 using psl::fail;
 using psl::guard;
@@ -471,8 +399,8 @@ psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, cons
         for (int32_t i = 0; i < k; ++i) {
             if (draft[i] < 0 || draft[i] >= V) fail(PSL_ERR_OUT_OF_RANGE, "draft token %d out of range", draft[i]);
         }
-        const HistoryMark mark(s->pen.history);
-        const GrammarMark gmark(s->grammar);
+        const psl::sampling::HistoryMark mark(s->pen.history);
+        const psl::sampling::GrammarMark gmark(s->grammar);
         for (int32_t i = 0; i <= k; ++i) {
             if (i > 0) {                                          // the text row i continues
                 s->pen.history.push_back(draft[i - 1]);
@@ -491,6 +419,20 @@ psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, cons
             *n_accepted = i;
             return;
         }
+    });
+}
+
+psl_status psl_sampler_verify_tree(psl_sampler * s, const float * target_logits, const int32_t * tokens,
+                                   const int32_t * parents, const float * draft_probs, int32_t n, int32_t * path,
+                                   int32_t * n_path, int32_t * next_token) {
+    return guard([&] {
+        if (!s || !target_logits || !n_path || !next_token) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "sampler, target_logits, n_path or next_token is NULL");
+        }
+        if (n < 0 || (n > 0 && (!tokens || !parents || !path))) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "bad tree (n = %d; tokens, parents and path are needed when n > 0)", n);
+        }
+        psl::sampling::verify_tree(*s, target_logits, tokens, parents, draft_probs, n, path, n_path, next_token);
     });
 }
 

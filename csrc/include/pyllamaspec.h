@@ -527,6 +527,27 @@ PSL_API psl_status psl_sampler_sample(psl_sampler * s, const float * logits, flo
 PSL_API psl_status psl_sampler_verify(psl_sampler * s, const float * target_logits, const int32_t * draft,
                                       const float * draft_probs, int32_t k, int32_t * n_accepted,
                                       int32_t * next_token);
+/* Speculative verification of a token tree of n nodes: tokens[i] (in [0, n_vocab)) with parent
+ * parents[i] (-1: the root, else a node before i). target_logits holds n+1 rows: row 0 the
+ * root's (scoring its children), row i+1 node i's. Walking down from the root, with p the
+ * adjusted distribution of the node's row and its children in node order (their draw order):
+ * greedy follows the child equal to the argmax, else emits the argmax; with draft_probs (n rows
+ * of n_vocab floats: row i the distribution q that node i was drawn from, the same for siblings,
+ * which were drawn from it without replacement; only the first child's row is read), recursive
+ * rejection sampling (Jeon et al. 2024, Thm. 3.1): child x_i is followed with probability
+ * min(1, p_i(x_i)/q_i(x_i)); on rejection p_{i+1} = norm(max(0, p_i - q_i)) and q_{i+1} = q_i
+ * without x_i, renormalized; all rejected: the next token is drawn from the last p; draft_probs
+ * NULL (a deterministic drafter): y is drawn from p and the child y followed if there is one.
+ * The accepted nodes, root first, go to path[0..*n_path) (path holds n), and the token after
+ * them to *next_token; the draws use the sampler's seeded stream. With penalties, a node's row is
+ * penalized by the history followed by the path to it; under a grammar it is scored at the
+ * grammar's state after that path. The history and the grammar are as found when the call
+ * returns: push the path's tokens and the next token. A malformed tree (a parent not before its
+ * child) or a draft row with no positive mass is PSL_ERR_INVALID_ARGUMENT, a token out of range
+ * PSL_ERR_OUT_OF_RANGE. */
+PSL_API psl_status psl_sampler_verify_tree(psl_sampler * s, const float * target_logits, const int32_t * tokens,
+                                           const int32_t * parents, const float * draft_probs, int32_t n,
+                                           int32_t * path, int32_t * n_path, int32_t * next_token);
 /* Samples under a grammar from now on (g NULL: none): every adjusted distribution is that of
  * the logits with the tokens g forbids removed first (llama.cpp's grammar-first chain), at g's
  * state; psl_sampler_verify scores row i at g's state after draft[0..i) and leaves g as it found

@@ -144,6 +144,25 @@ class Sampler:
                                              self._nacc, self._tok))
         return self._nacc[0], self._tok[0]
 
+    def verify_tree(self, target_logits: np.ndarray, tokens: np.ndarray, parents: np.ndarray,
+                    draft_probs: np.ndarray | None) -> tuple[list[int], int]:
+        """Speculative acceptance of a token tree (n nodes, parents before children, -1: the
+        root) against n+1 target rows (row 0 the root's, row i+1 node i's); draft_probs: the
+        q row each node was drawn from (siblings share theirs), or None for a deterministic
+        drafter. Returns (the accepted nodes, root first; the next token). The rule:
+        psl_sampler_verify_tree in the core's header."""
+        n = int(tokens.shape[0])
+        for name, a in (("tokens", tokens), ("parents", parents)):
+            if a.dtype != np.int32 or not a.flags.c_contiguous or a.shape != (n,):
+                raise InvalidArgumentError(f"{name} must be a C-contiguous int32 array of {n}")
+        q = ffi.NULL if draft_probs is None or not n else self._row(draft_probs, n)
+        path = np.empty(max(n, 1), np.int32)
+        t, par = (ffi.from_buffer("int32_t[]", a) if n else ffi.NULL for a in (tokens, parents))
+        _native.check(lib.psl_sampler_verify_tree(self._s, self._row(target_logits, n + 1), t, par, q, n,
+                                                  ffi.from_buffer("int32_t[]", path, require_writable=True),
+                                                  self._nacc, self._tok))
+        return path[:self._nacc[0]].tolist(), self._tok[0]
+
 
 MAX_LOGPROBS = 20          # OpenAI's top_logprobs bound
 

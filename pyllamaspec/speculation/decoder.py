@@ -168,7 +168,7 @@ class Decoder:
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
         self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
         self.stats = Stats()
-        self.tree = TreeVerifier(target, self.t_sampler, sampling.seed)
+        self.tree = TreeVerifier(target, self.t_sampler)
         self.policy.tree_whole_branches = self.tree.hybrid
         self.seq: list[int] = []
         self.tseq: Sequence | None = None        # the target's sequence this generation holds
@@ -306,7 +306,7 @@ class Decoder:
 
     def _settle_tree(self, draft: Draft, p: np.ndarray, n_past: int) -> tuple[list[int], np.ndarray]:
         """A tree's acceptance (tree.py) and rollback: the new text and the rows that scored it."""
-        path, nxt = self.tree.accept(p, draft, self.sampling.greedy)
+        path, nxt = self.tree.accept(p, draft)
         r = self.tree.finish(self.tseq, draft, path, n_past)
         self.stats.record_tree(r, self.drafter.tree_shape if self.drafter is not None else "")
         return [int(draft.tokens[i]) for i in path] + [int(nxt)], p[[0] + [i + 1 for i in path]]

@@ -6,10 +6,12 @@ of the generation's sequence (Sequence.copy_from: shared KV cells), and each nod
 batch once, in the sequences of all the branches through it: it attends as the first of them,
 to its ancestors and the text (csrc/engine/batch.h: a tree attention mask for free). A hybrid
 target (a recurrent state per sequence), or one whose MTP block is enabled (its hidden rows by
-sequence), takes one sequence per token: there every branch is laid out whole (the shared nodes repeated; exact, more rows). Then the longest accepted path is
-copied back into the generation's sequence and the branches dropped: both caches hold the text.
+sequence), takes one sequence per token: there every branch is laid out whole (the shared nodes
+repeated; exact, more rows). Then the longest accepted path is copied back into the generation's sequence and the branches dropped: both caches hold the text.
 
-Acceptance, walking down from the root, with p the target's adjusted distribution at the node:
+Acceptance, walking down from the root, with p the target's adjusted distribution at the node
+(penalized by the history and the path to it), runs in the core (psl_sampler_verify_tree,
+csrc/engine/sampling_tree.cpp) on the target's rows, with the sampler's seeded stream:
 - greedy: follow the child equal to the target's argmax; else emit the argmax (plain greedy's
   token, so the text is plain greedy's, token for token);
 - sampled, the children x_1..x_m drawn from q WITHOUT replacement (Gumbel-top-k, drafters/
@@ -99,10 +101,9 @@ class TreeRound:
 class TreeVerifier:
     """Scores tree drafts for one generation's target sequence (see the module's docstring)."""
 
-    def __init__(self, target: Model, sampler: Sampler, seed: int):
+    def __init__(self, target: Model, sampler: Sampler):
         self.target, self.sampler = target, sampler
         self.hybrid = target.memory.get("recurrent_bytes", 0) > 0 or target.mtp_enabled
-        self.rng = np.random.default_rng([seed, 0x7265])
         self.branches: list[Sequence] = []
         self.leaf_seq: dict[int, Sequence] = {}
         self.rows = 0
@@ -155,56 +156,12 @@ class TreeVerifier:
                 through[node].append(s)
         return [last] + t, [list(self.branches)] + through, np.arange(draft.n + 1)
 
-    def accept(self, p: np.ndarray, draft: Draft, greedy: bool) -> tuple[list[int], int]:
-        """(the accepted nodes, the next token) for the target's rows p (score()'s layout).
-        Under penalties the sampler's history takes each accepted node as the walk goes down
-        (the target's p at a node counts the path to it), and is given back as it was."""
-        kids = children(draft.parents)
-        path, node = [], -1
-        h0 = self.sampler.history_len if self.sampler.params.penalized else None
-        try:
-            while True:
-                row = p[node + 1]
-                if greedy or draft.q is None:
-                    y = self._draw(row, greedy)
-                    nxt = next((c for c in kids[node + 1] if draft.tokens[c] == y), None)
-                else:
-                    nxt, y = self._recursive(row, draft, kids[node + 1])
-                if nxt is None:
-                    return path, int(y)
-                path.append(nxt)
-                node = nxt
-                if h0 is not None:
-                    self.sampler.push(draft.tokens[nxt:nxt + 1])
-        finally:
-            if h0 is not None:
-                self.sampler.truncate(h0)
-
-    def _draw(self, row: np.ndarray, greedy: bool) -> int:
-        if greedy:
-            return self.sampler.sample(row)[0]
-        pr = self.sampler.probs(row).astype(np.float64)
-        return int(self.rng.choice(len(pr), p=pr / pr.sum()))
-
-    def _recursive(self, row: np.ndarray, draft: Draft, kids: list[int]) -> tuple[int | None, int]:
-        """Recursive rejection sampling over the siblings `kids` (in draw order)."""
-        p = self.sampler.probs(row).astype(np.float64)
-        p /= p.sum()
-        if not kids:
-            return None, int(self.rng.choice(len(p), p=p))
-        q = draft.q[kids[0]].astype(np.float64)
-        q /= q.sum()
-        for c in kids:
-            x = int(draft.tokens[c])
-            if q[x] > 0 and self.rng.random() * q[x] < p[x]:
-                return c, x
-            r = np.maximum(p - q, 0.0)
-            p = r / r.sum() if r.sum() > 0 else p
-            q[x] = 0.0
-            if q.sum() <= 0:
-                break
-            q /= q.sum()
-        return None, int(self.rng.choice(len(p), p=p))
+    def accept(self, p: np.ndarray, draft: Draft) -> tuple[list[int], int]:
+        """(the accepted nodes, the next token) for the target's rows p (score()'s layout): the
+        walk of the module's docstring, in the core (Sampler.verify_tree) with the sampler's
+        seeded stream; the sampler's history is left as found."""
+        tokens, parents = (np.ascontiguousarray(a, np.int32) for a in (draft.tokens, draft.parents))
+        return self.sampler.verify_tree(p, tokens, parents, draft.q)
 
     def finish(self, tseq: Sequence, draft: Draft, path: list[int], n_past: int) -> TreeRound:
         """The generation's sequence takes the text and the accepted path; the branches go."""
