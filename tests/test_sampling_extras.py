@@ -422,3 +422,41 @@ def test_greedy_pick_is_the_first_largest_entry():
     for x in rows:
         got = Sampler(len(x), SamplingParams(temperature=0.0)).sample(x)[0]
         assert got == int(np.nanargmax(x)), (len(x), got, int(np.nanargmax(x)))
+
+
+def chain_reference(x: np.ndarray, top_k: int, top_p: float, min_p: float, temp: float) -> np.ndarray:
+    """llama.cpp's default chain, written from its description (sampling.cpp's header): top-k
+    (by logit, the lower id first on ties), top-p over the softmax of the kept logits (the
+    shortest prefix reaching p), min-p against the best logit, then the softmax at temp."""
+    order = sorted(range(len(x)), key=lambda i: (-x[i], i))
+    keep = order[:top_k] if 0 < top_k < len(x) else order
+    lg = x[keep].astype(np.float64)
+    if top_p < 1.0:
+        w = np.exp(lg - lg.max())
+        cum = np.cumsum(w / w.sum())
+        n = int(np.searchsorted(cum, top_p) + 1)
+        keep, lg = keep[:n], lg[:n]
+    if min_p > 0.0:
+        ok = lg >= lg.max() + np.log(min_p)
+        keep, lg = [k for k, o in zip(keep, ok) if o], lg[ok]
+    e = np.exp((lg - lg.max()) / temp)
+    out = np.zeros(len(x))
+    out[keep] = e / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 40, 256, 257, 5000])
+def test_adjusted_distribution_follows_the_chain(top_k):
+    """The core's kept set and probabilities (Sampler.probs) against chain_reference, with ties
+    across the top-k boundary and -inf entries; top_k up to 256 takes the one-pass selection
+    (csrc/engine/sampling.cpp: top_n), larger the partial sort: both must give the same set."""
+    rng = np.random.default_rng(top_k)
+    for trial in range(6):
+        V = [300, 1000, 6000][trial % 3]
+        x = np.round(rng.normal(0.0, 2.0, V), 1).astype(np.float32)      # rounded: many ties
+        x[rng.integers(0, V, V // 10)] = -np.inf
+        for top_p, min_p, temp in [(1.0, 0.0, 1.0), (0.9, 0.0, 0.7), (0.95, 0.05, 0.8), (1.0, 0.2, 1.5)]:
+            got = Sampler(V, SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p)).probs(x)
+            want = chain_reference(x, top_k, top_p, min_p, temp)
+            assert np.array_equal(got > 0, want > 0), (top_k, top_p, min_p, trial)
+            assert np.abs(got - want).max() < 1e-6
