@@ -460,3 +460,18 @@ def test_adjusted_distribution_follows_the_chain(top_k):
             want = chain_reference(x, top_k, top_p, min_p, temp)
             assert np.array_equal(got > 0, want > 0), (top_k, top_p, min_p, trial)
             assert np.abs(got - want).max() < 1e-6
+
+
+def test_top_softmax_is_numpys():
+    """engine.sampling.top_softmax (a greedy tree's children, drafters/tree_draft.py): the k
+    likeliest ids, the lowest first on ties, and their full-softmax probabilities."""
+    from pyllamaspec.engine.sampling import top_softmax
+    rng = np.random.default_rng(3)
+    for V, k in [(50, 1), (50, 4), (6000, 16), (7, 7), (7, 20)]:
+        x = np.round(rng.normal(0.0, 2.0, V), 1).astype(np.float32)
+        ids, pr = top_softmax(x, k)
+        want = sorted(range(V), key=lambda i: (-x[i], i))[:min(k, V)]
+        soft = np.exp(x.astype(np.float64) - x.max())
+        soft /= soft.sum()
+        assert ids.tolist() == want
+        assert np.allclose(pr, soft[want], rtol=1e-5, atol=0)

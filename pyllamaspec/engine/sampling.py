@@ -178,6 +178,21 @@ class TokenLogprobs:
     top: tuple[tuple[int, float], ...] = ()
 
 
+def top_softmax(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most likely ids of one logits row (best first, the lowest id on ties) and their
+    probabilities under its full softmax at temperature 1, computed in the core (a greedy
+    token tree's children: one pass over the vocabulary, not numpy's several)."""
+    row = np.ascontiguousarray(row, np.float32)
+    k = max(1, min(int(k), row.shape[-1]))
+    lp = np.empty(1, np.float32)
+    ids = np.empty(k, np.int32)
+    top = np.empty(k, np.float32)
+    _native.check(lib.psl_logprobs(ffi.from_buffer("float[]", row), row.shape[-1], 1, ffi.new("int32_t[1]"), k,
+                                   ffi.from_buffer("float[]", lp), ffi.from_buffer("int32_t[]", ids),
+                                   ffi.from_buffer("float[]", top)))
+    return ids, np.exp(top.astype(np.float64))
+
+
 def logprobs(rows: np.ndarray, tokens, n_top: int) -> list[TokenLogprobs]:
     """TokenLogprobs of tokens[i] under logits row i (rows: float32, at least len(tokens) x V),
     computed in the core."""

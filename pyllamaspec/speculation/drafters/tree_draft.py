@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...engine.model import Model
+from ...engine.sampling import top_softmax
 from ...engine.sequence import Sequence
 from .base import Draft
 
@@ -106,13 +107,9 @@ class TreeBuilder(ABC):
     # -- children of an evaluated node -------------------------------------------------------
     def _children(self, row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """(tokens in draw order, their q, the sorted top-k q, q or None for greedy)."""
-        if self.greedy:                          # the top k of the softmax, one pass over the row
-            top = np.argpartition(row, -k)[-k:] if k < len(row) else np.arange(len(row))
-            top = top[np.argsort(-row[top], kind="stable")]
-            m = float(row[top[0]])
-            z = float(np.exp(row - np.float32(m)).sum(dtype=np.float64))
-            pr = np.exp(row[top].astype(np.float64) - m) / z
-            return top.astype(np.int32), pr, pr, None
+        if self.greedy:                          # the top k of the softmax, in the core
+            top, pr = top_softmax(row, k)
+            return top, pr, pr, None
         q = self.sampler.probs(row)
         support = np.flatnonzero(q > 0)
         k = min(k, len(support))
