@@ -130,7 +130,12 @@ def _start(args: list[str], program: str = "pyllamaspec") -> tuple[subprocess.Po
     port = free_port()
     ours, _, tree = program.partition("@")       # pyllamaspec@TREE: another checkout's package
     cmd = [sys.executable, "-m", "pyllamaspec.server"] if ours == "pyllamaspec" else [program]
-    env = dict(os.environ, PYTHONPATH=tree) if ours == "pyllamaspec" and tree else None
+    env = None
+    if ours == "pyllamaspec" and tree:          # that checkout's core too, where it has a dev build
+        env = dict(os.environ, PYTHONPATH=tree)
+        lib = os.path.join(tree, "build", "dev", "libpyllamaspec.so")
+        if os.path.exists(lib):
+            env["PYLLAMASPEC_LIBRARY"] = lib
     p = subprocess.Popen([*cmd, *args, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          env=env)
     url = f"http://127.0.0.1:{port}"
