@@ -22,6 +22,7 @@ from pyllamaspec.frontends.generate import generate
 from pyllamaspec.engine.sampling import SamplingParams
 from pyllamaspec.speculation.decoder import Decoder
 from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
+from test_tree import _sample_first_two     # a sampled tree round: the drafter given (here "mtp")
 
 SPEC = dict(n_vocab=64, n_embd=32, n_layer=4, seed=5)
 PROMPT = [1, 7, 3, 9, 12, 40]
@@ -346,40 +347,15 @@ def test_greedy_mtp_tree_equals_plain(agreeing):
     assert any(branch > 0 and depth > 0 for _, depth, branch in log), log
 
 
-def _tree_first_two(target, sp: SamplingParams, n: int, naive: bool = False):
-    from pyllamaspec.speculation.decoder import DraftParams
-    from test_tree import _naive_accept       # the negative control: no residual update, q kept whole
-    c1 = np.zeros(target.n_vocab, np.int64)
-    c2 = np.zeros(target.n_vocab, np.int64)
-    later = 0
-    for seed in range(n):
-        dec = Decoder(target, "mtp", SamplingParams(**{**sp.__dict__, "seed": seed}),
-                      DraftParams(n_draft=2, p_min=0.0, adaptive=False, tree=True, tree_width=4, tree_levels=2,
-                                  tree_nodes=12))
-        if naive:
-            rng = np.random.default_rng(seed)
-            dec.tree.accept = lambda p, d, s=dec.t_sampler, r=rng: _naive_accept(s, r, p, d)
-        dec.prefill(PROMPT)
-        out = []
-        while len(out) < 2:
-            out += [t for t, _ in dec.step()]
-        assert dec.stats.tree_rounds > 0
-        later += any(b > 0 and d > 0 for _, d, b in dec.stats.tree_log)
-        dec.close()
-        c1[out[0]] += 1
-        c2[out[1]] += 1
-    return c1, c2, later / n
-
-
 def test_sampled_mtp_tree_preserves_the_distribution(agreeing):
     sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0)
     p1, p2 = exact_marginals(agreeing, sp, PROMPT)
-    c1, c2, later = _tree_first_two(agreeing, sp, n=3000)
+    c1, c2, later = _sample_first_two(agreeing, "mtp", sp, n=3000, prompt=PROMPT)
     pv1, pv2 = chi2_pvalue(c1, p1)[0], chi2_pvalue(c2, p2)[0]
     print(f"MTP trees under sampling: a later sibling kept in {later:.2f} of runs; p-values {pv1:.3f}, {pv2:.3f}")
     assert later > 0.05                  # siblings past the first really were accepted
     assert pv1 > 1e-3 and pv2 > 1e-3
-    c1, c2, _ = _tree_first_two(agreeing, sp, n=3000, naive=True)    # the naive sibling rule fails
+    c1, c2, _ = _sample_first_two(agreeing, "mtp", sp, n=3000, naive=True, prompt=PROMPT)    # the naive sibling rule fails
     pv_naive = chi2_pvalue(c1, p1)[0]
     print(f"naive sibling rule: p-value {pv_naive:.2e}")
     assert pv_naive < 1e-6

@@ -184,6 +184,7 @@ def _sample_first_two(target, draft, sp: SamplingParams, n: int, naive: bool = F
         out = []
         while len(out) < 2:
             out += [t for t, _ in dec.step()]
+        assert dec.stats.tree_rounds > 0
         second_branch += any(b > 0 and dd > 0 for _, dd, b in dec.stats.tree_log)
         dec.close()
         c1[out[0]] += 1

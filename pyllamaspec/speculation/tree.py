@@ -103,11 +103,16 @@ class TreeVerifier:
 
     def __init__(self, target: Model, sampler: Sampler):
         self.target, self.sampler = target, sampler
-        self.hybrid = target.memory.get("recurrent_bytes", 0) > 0 or target.mtp_enabled
         self.branches: list[Sequence] = []
         self.leaf_seq: dict[int, Sequence] = {}
         self.rows = 0
         self.kept: list[int] = []      # the nodes of the branch kept by the last round
+
+    @property
+    def hybrid(self) -> bool:
+        """A token takes one sequence: a recurrent state per sequence, or MTP hidden rows by
+        sequence (enabled at any time): every branch is laid out whole."""
+        return self.target.memory.get("recurrent_bytes", 0) > 0 or self.target.mtp_enabled
 
     def lease(self, draft: Draft, greedy: bool) -> Draft | None:
         """Spare sequences for the tree's branches: the tree to verify (greedy: cut to the
@@ -127,7 +132,6 @@ class TreeVerifier:
         """The target's rows for the tree: row 0 the root's (scoring its children), row i + 1
         node i's. The branches hold the text and the tree afterwards."""
         lv = leaves(draft.parents)
-        self.hybrid = self.hybrid or self.target.mtp_enabled     # MTP enabled since: its rows take one sequence a token
         n_past = tseq.n_past
         for s in self.branches:
             s.copy_from(tseq, n_past)
