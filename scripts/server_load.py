@@ -264,16 +264,17 @@ def _print_table(model: str, confs: list, runs: dict[str, list[dict]]) -> None:
     print("  " + answer_report(first, ref, ref))
 
 
-def _real_pairs(names: str) -> list[tuple[str, str, str | None]]:
-    """(target, its Q8_0 draft, template) of each offline real model named."""
+def _real_pairs(names: str, draft_type: str = "q8_0") -> list[tuple[str, str, str | None]]:
+    """(target, its draft (the target requantized: q8_0 or q4_0), template) of each offline real
+    model named."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
     from pyllamaspec.files.offline import real_model_path
     out = []
     for name in names.split(","):
         t = real_model_path(name)
-        d = t.with_suffix(".q8_0.gguf")
+        d = t.with_suffix(f".{draft_type}.gguf")
         if not d.exists():
-            sys.exit(f"{d} is missing: the Q8_0 variant the test suite derives from {t}")
+            sys.exit(f"{d} is missing: the {draft_type.upper()} variant the test suite derives from {t}")
         out.append((str(t), str(d), "gemma" if name == "gemma3" else None))   # Gemma 3 270M's GGUF has none
     return out
 
@@ -283,7 +284,9 @@ def main() -> int:
     ap.add_argument("--url", help="a running server (else one is started with -m/-md)")
     ap.add_argument("-m", "--model")
     ap.add_argument("-md", "--model-draft")
-    ap.add_argument("--real", help="offline real models, comma-separated (smollm2,gemma3), each with its Q8_0 draft")
+    ap.add_argument("--real", help="offline real models, comma-separated (smollm2,gemma3), each with a draft")
+    ap.add_argument("--draft-type", default="q8_0", choices=["q8_0", "q4_0"],
+                    help="with --real: the draft, the target requantized to this type")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=10, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=8)
@@ -300,7 +303,7 @@ def main() -> int:
     a, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
     if a.server or a.suite:
-        pairs = _real_pairs(a.real) if a.real else [(a.model, a.model_draft, a.chat_template)]
+        pairs = _real_pairs(a.real, a.draft_type) if a.real else [(a.model, a.model_draft, a.chat_template)]
         if not pairs[0][0]:
             ap.error("give -m or --real")
         ok = [compare(a, t, d, a.chat_template or tmpl) for t, d, tmpl in pairs]

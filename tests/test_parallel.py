@@ -241,7 +241,7 @@ def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeyp
         rs = generate(PROMPTS, target, draft, **GREEDY)          # negative control: nothing measured yet
         assert [r.tokens for r in rs] == want and not any(flags)
         flags.clear()
-        monkeypatch.setattr(BatchRound, "plain_sure", lambda self, dec, n_seq: True)
+        monkeypatch.setattr(BatchRound, "draft_later", lambda self, dec, n_seq: True)
         rs = generate(PROMPTS, target, draft, cache_prompt=False, adaptive=False, **GREEDY)   # drafts n_draft
         assert [r.tokens for r in rs] == want                    # drafted anyway: after the catch-up
         assert flags == [False] + [True] * (len(PROMPTS) - 1)
@@ -290,3 +290,59 @@ def test_batch_policy_counts_the_drafts_catch_up():
     assert p.choose([0.9] * 4, [16] * 4) > 0      # nothing to catch up on: drafting pays
     assert p.choose([0.9] * 4, [16] * 4, pending=4 * 32) == 0
     assert not p.plain_sure(4, 16)                # it would pay once caught up: probes go on
+
+
+def _probing_pair() -> BatchPolicy:
+    """A cheap draft with poor acceptance at 4 sequences: plain decoding wins, yet drafts
+    always right would pay, so the policy probes now and then."""
+    p = BatchPolicy(_cpu_pair(0.0005), 16)
+    p.n_step_obs = BatchPolicy.CONFIDENT
+    p.observe_catch_up(64, 0.032)                 # 0.5 ms a token
+    return p
+
+
+def test_batch_probes_pay_for_their_catch_up_and_back_off():
+    """A probe of a batch decoding plainly costs its drafting, its extra rows and the draft
+    models' catch-up on what plain rounds decoded (4 sequences x 32 tokens at 0.5 ms: 64 ms,
+    several plain rounds' worth); it comes once plain rounds took probe / (EXPLORE / backoff),
+    and each probe that plain decoding wins again doubles the wait, so probing costs at most
+    EXPLORE of the time. Without the catch-up in its cost (pending 0, the negative control),
+    the first probe comes more than twice as early."""
+    alphas, caps = [0.3] * 4, [16] * 4
+
+    def probes(pending: int) -> tuple[list[int], float]:
+        p = _probing_pair()
+        assert p.best_k(alphas, caps, 0, pending) == 0
+        picks = [p.choose(alphas, caps, pending=pending) for _ in range(4000)]
+        k = max(picks)
+        return [i for i, x in enumerate(picks) if x], p.probe_cost(k, 4, 0, pending)
+
+    with_catch_up, cost = probes(4 * 32)
+    without, cost0 = probes(0)
+    assert abs(cost - cost0 - 4 * 32 * 0.0005) < 1e-12
+    plain_round = cost_at(_cpu_pair(0.0005).target_costs, 4)
+    gaps = np.diff([-1] + with_catch_up)
+    first = int(np.ceil(cost / BatchPolicy.EXPLORE / plain_round - 1e-9))
+    for i, mult in enumerate((1, 2, 4)):                    # (+-1: float sums of round times)
+        assert abs(gaps[i] - mult * first) <= 1
+    assert len(with_catch_up) * cost <= BatchPolicy.EXPLORE * plain_round * 4000
+    assert 0 < 2 * without[0] <= with_catch_up[0] and len(without) > len(with_catch_up)
+
+
+def test_a_batch_decoding_plainly_leaves_a_joining_drafts_prompt_for_later(files):
+    """BatchRound.draft_later: a generation joining a batch whose last round decoded plainly
+    leaves its draft model's prompt to the catch-up; one joining a drafting batch, or a batch
+    not measured yet, evaluates it at once."""
+    target, draft = _models(files)
+    with target, draft:
+        rnd = BatchRound(target)
+        dec = Decoder(target, draft, pyllamaspec.SamplingParams(temperature=0), pyllamaspec.DraftParams(n_draft=4))
+        try:
+            pol = rnd.policy(dec)
+            assert not rnd.draft_later(dec, 2)                           # nothing chosen yet
+            pol.stats.target_costs.update({n: 0.010 + 0.002 * n for n in range(1, 40)})
+            pol.stats.draft_step_costs.update({2: 0.0005})
+            assert pol.choose([0.9, 0.9], [4, 4]) > 0 and not rnd.draft_later(dec, 2)
+            assert pol.choose([0.01, 0.01], [4, 4]) == 0 and rnd.draft_later(dec, 2)
+        finally:
+            dec.close()

@@ -6,8 +6,8 @@ generate() does (Decoder.step).
 A generation is admitted while the target's cells hold what the running ones may still need
 (prompt + max_tokens + a draft each); the others wait their turn. One that joins running
 generations has its (short) prompt evaluated in the next round's target evaluation, as
-llama-server's continuous batching does, and where the batch's cost model is sure that no
-round will draft, its draft model's prompt is left to the catch-up of a round that does. A
+llama-server's continuous batching does, and where the batch's rounds decode plainly, its draft
+model's prompt is left to the catch-up of a round that drafts. A
 cancelled one leaves before the next round (a round is tens of milliseconds; its prompt's
 evaluation, which may be long, is interrupted at once).
 """
@@ -54,12 +54,12 @@ class Generation:
     def draft_models(self) -> list[Model]:
         return [self.drafter] if isinstance(self.drafter, Model) else []
 
-    def start(self, alongside: int = 0, plain_sure=None) -> list[Piece]:
+    def start(self, alongside: int = 0, draft_later=None) -> list[Piece]:
         """Takes its sequences and evaluates the prompt (what they hold of it is kept);
         alongside: the generations running beside it (a drafter that follows one sequence of
         its target, a draft head, refuses to run beside any: InvalidArgumentError);
-        plain_sure(decoder, n_seq): whether a round of n_seq sequences will surely not draft
-        (BatchRound.plain_sure), when a draft model's prompt evaluation is left for later.
+        draft_later(decoder, n_seq): whether its draft model's prompt evaluation is left to a
+        drafting round's catch-up, beside others (BatchRound.draft_later).
         Beside others, a short prompt's evaluation goes with the next round's (one target
         evaluation for all: Decoder.prefill's target_later)."""
         c = self.cancel
@@ -74,7 +74,7 @@ class Generation:
                 self.dec.open(self.ids, fresh=fresh, stop=c.is_set if c is not None else None)
                 if c is not None:
                     c.watch(*self.dec.sequences())
-                later = bool(alongside) and plain_sure is not None and plain_sure(self.dec, alongside + 1)
+                later = bool(alongside) and draft_later is not None and draft_later(self.dec, alongside + 1)
                 self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside))
         except EvaluationInterrupted:
             if c is None or not c.is_set():
@@ -175,7 +175,7 @@ class Scheduler:
 
     def admit(self, g: Generation, emit: Emit) -> None:
         """Starts g (its prompt evaluated): running, or finished at once (max_tokens 0, a cancel)."""
-        pieces = g.start(len(self.running), self.round.plain_sure)
+        pieces = g.start(len(self.running), self.round.draft_later)
         if g.done:
             emit(g, pieces)
         else:

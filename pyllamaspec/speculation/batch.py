@@ -43,13 +43,17 @@ class BatchRound:
             p = self._policies[key] = BatchPolicy(registry.lookup(self.target, key), self.k_max)
         return p
 
-    def plain_sure(self, dec: Decoder, n_seq: int) -> bool:
-        """Whether a round of n_seq sequences with dec's pair will surely not draft (its cost
-        model's verdict): a generation joining such a batch may leave its draft model's prompt
-        evaluation to the catch-up (Decoder.prefill's draft_later)."""
+    def draft_later(self, dec: Decoder, n_seq: int) -> bool:
+        """Whether a generation joining the batch (n_seq sequences with it) leaves its draft
+        model's prompt to the catch-up of a round that drafts (Decoder.prefill's draft_later):
+        when its pair's rounds decode plainly now, or surely will (the cost model's verdict).
+        Evaluated at once, the prompt costs the draft model as much as the catch-up would
+        (more: the catch-up takes its last CATCH_UP_MAX tokens), and rounds that decode plainly
+        may never need it."""
         if dec.drafter is None or not dec.dp.adaptive:
             return False
-        return self.policy(dec).plain_sure(n_seq, min(dec.k_max, dec.drafter.max_draft))
+        p = self.policy(dec)
+        return p.decoding_plainly() or p.plain_sure(n_seq, min(dec.k_max, dec.drafter.max_draft))
 
     def step(self, decs: list[Decoder], wants: list[int | None]) -> list[list[tuple[int, bool]]]:
         """One round of every decoder (each wants at most wants[i] more tokens); returns each

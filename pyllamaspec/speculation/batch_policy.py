@@ -13,8 +13,10 @@ rounds it decoded plainly (Stats.batch_plain).
 Costs are measured: c_target by batch size in the pair's PairStats (shared with one-sequence
 rounds, as n tokens cost alike whichever sequences they belong to), c_step by the number of
 sequences drafting. The first rounds draft START_K tokens to measure; while plain decoding
-wins, a probe now and then (EXPLORE of the time) keeps the estimates honest, unless even drafts
-that were always right could not pay.
+wins, a probe now and then keeps the estimates honest, unless even drafts that were always right
+could not pay: a probe (its drafting, extra verified rows and the draft models' catch-up on what
+plain rounds decoded) comes once the plain rounds since the last took probe / (EXPLORE / backoff),
+the backoff doubling with each probe that plain decoding wins again (as DraftPolicy.choose's).
 """
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ class BatchPolicy:
     def __init__(self, stats: PairStats, k_max: int):
         self.stats, self.k_max = stats, k_max
         self.plain_time = 0.0
+        self.backoff = 1                         # probes since drafting last paid, as a divisor's log
+        self.probing = False                     # the last round chosen was a probe
+        self.last_k: int | None = None           # the last round's choice (None: none yet)
         self.n_step_obs = 0
         self.c_catch_up: float | None = None     # seconds per token a draft model catches up on
 
@@ -91,22 +96,40 @@ class BatchPolicy:
         acceptance bound, their longest draft), n_plain sequences that do not, pending tokens
         their draft models must catch up on first (whether drafting could ever pay, and the
         probes, are judged without: a catch-up is paid once)."""
+        k = self._choose(alphas, caps, n_plain, pending)
+        self.last_k = k
+        return k
+
+    def decoding_plainly(self) -> bool:
+        """Whether its rounds decode plainly now (measured, the last one chose k = 0): a
+        generation joining the batch may leave its draft model's prompt to the catch-up of a
+        round that drafts (a catch-up is CATCH_UP_MAX tokens at most, and few come)."""
+        return self.last_k == 0
+
+    def _choose(self, alphas: list[float], caps: list[int], n_plain: int, pending: int) -> int:
         if not caps or max(caps) == 0:
             return 0
         if self.step_cost(len(caps)) is None or not self.stats.target_costs:
             return min(max(caps), self.START_K)   # nothing measured yet: a short draft measures it
+        probed, self.probing = self.probing, False
         k = self.best_k(alphas, caps, n_plain, pending)
         if k > 0:
-            self.plain_time = 0.0
+            self.plain_time, self.backoff = 0.0, 1
             return k
+        if probed:                                # the probe did not make drafting pay
+            self.backoff *= 2
         ones = [1.0] * len(caps)
         if self.best_k(ones, caps, n_plain) == 0 and self.n_step_obs >= self.CONFIDENT:
             return 0                              # even drafts always right could not pay
         self.plain_time += self.target_cost(n_plain + len(caps))
         k = max(1, min(self.best_k(ones, caps, n_plain), self.PROBE_K))
-        probe = (k * (self.step_cost(len(caps)) or 0.0) + self.target_cost(n_plain + len(caps) * (k + 1))
-                 - self.target_cost(n_plain + len(caps)))
-        if self.EXPLORE * self.plain_time >= probe:
-            self.plain_time = 0.0
+        if self.EXPLORE / self.backoff * self.plain_time >= self.probe_cost(k, len(caps), n_plain, pending):
+            self.plain_time, self.probing = 0.0, True
             return k
         return 0
+
+    def probe_cost(self, k: int, n_seq: int, n_plain: int = 0, pending: int = 0) -> float:
+        """What a probe of k drafted tokens a sequence costs over a plain round: the drafting,
+        the extra rows verified, and the draft models' catch-up on pending tokens first."""
+        return (k * (self.step_cost(n_seq) or 0.0) + (pending * self.c_catch_up if self.c_catch_up else 0.0)
+                + self.target_cost(n_plain + n_seq * (k + 1)) - self.target_cost(n_plain + n_seq))
