@@ -32,11 +32,12 @@ from pyllamaspec.engine import context as context_mod  # noqa: E402
 from pyllamaspec.frontends import scheduler as sched_mod  # noqa: E402
 from pyllamaspec.frontends.server import worker as worker_mod  # noqa: E402
 from pyllamaspec.speculation import batch as batch_mod  # noqa: E402
+from pyllamaspec.speculation import cost_model  # noqa: E402
 from pyllamaspec.speculation import decoder as decoder_mod  # noqa: E402
 
 ACC: dict = defaultdict(float)
 CNT: dict = defaultdict(int)
-STATE: dict = {"targets": set(), "phase": None, "rounds": []}
+STATE: dict = {"targets": set(), "phase": None, "rounds": [], "single": []}
 
 
 def _timed_phase(cls, name: str, phase: str, count_running: bool = False) -> None:
@@ -91,6 +92,15 @@ def _instrument(profile: cProfile.Profile | None) -> None:
         STATE["batch_round"] = self
         return ks
     batch_mod.BatchRound._choose = recorded_choose
+
+    single = cost_model.DraftPolicy.choose
+
+    def recorded_single(self, k_cap, n_catch_up=0):
+        k = single(self, k_cap, n_catch_up)
+        STATE["single"].append(k)
+        STATE["single_policy"] = self
+        return k
+    cost_model.DraftPolicy.choose = recorded_single
 
     prefill = decoder_mod.Decoder.prefill
 
@@ -173,6 +183,13 @@ def _report(res: dict, cpu0: dict, cpu1: dict, profile, n_tokens: int) -> None:
     inside = ACC["step"] + ACC["admit"]
     print(f"wall {res['wall_s']} s, of which the worker in rounds and prompts {inside:.2f} s "
           f"({100 * inside / res['wall_s']:.0f}%)")
+    ks = STATE["single"]
+    if ks:
+        pol = STATE["single_policy"]
+        tc = ", ".join(f"{n}: {1e3 * c:.1f}" for n, c in sorted(pol.c_target.items()))
+        print(f"one-sequence rounds' draft length k: { {k: ks.count(k) for k in sorted(set(ks))} }; the last "
+              f"policy: alpha {pol.alpha:.2f} (bound {pol.alpha_upper:.2f}), draft ms/token "
+              f"{1e3 * (pol.c_draft or 0):.1f}, target ms by batch size {{{tc}}}")
     ks = STATE["rounds"]
     if ks:
         hist = {k: ks.count(k) for k in sorted(set(ks))}
@@ -189,7 +206,7 @@ def _report(res: dict, cpu0: dict, cpu1: dict, profile, n_tokens: int) -> None:
             print(f"  {name:<24}{d:>8.2f}")
     if profile is not None:
         s = io.StringIO()
-        pstats.Stats(profile, stream=s).sort_stats("tottime").print_stats(30)
+        pstats.Stats(profile, stream=s).sort_stats(os.environ.get("PROFILE_SORT", "tottime")).print_stats(int(os.environ.get("PROFILE_N", "30")))
         print(s.getvalue())
 
 
@@ -203,6 +220,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--tree", help="profile the package of this source tree (its core: PYLLAMASPEC_LIBRARY)")
     ap.add_argument("--cprofile", action="store_true", help="also profile the worker thread's Python")
+    ap.add_argument("--ids", action="store_true", help="the questions' prompt ids on /completion (server_load --ids)")
+    ap.add_argument("--chat-template", help="with --ids: the template that renders the questions (a built-in name)")
     a, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
     profile = cProfile.Profile() if a.cprofile else None
@@ -212,6 +231,7 @@ def main() -> int:
     argv = ["-m", a.model] + (["-md", a.model_draft] if a.model_draft else []) + ["-np", str(a.parallel),
                                                                                     "--port", str(port), *extra]
     out: dict = {}
+    ids = server_load.prompt_ids(a.model, a.chat_template) if a.ids else None
 
     def load() -> None:
         try:
@@ -219,7 +239,7 @@ def main() -> int:
             server_load.chat(url, "Hi", 4)
             ACC.clear(), CNT.clear()
             cpu0 = _thread_cpu()
-            out["res"] = server_load.run(url, a.clients, a.requests, a.max_tokens)
+            out["res"] = server_load.run(url, a.clients, a.requests, a.max_tokens, ids)
             out["cpu"] = (cpu0, _thread_cpu())
         finally:
             os.kill(os.getpid(), signal.SIGINT)

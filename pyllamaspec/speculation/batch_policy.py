@@ -16,7 +16,8 @@ sequences drafting. The first rounds draft START_K tokens to measure; while plai
 wins, a probe now and then keeps the estimates honest, unless even drafts that were always right
 could not pay: a probe (its drafting, extra verified rows and the draft models' catch-up on what
 plain rounds decoded) comes once the plain rounds since the last took probe / (EXPLORE / backoff),
-the backoff doubling with each probe that plain decoding wins again (as DraftPolicy.choose's).
+the backoff doubling (to BACKOFF_MAX) with each probe that plain decoding wins again, as
+DraftPolicy.choose's.
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ class BatchPolicy:
             self.plain_time, self.backoff = 0.0, 1
             return k
         if probed:                                # the probe did not make drafting pay
-            self.backoff *= 2
+            self.backoff = min(2 * self.backoff, DraftPolicy.BACKOFF_MAX)
         ones = [1.0] * len(caps)
         if self.best_k(ones, caps, n_plain) == 0 and self.n_step_obs >= self.CONFIDENT:
             return 0                              # even drafts always right could not pay
