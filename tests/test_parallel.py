@@ -21,9 +21,9 @@ from pyllamaspec import Cancel, Model, generate, stream_generate
 from pyllamaspec.errors import InvalidArgumentError
 from pyllamaspec.speculation.batch import BatchRound
 from pyllamaspec.speculation.batch_policy import BatchPolicy
-from pyllamaspec.speculation.cost_model import cost_at
+from pyllamaspec.speculation.cost_model import DraftPolicy, cost_at
 from pyllamaspec.speculation.decoder import Decoder
-from pyllamaspec.speculation.pair_stats import PairStats
+from pyllamaspec.speculation.pair_stats import PairStats, registry
 
 Q = dict(dtype="Q4_1", n_embd=64, n_ff=96, n_vocab=64)
 PROMPTS = [[1, 5, 9, 2], [3, 3, 7], [8, 1, 4, 4, 6, 2], [2, 9], [7, 7, 7, 1, 5], [4, 6, 8]]
@@ -241,7 +241,7 @@ def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeyp
         rs = generate(PROMPTS, target, draft, **GREEDY)          # negative control: nothing measured yet
         assert [r.tokens for r in rs] == want and not any(flags)
         flags.clear()
-        monkeypatch.setattr(BatchRound, "draft_later", lambda self, dec, n_seq: True)
+        monkeypatch.setattr(BatchRound, "draft_later", lambda self, dec, n_seq: n_seq > 1)
         rs = generate(PROMPTS, target, draft, cache_prompt=False, adaptive=False, **GREEDY)   # drafts n_draft
         assert [r.tokens for r in rs] == want                    # drafted anyway: after the catch-up
         assert flags == [False] + [True] * (len(PROMPTS) - 1)
@@ -346,3 +346,48 @@ def test_a_batch_decoding_plainly_leaves_a_joining_drafts_prompt_for_later(files
             assert pol.choose([0.01, 0.01], [4, 4]) == 0 and rnd.draft_later(dec, 2)
         finally:
             dec.close()
+
+
+def test_a_generation_alone_after_plain_rounds_leaves_its_drafts_prompt_for_later(files, monkeypatch):
+    """One slot (the server's -np 1, generate([...], n_parallel=1)): once the pair's last round
+    alone chose plain decoding by measured costs, the next generation leaves its draft model's
+    prompt to a catch-up (PairStats.plain_now), and its output is still the target's. Before
+    any round has chosen, the prompt is evaluated at once (the negative control)."""
+    want = _alone(files, PROMPTS, **GREEDY)
+    flags = []
+    prefill = Decoder.prefill
+
+    def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False):
+        flags.append(draft_later)
+        return prefill(self, prompt, fresh, progress, draft_later, target_later)
+    monkeypatch.setattr(Decoder, "prefill", spy)
+    target, draft = _models(files)
+    with target, draft:
+        st = registry.lookup(target, draft.path)
+        assert not st.plain_now
+        st.draft_cost.seconds, st.target_costs[1] = 1.0, 0.001      # a draft far too slow
+        st.draft_cost.n_obs = DraftPolicy.CONFIDENT
+        rs = generate(PROMPTS, target, draft, n_parallel=1, **GREEDY)
+        assert [r.tokens for r in rs] == want
+        assert flags == [False] + [True] * (len(PROMPTS) - 1) and st.plain_now
+        assert sum(r.stats.drafted for r in rs) == 0
+
+
+def test_drafting_rounds_leave_room_for_a_plain_one():
+    """c_target(1) is measured by plain rounds only: one slow plain round (a busy machine: 8.3 ms
+    where the target takes 5.4) made a draft as dear as SmolLM2's Q8_0 look worth drafting, and
+    with no plain round left to correct it, a -np 1 server drafted in every round. While drafting
+    wins, a plain round comes once drafting rounds took c_target(1) / EXPLORE; its measurement
+    (believed at once, being faster) ends the drafting."""
+    st = PairStats(target_costs={1: 0.0083, 3: 0.0145, 4: 0.0166, 5: 0.0203, 17: 0.0463})
+    st.draft_cost.seconds, st.draft_cost.n_obs = 0.0054, 8
+    p = DraftPolicy(16, stats=st)
+    p.acc, p.rej = 99.0, 1.0
+    picks = [p.choose(16) for _ in range(200)]
+    k = picks[0]
+    assert k > 0 and set(picks) == {0, k}
+    every = int(np.ceil(0.0083 / DraftPolicy.EXPLORE / (p.draft_cost(k) + p.target_cost(k + 1)) - 1e-9))
+    plain = [i for i, x in enumerate(picks) if x == 0]
+    assert plain[0] == every - 1 and set(np.diff(plain)) == {every}     # EXPLORE of the drafting time
+    p.observe_target(1, 0.0054)                            # the plain round: the target's true pace
+    assert p.choose(16) == 0 and st.plain_now

@@ -6,8 +6,8 @@ generate() does (Decoder.step).
 A generation is admitted while the target's cells hold what the running ones may still need
 (prompt + max_tokens + a draft each); the others wait their turn. One that joins running
 generations has its (short) prompt evaluated in the next round's target evaluation, as
-llama-server's continuous batching does, and where the batch's rounds decode plainly, its draft
-model's prompt is left to the catch-up of a round that drafts. A
+llama-server's continuous batching does, and where rounds of as many sequences decode plainly
+(alone or together), its draft model's prompt is left to the catch-up of a round that drafts. A
 cancelled one leaves before the next round (a round is tens of milliseconds; its prompt's
 evaluation, which may be long, is interrupted at once).
 """
@@ -59,7 +59,7 @@ class Generation:
         alongside: the generations running beside it (a drafter that follows one sequence of
         its target, a draft head, refuses to run beside any: InvalidArgumentError);
         draft_later(decoder, n_seq): whether its draft model's prompt evaluation is left to a
-        drafting round's catch-up, beside others (BatchRound.draft_later).
+        drafting round's catch-up (BatchRound.draft_later: where rounds decode plainly).
         Beside others, a short prompt's evaluation goes with the next round's (one target
         evaluation for all: Decoder.prefill's target_later)."""
         c = self.cancel
@@ -74,7 +74,7 @@ class Generation:
                 self.dec.open(self.ids, fresh=fresh, stop=c.is_set if c is not None else None)
                 if c is not None:
                     c.watch(*self.dec.sequences())
-                later = bool(alongside) and draft_later is not None and draft_later(self.dec, alongside + 1)
+                later = draft_later is not None and draft_later(self.dec, alongside + 1)
                 self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside))
         except EvaluationInterrupted:
             if c is None or not c.is_set():

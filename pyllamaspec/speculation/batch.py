@@ -44,14 +44,17 @@ class BatchRound:
         return p
 
     def draft_later(self, dec: Decoder, n_seq: int) -> bool:
-        """Whether a generation joining the batch (n_seq sequences with it) leaves its draft
-        model's prompt to the catch-up of a round that drafts (Decoder.prefill's draft_later):
-        when its pair's rounds decode plainly now, or surely will (the cost model's verdict).
-        Evaluated at once, the prompt costs the draft model as much as the catch-up would
-        (more: the catch-up takes its last CATCH_UP_MAX tokens), and rounds that decode plainly
-        may never need it."""
+        """Whether a generation starting with n_seq - 1 others running leaves its draft model's
+        prompt to the catch-up of a round that drafts (Decoder.prefill's draft_later): when its
+        pair's rounds of that many sequences decode plainly now (alone: the last one-sequence
+        round, DraftPolicy.choose), or surely will (the batch cost model's verdict). Evaluated
+        at once, the prompt costs the draft model as much as the catch-up would (more: the
+        catch-up takes its last CATCH_UP_MAX tokens), and rounds that decode plainly may never
+        need it."""
         if dec.drafter is None or not dec.dp.adaptive:
             return False
+        if n_seq == 1:
+            return dec.policy.stats.plain_now
         p = self.policy(dec)
         return p.decoding_plainly() or p.plain_sure(n_seq, min(dec.k_max, dec.drafter.max_draft))
 

@@ -104,6 +104,7 @@ class DraftPolicy:
             self.resume(self.stats.acceptance)
         self.c_catch_up: float | None = None
         self.plain_time = 0.0
+        self.spec_time = 0.0                                # drafting rounds' time since a plain one
         self.backoff = 1
         self.p_pay = 0.0                                    # chance_speculation_pays, per plain stretch
         self.calib = [self.prior] * (len(self.BINS) + 1)    # (accepted, rejected) per confidence bin
@@ -300,6 +301,13 @@ class DraftPolicy:
     def choose(self, k_cap: int, n_catch_up: int = 0) -> int:
         """The draft length for the next round (0: plain decoding). n_catch_up: the tokens a
         draft model would evaluate before drafting."""
+        k = self._choose(k_cap, n_catch_up)
+        self.stats.plain_now = k == 0 and not self.measuring and 1 in self.c_target
+        if k == 0:
+            self.spec_time = 0.0                  # the plain round measures c_target(1)
+        return k
+
+    def _choose(self, k_cap: int, n_catch_up: int) -> int:
         k_cap = min(k_cap, self.k_max)
         if self.measuring:
             return min(k_cap, self.START_K)    # nothing measured yet: a short draft measures it
@@ -309,6 +317,12 @@ class DraftPolicy:
         k = self.best_k(k_cap, alpha=a)
         if k > 0:
             self.plain_time, self.backoff = 0.0, 1
+            # Drafting wins, yet only plain rounds measure c_target(1): a plain round now and then
+            # (EXPLORE of the drafting time), or one slow plain round (a busy machine) would make
+            # drafting look better for good, with no plain round left to correct it.
+            self.spec_time += self.draft_cost(k) + self.target_cost(k + 1)
+            if self.EXPLORE * self.spec_time >= self.target_cost(1):
+                return 0
             return k
         # Plain decoding wins. A draft cost not believed yet is measured again at once, not left
         # to the probes' budget: a cost that high would keep the next probe away for the whole

@@ -30,6 +30,9 @@ class PairStats:
     acceptance: dict | None = None
     # a batch round's draft (batch.py): seconds per drafting step with n sequences drafting
     draft_step_costs: dict[int, float] = field(default_factory=dict)
+    # the last one-sequence round chose plain decoding by measured costs (DraftPolicy.choose):
+    # the next generation alone may leave its draft model's prompt to a catch-up
+    plain_now: bool = False
 
 
 class PairRegistry:
