@@ -224,18 +224,24 @@ def test_plain_sure_follows_the_cost_model():
     assert dear.choose([1.0] * 4, [16] * 4) == 0 and cheap.choose([0.8] * 4, [16] * 4) > 0
 
 
-def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeypatch):
-    """A generation joining a batch its cost model surely decodes plainly does not evaluate its
-    prompt in the draft model (Drafter.prefill_later): rounds that draft after all catch up
-    first (the last tokens of the prompt), and the output is the target's, token for token."""
-    want = _alone(files, PROMPTS, **GREEDY)
-    flags = []
+def _draft_later_flags(monkeypatch) -> list[bool]:
+    """Each Decoder.prefill's draft_later from now on (the list fills as generations start)."""
+    flags: list[bool] = []
     prefill = Decoder.prefill
 
     def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False):
         flags.append(draft_later)
         return prefill(self, prompt, fresh, progress, draft_later, target_later)
     monkeypatch.setattr(Decoder, "prefill", spy)
+    return flags
+
+
+def test_joining_a_plain_batch_leaves_the_drafts_prompt_for_later(files, monkeypatch):
+    """A generation joining a batch its cost model surely decodes plainly does not evaluate its
+    prompt in the draft model (Drafter.prefill_later): rounds that draft after all catch up
+    first (the last tokens of the prompt), and the output is the target's, token for token."""
+    want = _alone(files, PROMPTS, **GREEDY)
+    flags = _draft_later_flags(monkeypatch)
     target, draft = _models(files)
     with target, draft:
         rs = generate(PROMPTS, target, draft, **GREEDY)          # negative control: nothing measured yet
@@ -354,13 +360,7 @@ def test_a_generation_alone_after_plain_rounds_leaves_its_drafts_prompt_for_late
     prompt to a catch-up (PairStats.plain_now), and its output is still the target's. Before
     any round has chosen, the prompt is evaluated at once (the negative control)."""
     want = _alone(files, PROMPTS, **GREEDY)
-    flags = []
-    prefill = Decoder.prefill
-
-    def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False):
-        flags.append(draft_later)
-        return prefill(self, prompt, fresh, progress, draft_later, target_later)
-    monkeypatch.setattr(Decoder, "prefill", spy)
+    flags = _draft_later_flags(monkeypatch)
     target, draft = _models(files)
     with target, draft:
         st = registry.lookup(target, draft.path)
