@@ -34,7 +34,7 @@ class BatchPolicy:
     def __init__(self, stats: PairStats, k_max: int):
         self.stats, self.k_max = stats, k_max
         self.plain_time = 0.0
-        self.backoff = 1                         # probes since drafting last paid, as a divisor's log
+        self.backoff = 1                         # divides EXPLORE: doubles with each probe plain wins again
         self.probing = False                     # the last round chosen was a probe
         self.last_k: int | None = None           # the last round's choice (None: none yet)
         self.n_step_obs = 0
