@@ -208,6 +208,57 @@ def test_cost_estimates_never_make_fewer_tokens_dearer():
     assert p.choose([0.9] * 4, [16] * 4) == 0
 
 
+def _ref_best_k(st: PairStats, alphas, caps, n_plain: int, pending: int, c_up: float) -> int:
+    """The draft length with the most expected tokens per second, searched from the module
+    docstring's formulas (cost_at on the measurements, no memo)."""
+    def rate(k: int) -> float:
+        ks = [min(k, c) for c in caps]
+        tokens = n_plain + sum(j + 1.0 if a >= 1 else (1 - a ** (j + 1)) / (1 - a) for a, j in zip(alphas, ks))
+        n_draft = sum(j > 0 for j in ks)
+        cost = cost_at(st.target_costs, n_plain + sum(j + 1 for j in ks))
+        if n_draft:
+            cost += max(ks) * cost_at(st.draft_step_costs, n_draft) + pending * c_up
+        return tokens / cost
+    best = 0
+    for k in range(1, min(16, max(caps)) + 1):
+        if rate(k) > rate(best) * (1 + 1e-9):
+            best = k
+    return best
+
+
+def test_batch_policy_choose_equals_an_exhaustive_search():
+    """choose() looks each cost up once a round (a memo) and skips the search with the real
+    acceptance when drafts always right could not pay: its pick is the exhaustive search's over
+    random measurements, and a change of the measurements between rounds changes it (a memo
+    kept across rounds would not)."""
+    rng = np.random.default_rng(7)
+    picked = set()
+    for _ in range(300):
+        per_row, base = rng.uniform(0.00001, 0.004), rng.uniform(0.004, 0.02)
+        st = PairStats(target_costs={n: base + per_row * (n - 1) * rng.uniform(0.9, 1.1)
+                                     for n in sorted(rng.choice(np.arange(1, 80), 6, replace=False))},
+                       draft_step_costs={s: rng.uniform(0.0005, 0.01) * s ** 0.5 for s in range(1, 9)})
+        n_seq = int(rng.integers(1, 8))
+        alphas = [float(a) for a in rng.uniform(0.2, 1.0, n_seq)]
+        caps = [int(c) for c in rng.integers(0, 17, n_seq)]
+        n_plain, pending = int(rng.integers(0, 3)), int(rng.integers(0, 64))
+        p = BatchPolicy(st, 16)
+        p.n_step_obs = BatchPolicy.CONFIDENT
+        p.observe_catch_up(64, 64 * rng.uniform(0.0001, 0.002))
+        want = _ref_best_k(st, alphas, caps, n_plain, pending, p.c_catch_up)
+        got = p.choose(alphas, caps, n_plain, pending)
+        if want > 0 or _ref_best_k(st, [1.0] * n_seq, caps, n_plain, 0, 0.0) == 0:
+            assert got == want, (st, alphas, caps, n_plain, pending)
+        else:
+            assert 0 <= got <= BatchPolicy.PROBE_K       # plain, or a probe
+        picked.add(want)
+        st.target_costs.update({n: 0.010 for n in range(1, 200)})     # verification now flat
+        st.draft_step_costs.update({s: 0.0001 for s in range(1, 9)})
+        if max(caps) > 0:
+            assert p.choose(alphas, caps, n_plain, 0) == _ref_best_k(st, alphas, caps, n_plain, 0, p.c_catch_up) > 0
+    assert len(picked) >= 4, picked                       # the draws reach several lengths
+
+
 def _cpu_pair(step: float) -> PairStats:
     return PairStats(target_costs={n: 0.010 + 0.002 * (n - 1) for n in range(1, 200)},
                      draft_step_costs={s: step * (1 + 0.5 * (s - 1)) for s in range(1, 9)})

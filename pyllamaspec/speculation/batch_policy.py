@@ -39,13 +39,25 @@ class BatchPolicy:
         self.last_k: int | None = None           # the last round's choice (None: none yet)
         self.n_step_obs = 0
         self.c_catch_up: float | None = None     # seconds per token a draft model catches up on
+        # while choose() runs: the costs it looked up (the measurements cannot change meanwhile,
+        # and its search asks for the same few sizes ~50 times a round)
+        self._memo: dict[tuple[bool, int], float | None] | None = None
 
     def target_cost(self, n: int) -> float:
-        return cost_at(self.stats.target_costs, n)
+        return self._cost(True, n)
 
     def step_cost(self, n_seq: int) -> float | None:
-        costs = self.stats.draft_step_costs
-        return cost_at(costs, n_seq) if costs else None
+        return self._cost(False, n_seq)
+
+    def _cost(self, target: bool, n: int) -> float | None:
+        memo = self._memo
+        if memo is not None and (target, n) in memo:
+            return memo[(target, n)]
+        costs = self.stats.target_costs if target else self.stats.draft_step_costs
+        c = cost_at(costs, n) if costs else None
+        if memo is not None:
+            memo[(target, n)] = c
+        return c
 
     def observe_target(self, n: int, seconds: float) -> None:
         t = self.stats.target_costs
@@ -68,13 +80,21 @@ class BatchPolicy:
         a drafting round first pays for the draft models' catch-up on what plain rounds decoded
         (pending tokens): without it, plain and drafting rounds alternate where drafting barely
         pays, each switch a catch-up of up to CATCH_UP_MAX tokens a sequence."""
-        ks = [min(k, c) for c in caps]
-        tokens = n_plain + sum(DraftPolicy.expected_tokens(a, j) for a, j in zip(alphas, ks))
-        n = n_plain + sum(j + 1 for j in ks)
-        drafting = sum(j > 0 for j in ks)
-        cost = self.target_cost(n) + (max(ks) * (self.step_cost(drafting) or 0.0) if drafting else 0.0)
-        if drafting and self.c_catch_up is not None:
-            cost += pending * self.c_catch_up
+        tokens, n, drafting, longest = float(n_plain), n_plain, 0, 0
+        for a, c in zip(alphas, caps):
+            j = k if k < c else c
+            n += j + 1
+            if j > 0:
+                drafting += 1
+                longest = j if j > longest else longest
+                tokens += DraftPolicy.expected_tokens(a, j)
+            else:
+                tokens += 1.0                    # E(a, 0): the target's own token
+        cost = self.target_cost(n)
+        if drafting:
+            cost += longest * (self.step_cost(drafting) or 0.0)
+            if self.c_catch_up is not None:
+                cost += pending * self.c_catch_up
         return tokens / cost
 
     def best_k(self, alphas: list[float], caps: list[int], n_plain: int, pending: int = 0) -> int:
@@ -97,7 +117,11 @@ class BatchPolicy:
         acceptance bound, their longest draft), n_plain sequences that do not, pending tokens
         their draft models must catch up on first (whether drafting could ever pay, and the
         probes, are judged without: a catch-up is paid once)."""
-        k = self._choose(alphas, caps, n_plain, pending)
+        self._memo = {}
+        try:
+            k = self._choose(alphas, caps, n_plain, pending)
+        finally:
+            self._memo = None
         self.last_k = k
         return k
 
@@ -113,17 +137,18 @@ class BatchPolicy:
         if self.step_cost(len(caps)) is None or not self.stats.target_costs:
             return min(max(caps), self.START_K)   # nothing measured yet: a short draft measures it
         probed, self.probing = self.probing, False
-        k = self.best_k(alphas, caps, n_plain, pending)
+        ones = [1.0] * len(caps)
+        k_ones = self.best_k(ones, caps, n_plain)  # drafts always right: an upper bound of k's rate
+        k = self.best_k(alphas, caps, n_plain, pending) if k_ones > 0 else 0
         if k > 0:
             self.plain_time, self.backoff = 0.0, 1
             return k
         if probed:                                # the probe did not make drafting pay
             self.backoff = min(2 * self.backoff, DraftPolicy.BACKOFF_MAX)
-        ones = [1.0] * len(caps)
-        if self.best_k(ones, caps, n_plain) == 0 and self.n_step_obs >= self.CONFIDENT:
+        if k_ones == 0 and self.n_step_obs >= self.CONFIDENT:
             return 0                              # even drafts always right could not pay
         self.plain_time += self.target_cost(n_plain + len(caps))
-        k = max(1, min(self.best_k(ones, caps, n_plain), self.PROBE_K))
+        k = max(1, min(k_ones, self.PROBE_K))
         if self.EXPLORE / self.backoff * self.plain_time >= self.probe_cost(k, len(caps), n_plain, pending):
             self.plain_time, self.probing = 0.0, True
             return k
