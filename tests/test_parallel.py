@@ -442,3 +442,36 @@ def test_drafting_rounds_leave_room_for_a_plain_one():
     assert plain[0] == every - 1 and set(np.diff(plain)) == {every}     # EXPLORE of the drafting time
     p.observe_target(1, 0.0054)                            # the plain round: the target's true pace
     assert p.choose(16) == 0 and st.plain_now
+
+
+def test_a_sequences_logits_do_not_depend_on_what_shares_its_evaluation(files):
+    """ggml's CPU flash attention goes row by row (F16 queries) below 64 query rows and tiled
+    (F32 queries, blocks of 64 cells) from 64 on: 8 prompts of 10 tokens in one evaluation (80
+    rows) would not round as each alone (seen: a -np 8 server answering one question two ways).
+    The core then attends in chunks below 64 rows: every row bit for bit as alone, in a prompt
+    wave and in a verify round of 8 x 9 rows. Negative control: a prompt of 70 tokens is tiled
+    alone too, and after another sequence's 30 cells its blocks of 64 shift: its logits move."""
+    rng = np.random.default_rng(3)
+    target = Model(files[0], n_ctx=1024, n_threads=1, n_seq_max=9)
+
+    def alone(toks: list[int]) -> np.ndarray:
+        with target.lease() as s:
+            s.clear()
+            return target.decode([(s, toks, "all")])[0].copy()
+
+    with target:
+        prompts = [[int(t) for t in rng.integers(2, 64, 10)] for _ in range(8)]
+        rounds = [[int(t) for t in rng.integers(2, 64, 9)] for _ in range(8)]
+        want = [alone(p) for p in prompts]
+        want_round = [alone(p + r)[len(p):] for p, r in zip(prompts, rounds)]
+        seqs = [target.lease() for _ in range(8)]
+        for s in seqs:
+            s.clear()
+        got = target.decode([(s, p, "all") for s, p in zip(seqs, prompts)])
+        assert all(np.array_equal(w, g) for w, g in zip(want, got))
+        got = target.decode([(s, r, "all") for s, r in zip(seqs, rounds)])
+        assert all(np.array_equal(w, g) for w, g in zip(want_round, got))
+        for s in seqs:
+            s.release()
+        long = [int(t) for t in rng.integers(2, 64, 70)]
+        assert not np.array_equal(alone(long)[:63], alone(long[:63]))   # tiled vs row by row

@@ -173,7 +173,8 @@ psl_context::~psl_context() {
     psl::release(model);
 }
 
-void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs outputs, int32_t n_rows, bool embd) {
+void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs outputs, int32_t n_rows, bool embd,
+                              int32_t fa_rows) {
     graph_tokens = -1;
     graph.reset();
     graph_ctx.reset();
@@ -183,6 +184,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows);
     graph->embeddings = embd;
+    graph->fa_rows = fa_rows;
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
@@ -192,6 +194,29 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
                        : nullptr;
     graph->result = model->arch->build(*graph);
     ggml_build_forward_expand(gf, graph->result);
+}
+
+// ggml's CPU flash attention takes a tiled path (F32 queries, blocks of 64 cells) for 64 query
+// rows and more, and goes row by row (F16 queries) below: a sequence's logits would depend on
+// what else shares its graph (seen: -np 8 servers answering a question two ways). When each
+// sequence of the graph has fewer than 64 rows, so that alone it would go row by row, the
+// attention takes its rows in chunks below 64: each row exactly as alone (a row reads its own
+// sequence's cells, in order, whatever lies between). 0: one call (one sequence, a GPU, or a
+// sequence of 64 rows or more, which alone is tiled too, in blocks that then depend on where
+// its cells sit). Reads ub_seq_ of compute().
+int32_t psl_context::fa_rows_for(int32_t n) {
+    constexpr int32_t tile_rows = 64;   // ggml-cpu's GGML_FA_TILE_Q
+    if (backend_gpu || n < tile_rows) return 0;
+    fa_seq_rows_.assign(mem->cells().n_seq(), 0);
+    int32_t most = 0, n_seqs = 0;
+    for (int32_t j = 0; j < n; ++j) {
+        int32_t & r = fa_seq_rows_[ub_seq_[j]];
+        n_seqs += r == 0;
+        most = std::max(most, ++r);
+    }
+    if (n_seqs < 2 || most >= tile_rows) return 0;
+    const int32_t n_chunks = (n + tile_rows - 2) / (tile_rows - 1);
+    return (n + n_chunks - 1) / n_chunks;
 }
 
 // One graph: the tokens idx of b. Their cells are taken first (rewrite: a replay, whose tokens
@@ -220,13 +245,14 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
     const int32_t n_rows = outputs == Graph::Outputs::Rows ? n_out : 0;
     const int32_t n_kv = mem->kv().n_kv_for(cells.used_end());
     const int32_t mode = (int32_t) outputs + (embd ? 16 : 0);
-    if (n != graph_tokens || n_kv != graph_kv || mode != graph_mode || n_rows != graph_rows) {
-        build_graph(n, n_kv, outputs, n_rows, embd);
+    const int32_t fa_rows = fa_rows_for(n);
+    if (n != graph_tokens || n_kv != graph_kv || mode != graph_mode || n_rows != graph_rows || fa_rows != graph_fa) {
+        build_graph(n, n_kv, outputs, n_rows, embd, fa_rows);
         ggml_backend_sched_reset(sched.get());
         if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
             fail(PSL_ERR_BACKEND, "cannot allocate the compute graph (%d tokens)", n);
         }
-        graph_tokens = n, graph_kv = n_kv, graph_mode = mode, graph_rows = n_rows;
+        graph_tokens = n, graph_kv = n_kv, graph_mode = mode, graph_rows = n_rows, graph_fa = fa_rows;
     }
     const UBatch ub{n, ub_tokens_.data(), ub_pos_.data(), ub_seq_.data(), ub_cell_.data(), ub_out_.data()};
     inputs.fill(*graph, ub, cells);

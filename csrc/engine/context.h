@@ -40,7 +40,7 @@ struct psl_context {
     ggml_cgraph * gf = nullptr;
     std::unique_ptr<psl::Graph> graph;
     // The current graph is reused, allocation included, while these stay the same.
-    int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1, graph_rows = -1;
+    int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1, graph_rows = -1, graph_fa = -1;
 
     std::vector<float> logits;               // used when the caller gives no buffer
     int32_t n_rows = 0;
@@ -83,7 +83,9 @@ struct psl_context {
 private:
     void free_head();
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
-    void build_graph(int32_t n_tokens, int32_t n_kv, psl::Graph::Outputs outputs, int32_t n_rows, bool embd);
+    void build_graph(int32_t n_tokens, int32_t n_kv, psl::Graph::Outputs outputs, int32_t n_rows, bool embd,
+                     int32_t fa_rows = 0);
+    int32_t fa_rows_for(int32_t n);
     void run(const psl::Batch & b, bool embd, float * out);
     void compute(const psl::Batch & b, const std::vector<int32_t> & idx, bool rewrite, bool embd, float * out);
     void write_rows(const std::vector<int32_t> & rows, bool consecutive, bool use_head, size_t width, float * out);
@@ -97,4 +99,5 @@ private:
 
     // scratch of compute(): the graph's tokens, positions, sequences, cells, output rows
     std::vector<int32_t> ub_tokens_, ub_pos_, ub_seq_, ub_cell_, ub_out_, ub_rows_;
+    std::vector<int32_t> fa_seq_rows_;       // scratch of fa_rows_for(): the graph's rows by sequence
 };

@@ -84,11 +84,26 @@ ggml_tensor * Graph::attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cu
                           : ggml_view_3d(ctx, k_l, dv_latent, n_kv, hkv, k_row, ggml_row_size(k_l->type, dk), 0);
     q = ggml_permute(ctx, q, 0, 2, 1, 3);
     ggml_tensor * mask = m.hp.is_swa(il) ? inp_mask_swa : inp_mask;
+    if (fa_rows <= 0 || n_tokens <= fa_rows) return flash_attention(il, q, k, v, mask, scale);
+    // Query rows are independent: attend in chunks of fa_rows and join them
+    ggml_tensor * out = nullptr;
+    for (int64_t r0 = 0; r0 < n_tokens; r0 += fa_rows) {
+        const int64_t nr = std::min<int64_t>(fa_rows, n_tokens - r0);
+        ggml_tensor * qc = ggml_view_3d(ctx, q, q->ne[0], nr, q->ne[2], q->nb[1], q->nb[2], r0 * q->nb[1]);
+        ggml_tensor * mc = ggml_view_2d(ctx, mask, mask->ne[0], nr, mask->nb[1], r0 * mask->nb[1]);
+        ggml_tensor * oc = flash_attention(il, qc, k, v, mc, scale);
+        out = out ? ggml_concat(ctx, out, oc, 2) : oc;
+    }
+    return out;
+}
+
+ggml_tensor * Graph::flash_attention(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                                     float scale) {
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
     ggml_prec_set_acc(out, GGML_PREC_F32);   // accumulate in F32, as llama.cpp asks
     // gpt-oss: one learned logit per head joins every softmax (and takes its share of the mass)
     if (m.layers[il].attn_sinks) ggml_flash_attn_ext_add_sinks(out, m.layers[il].attn_sinks);
-    return out;   // [dv, n_head, n_tokens]
+    return out;   // [dv, n_head, n_rows]
 }
 
 ggml_tensor * Graph::attention(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale) {

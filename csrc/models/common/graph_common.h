@@ -29,6 +29,9 @@ struct Graph {
     Outputs outputs;
     int32_t n_out_rows;          // with Outputs::Rows
     bool embeddings = false;     // the output norm's rows, not logits: the graph ends before the head
+    // > 0: the attention runs on at most fa_rows query rows a call (psl_context::fa_rows_for:
+    // ggml's CPU flash attention then takes the path each sequence alone would take)
+    int32_t fa_rows = 0;
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
 
@@ -86,6 +89,10 @@ struct Graph {
     // the first dv_latent values of each K row.
     ggml_tensor * attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cur, ggml_tensor * v_cur, float scale,
                                   int64_t dv_latent = 0);
+    // ggml's flash attention of q ([head, n_rows, n_head]) over k/v with mask, F32 accumulation,
+    // layer il's sinks when it has them; returns [head_v, n_head, n_rows].
+    ggml_tensor * flash_attention(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                                  float scale);
     // Only the writing half: k_cur / v_cur (either may be null) into layer il's cache cells.
     void store_kv(int il, ggml_tensor * k_cur, ggml_tensor * v_cur);
     // The attention block of the llama family and its relatives: projections (+ biases when
