@@ -475,3 +475,30 @@ def test_a_sequences_logits_do_not_depend_on_what_shares_its_evaluation(files):
             s.release()
         long = [int(t) for t in rng.integers(2, 64, 70)]
         assert not np.array_equal(alone(long)[:63], alone(long[:63]))   # tiled vs row by row
+
+
+def test_a_long_prompt_after_anothers_cells_gives_its_logits_alone():
+    """A prompt of 64 tokens or more takes ggml's tiled CPU attention alone too, which reads
+    cells in blocks of 64: its cells sit at their positions mod 64, in pages of their own
+    (KvCells::find_free), so after another sequence's 30 or 100 cells its blocks are those it
+    has alone (real SmolLM2: before, 0.92 apart at most over 70 tokens). Negative control: on this
+    model the tiled path and the row-by-row one round apart (the first 63 of 70 tokens)."""
+    model = Model(models.real_model_or_skip("smollm2"), n_ctx=2048, n_threads=2, n_seq_max=4)
+    rng = np.random.default_rng(1)
+
+    def alone(toks: list[int]) -> np.ndarray:
+        model.clear()
+        with model.lease() as s:
+            s.clear()
+            return model.decode([(s, toks, "all")])[0].copy()
+
+    with model:
+        for before, n in ((30, 70), (100, 200)):
+            long = [int(t) for t in rng.integers(100, 40000, n)]
+            want = alone(long)
+            model.clear()
+            with model.lease() as a, model.lease() as b:
+                a.clear(), b.clear()
+                model.decode([(a, [int(t) for t in rng.integers(100, 40000, before)], "last")])
+                assert np.array_equal(model.decode([(b, long, "all")])[0], want), (before, n)
+        assert not np.array_equal(alone(long)[:63], alone(long[:63]))

@@ -20,6 +20,26 @@ int32_t KvCells::cell_at(int32_t seq, int32_t pos) const {
 int32_t KvCells::find_free(int32_t seq) const {
     if (n_used_ == size()) return -1;
     const auto & own = seqs_[seq];
+    const int32_t off = (int32_t) own.size() % PAGE;
+    const int32_t from = own.empty() ? 0 : own.back() + 1;
+    if (!own.empty() && from < size() && from % PAGE == off && refs_[from] == 0) return from;
+    for (int32_t page = from / PAGE * PAGE; page + off < size(); page += PAGE) {
+        const int32_t c = page + off;
+        if (c >= from && free_from(c, std::min(page + PAGE, size()))) return c;
+    }
+    return next_free(seq);
+}
+
+bool KvCells::free_from(int32_t cell, int32_t end) const {
+    for (int32_t c = cell; c < end; ++c) {
+        if (refs_[c] != 0) return false;
+    }
+    return true;
+}
+
+int32_t KvCells::next_free(int32_t seq) const {
+    if (n_used_ == size()) return -1;
+    const auto & own = seqs_[seq];
     const int32_t from = own.empty() ? 0 : own.back() + 1;
     for (int32_t c = from; c < size(); ++c) {
         if (refs_[c] == 0) return c;
@@ -81,7 +101,7 @@ void KvCells::clear() {
 }
 
 int32_t KvCells::add_scratch(int32_t seq, int32_t pos) {
-    const int32_t c = find_free(seq);
+    const int32_t c = next_free(seq);
     if (c < 0) return -1;
     take(c, pos);
     scratch_[seq].push_back(c);

@@ -31,10 +31,15 @@ public:
     int32_t pos_of(int32_t cell) const { return pos_[cell]; }
     bool shared(int32_t cell) const { return refs_[cell] > 1; }
 
-    // A free cell for the next token of seq: the first after the sequence's last cell, so that
-    // its cells ascend with its positions (an attention then reads them in the order a
-    // one-sequence cache has them), else the lowest free one. -1 when none is free.
+    // A free cell for the next token of seq (position p = n_past): one that sits, as in a cache
+    // of its own, at p mod PAGE within a page of PAGE cells, its pages ascending (the cell
+    // after its last one, or the first page above whose cells from there on are free); else the
+    // first free cell after its last one, else the lowest free one. -1 when none is free.
+    // Why: ggml's CPU flash attention reads cells in blocks of 64 (its tiled path, 64 query rows
+    // and more) and in order: so placed, a sequence's blocks and order are those it has alone,
+    // and its logits do not depend on what else the cache holds.
     int32_t find_free(int32_t seq) const;
+    static constexpr int32_t PAGE = 64;   // ggml-cpu's GGML_FA_TILE_KV
     // Cell `cell` (free) becomes position n_past of each of seqs[0..n) (the same in each).
     void append(int32_t cell, const int32_t * seqs, int32_t n);
     // Keeps the first n_keep positions of seq.
@@ -52,6 +57,8 @@ public:
     void drop_all_scratch();
 
 private:
+    int32_t next_free(int32_t seq) const;     // the first free after seq's last cell, else the lowest
+    bool free_from(int32_t cell, int32_t end) const;
     void release(int32_t cell);
     void take(int32_t cell, int32_t pos);
 
