@@ -444,6 +444,33 @@ def test_drafting_rounds_leave_room_for_a_plain_one():
     assert p.choose(16) == 0 and st.plain_now
 
 
+def test_a_slow_plain_round_is_measured_again_before_drafting_on_its_word():
+    """A plain round 8x slower than the target's pace (a busy machine: 50 ms where SmolLM2 takes
+    6) lifts c_target(1) enough that a draft as dear as the target looks worth drafting with;
+    the next round is plain instead, and its measurement (believed at once, being faster) keeps
+    plain decoding. A sustained slowdown is believed (the recheck is slow too). Negative
+    control: without the recheck, that slow round would start drafting."""
+    def policy() -> DraftPolicy:
+        st = PairStats(target_costs={1: 0.0060, 4: 0.0190, 17: 0.0520})
+        st.draft_cost.seconds, st.draft_cost.n_obs = 0.0053, 8
+        p = DraftPolicy(16, stats=st)
+        p.acc, p.rej = 99.0, 1.0
+        return p
+    p = policy()
+    assert p.choose(16) == 0
+    p.observe_target(1, 0.050)
+    assert p.recheck and p.choose(16) == 0
+    p.observe_target(1, 0.0061)
+    assert not p.recheck and p.choose(16) == 0 and p.target_cost(1) == pytest.approx(0.0061)
+    control = policy()
+    control.observe_target(1, 0.050)
+    control.recheck = False
+    assert control.choose(16) > 0
+    for _ in range(12):
+        p.observe_target(1, 0.050)                          # slow, and staying slow: believed, slowly
+    assert not p.recheck and p.c_target[1] > 0.040          # (target_cost caps it at c_target(4))
+
+
 def test_a_sequences_logits_do_not_depend_on_what_shares_its_evaluation(files):
     """ggml's CPU flash attention goes row by row (F16 queries) below 64 query rows and tiled
     (F32 queries, blocks of 64 cells) from 64 on: 8 prompts of 10 tokens in one evaluation (80

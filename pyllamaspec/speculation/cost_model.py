@@ -89,6 +89,7 @@ class DraftPolicy:
                            # them; each probe that confirms plain decoding halves that, to 1/64
     PROBE_K = 4            # the longest probe
     CONFIDENT = 3          # draft-cost measurements before "too slow even if always right" is believed
+    RECHECK = 1.5          # a plain round this much slower than c_target(1) is measured again first
     BINS = (0.3, 0.5, 0.7, 0.8, 0.9, 0.95)   # edges of the draft-confidence bins (top probability)
 
     def __init__(self, k_max: int, prior_alpha: float = 0.7, prior_weight: float = 2.0,
@@ -109,6 +110,7 @@ class DraftPolicy:
         self.p_pay = 0.0                                    # chance_speculation_pays, per plain stretch
         self.calib = [self.prior] * (len(self.BINS) + 1)    # (accepted, rejected) per confidence bin
         self.token_time: float | None = None                # seconds per token, speculative rounds
+        self.recheck = False                                # the last plain round was slow: measure again
         # a drafter whose draft costs one pass whatever its length (a DFlash block): c_draft is
         # then per round, and a drafted token costs only its verification
         self.per_round = False
@@ -255,7 +257,13 @@ class DraftPolicy:
             self.c_catch_up = self._cost(self.c_catch_up, seconds / n_tokens)
 
     def observe_target(self, n: int, seconds: float) -> None:
-        self.c_target[n] = self._cost(self.c_target.get(n), seconds)
+        old = self.c_target.get(n)
+        self.c_target[n] = self._cost(old, seconds)
+        # Only plain rounds measure c_target(1), and a slow one (a busy machine: 38-54 ms where
+        # SmolLM2 takes 6) makes drafting look worth it until a plain round comes again
+        # (EXPLORE of the drafting time): the next round is plain, to measure it again.
+        if n == 1 and old is not None:
+            self.recheck = seconds > self.RECHECK * old
 
     def target_cost(self, n: int) -> float:
         return cost_at(self.c_target, n)
@@ -311,7 +319,7 @@ class DraftPolicy:
         k_cap = min(k_cap, self.k_max)
         if self.measuring:
             return min(k_cap, self.START_K)    # nothing measured yet: a short draft measures it
-        if 1 not in self.c_target:
+        if 1 not in self.c_target or self.recheck:
             return 0                           # one plain round measures the target's own pace
         a = self.alpha_upper
         k = self.best_k(k_cap, alpha=a)
