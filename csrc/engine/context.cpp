@@ -139,7 +139,9 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     }
     backends.push_back(backend_cpu.get());   // the CPU last: the scheduler's fallback
 
-    graph_size = std::max<size_t>(2048, 10 * (size_t) gguf_get_n_tensors(m->gguf));
+    // (+ the nodes of an attention in FA_MAX_CHUNKS chunks: fa_rows_for)
+    graph_size = std::max<size_t>(2048, 10 * (size_t) gguf_get_n_tensors(m->gguf)) +
+                 4 * FA_MAX_CHUNKS * (size_t) m->hp.n_layer;
     graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
     sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_size, false, true));
     if (!sched) fail(PSL_ERR_BACKEND, "cannot create the backend scheduler");
@@ -203,10 +205,11 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
 // attention takes its rows in chunks below 64: each row exactly as alone (a row reads its own
 // sequence's cells, in order, whatever lies between). 0: one call (one sequence, a GPU, or a
 // sequence of 64 rows or more, which alone is tiled too, in blocks that then depend on where
-// its cells sit). Reads ub_seq_ of compute().
+// its cells sit; or a graph of more rows than FA_MAX_CHUNKS chunks hold, as graph_size bounds
+// its nodes). Reads ub_seq_ of compute().
 int32_t psl_context::fa_rows_for(int32_t n) {
     constexpr int32_t tile_rows = 64;   // ggml-cpu's GGML_FA_TILE_Q
-    if (backend_gpu || n < tile_rows) return 0;
+    if (backend_gpu || n < tile_rows || n > FA_MAX_CHUNKS * (tile_rows - 1)) return 0;
     fa_seq_rows_.assign(mem->cells().n_seq(), 0);
     int32_t most = 0, n_seqs = 0;
     for (int32_t j = 0; j < n; ++j) {

@@ -86,6 +86,7 @@ private:
     void build_graph(int32_t n_tokens, int32_t n_kv, psl::Graph::Outputs outputs, int32_t n_rows, bool embd,
                      int32_t fa_rows = 0);
     int32_t fa_rows_for(int32_t n);
+    static constexpr int32_t FA_MAX_CHUNKS = 16;
     void run(const psl::Batch & b, bool embd, float * out);
     void compute(const psl::Batch & b, const std::vector<int32_t> & idx, bool rewrite, bool embd, float * out);
     void write_rows(const std::vector<int32_t> & rows, bool consecutive, bool use_head, size_t width, float * out);
