@@ -471,6 +471,7 @@ def test_a_slow_plain_round_is_measured_again_before_drafting_on_its_word():
     assert not p.recheck and p.c_target[1] > 0.040          # (target_cost caps it at c_target(4))
 
 
+@pytest.mark.cpu_kernels
 def test_a_sequences_logits_do_not_depend_on_what_shares_its_evaluation(files):
     """ggml's CPU flash attention goes row by row (F16 queries) below 64 query rows and tiled
     (F32 queries, blocks of 64 cells) from 64 on: 8 prompts of 10 tokens in one evaluation (80
@@ -504,6 +505,7 @@ def test_a_sequences_logits_do_not_depend_on_what_shares_its_evaluation(files):
         assert not np.array_equal(alone(long)[:63], alone(long[:63]))   # tiled vs row by row
 
 
+@pytest.mark.cpu_kernels
 def test_a_long_prompt_after_anothers_cells_gives_its_logits_alone():
     """A prompt of 64 tokens or more takes ggml's tiled CPU attention alone too, which reads
     cells in blocks of 64: its cells sit at their positions mod 64, in pages of their own
