@@ -48,14 +48,15 @@ ggml_tensor * TensorLoader::matrix(const std::string & name, std::vector<int64_t
 
 // Would the CPU backend run mul_mat(w, activations) from this buffer type? Asked the way
 // llama.cpp asks: a dummy op whose weight sits in an empty buffer of that type.
-bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const {
+bool cpu_supports_matmul(ggml_backend_dev_t dev_cpu, ggml_backend_buffer_type_t buft, const ggml_tensor * w,
+                         int64_t n_expert_used) {
     ggml_init_params p = {ggml_tensor_overhead() * 4, nullptr, true};
     ggml_context * ctx = ggml_init(p);
     if (!ctx) return false;
     ggml_tensor * a = ggml_dup_tensor(ctx, w);
     ggml_tensor * op = nullptr;
     if (ggml_n_dims(w) == 3) {   // stacked experts: asked about mul_mat_id, which reads them
-        const int64_t k = std::max<int64_t>(1, m_.hp.n_expert_used);
+        const int64_t k = std::max<int64_t>(1, n_expert_used);
         ggml_tensor * b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, w->ne[0], k, 512);
         op = ggml_mul_mat_id(ctx, a, b, ggml_new_tensor_2d(ctx, GGML_TYPE_I32, k, 512));
     } else {
@@ -65,12 +66,16 @@ bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_t
     bool ok = false;
     if (dummy) {
         a->buffer = dummy;
-        ok = ggml_backend_dev_supports_op(m_.dev_cpu, op);
+        ok = ggml_backend_dev_supports_op(dev_cpu, op);
         a->buffer = nullptr;
         ggml_backend_buffer_free(dummy);
     }
     ggml_free(ctx);
     return ok;
+}
+
+bool TensorLoader::supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const {
+    return cpu_supports_matmul(m_.dev_cpu, buft, w, m_.hp.n_expert_used);
 }
 
 ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place place, int il, bool matrix) const {

@@ -298,6 +298,10 @@ int32_t max_threads();   // for a context or for loading: 4x the hardware thread
 void split_layers(psl_model & m, const psl_model_params & params);
 void retain(psl_model * m);
 void release(psl_model * m);
+// Whether the CPU backend multiplies activations by w when w sits in buft (a repacking or AMX
+// buffer type: their kernels take only some types and shapes).
+bool cpu_supports_matmul(ggml_backend_dev_t dev_cpu, ggml_backend_buffer_type_t buft, const ggml_tensor * w,
+                         int64_t n_expert_used);
 }  // namespace psl
 
 namespace psl {

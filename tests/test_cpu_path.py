@@ -16,19 +16,25 @@ from pyllamaspec import Model
 
 
 def test_kernel_record_names_each_weight_type(smollm2_path, gemma3_path):
+    info = pyllamaspec.system_info()
+    # ggml offers its AMX buffer first where it was compiled in and the CPU has AMX (Sapphire
+    # Rapids and later): q4_0/q4_1/q8_0 and K-quant matrices go there, before any repacking
+    amx = "AMX_INT8 = 1" in info
     with Model(smollm2_path, n_ctx=64) as m:
         lines = m.kernels.splitlines()
     # SmolLM2 Q4_1: the layers' q4_1 matrices (llamafile has no q4_1 kernel: vec_dot for batches
     # too) and the tied q8_0 embedding that is also the output head
-    assert any(line.startswith("q4_1 x210 ") and "vec_dot q4_1 x q8_1; batched: vec_dot" in line for line in lines)
+    q4_1 = "q4_1 x210 AMX: AMX tiles" if amx else "vec_dot q4_1 x q8_1; batched: vec_dot"
+    assert any(line.startswith("q4_1 x210 ") and q4_1 in line for line in lines), lines
     assert any(line.startswith("q8_0 x1 ") for line in lines), lines
     with Model(gemma3_path, n_ctx=64) as m:
         rec = m.kernels
-    info = pyllamaspec.system_info()
-    if "REPACK = 1" in info and ("AVX2 = 1" in info or "NEON = 1" in info):
+    if amx:
+        assert "q4_K x27 AMX: AMX tiles" in rec, rec
+    elif "REPACK = 1" in info and ("AVX2 = 1" in info or "NEON = 1" in info):
         assert "q4_K x27 CPU_REPACK: repacked" in rec, rec      # Q4_K repacks where ggml has the kernel
     with Model(gemma3_path, n_ctx=64, use_repack=False) as m:
-        assert "REPACK" not in m.kernels and "q4_K x27 " in m.kernels
+        assert "REPACK" not in m.kernels and "AMX" not in m.kernels and "q4_K x27 " in m.kernels
 
 
 def test_system_info_names_the_kernel_variant():

@@ -599,19 +599,32 @@ def test_a_draft_loads_without_its_tokenizer(smollm2_path):
 # ---- a restricted draft head ---------------------------------------------------------------------
 
 def test_restricted_head_computes_exactly_those_logits(smollm2_path):
+    # The same rows by the same kernels: where the full head sits in a repacking or AMX buffer
+    # (the tied q8_0 head of SmolLM2 goes to AMX on a CPU that has it), so does the restricted
+    # one; one token and a batch take different kernels there (AMX: VNNI rows, then tiles).
     with Model(smollm2_path, n_ctx=128, n_threads=1) as m:
         toks = m.tokenize("A restricted head computes only some rows of the output matrix.")
+        full1 = m.eval(toks[:1])[-1].copy()
+        m.clear()
         full = m.eval(toks, logits="all").copy()
         ids = m.common_token_ids(1000)
         assert len(ids) == 1000 and (np.diff(ids) > 0).all()
         m.set_output_ids(ids)
         m.clear()
+        assert np.array_equal(m.eval(toks[:1])[-1][ids], full1[ids])
+        m.clear()
         sub = m.eval(toks, logits="all").copy()
         others = np.setdiff1d(np.arange(m.n_vocab), ids)
         assert np.array_equal(sub[:, ids], full[:, ids])           # the same rows, the same maths
         assert np.isneginf(sub[:, others]).all()
-        # growing it: rows appended in place, then (past the spare room) rebuilt larger
+        # growing it: rows appended in place (a repacked head: uploaded whole again, within its
+        # rows rounded up to 64), then (past the spare room) rebuilt larger
         extra = others[::17][:800]
+        m.add_output_ids(extra[:10])
+        m.clear()
+        sub = m.eval(toks, logits="all").copy()
+        assert np.array_equal(sub[:, extra[:10]], full[:, extra[:10]])
+        assert np.array_equal(sub[:, ids], full[:, ids])
         m.add_output_ids(extra)
         m.add_output_ids(np.concatenate([extra[:5], others[1::17][:1500]]))   # repeats are skipped
         got = np.sort(m.output_ids)

@@ -192,8 +192,9 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
     graph->keep_final = draft_head && draft_head->wants_final();
     // the rows of the restricted head in use, if any
-    graph->head = head ? ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(), head->nb[1], 0)
-                       : nullptr;
+    graph->head = !head || head_packed ? head
+                                       : ggml_view_2d(graph_ctx.get(), head, head->ne[0], (int64_t) head_ids.size(),
+                                                      head->nb[1], 0);
     graph->result = model->arch->build(*graph);
     ggml_build_forward_expand(gf, graph->result);
 }
@@ -318,12 +319,12 @@ void psl_context::write_rows(const std::vector<int32_t> & rows, bool consecutive
         }
         return;
     }
-    const size_t n_sub = head_ids.size();
+    const size_t n_sub = head_ids.size(), stride = (size_t) res->ne[0];   // a packed head's spare rows too
     head_logits.resize(ggml_nelements(res));
     ggml_backend_tensor_get(res, head_logits.data(), 0, ggml_nbytes(res));
     for (size_t r = 0; r < rows.size(); ++r) {
         float * dst = out + (size_t) rows[r] * width;
-        const float * src = head_logits.data() + r * n_sub;
+        const float * src = head_logits.data() + r * stride;
         std::fill(dst, dst + width, -INFINITY);
         for (size_t j = 0; j < n_sub; ++j) dst[head_ids[j]] = src[j];
     }
@@ -427,121 +428,6 @@ void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t 
              (long long) n * n_embd);
     }
     run(b, true, out);
-}
-
-namespace {
-void check_output_id(int32_t id, int32_t i, int32_t n_vocab) {
-    if (id < 0 || id >= n_vocab) {
-        fail(PSL_ERR_OUT_OF_RANGE, "output id %d at index %d is outside the vocabulary [0, %d)", id, i, n_vocab);
-    }
-}
-}  // namespace
-
-void psl_context::free_head() {
-    head = nullptr;
-    head_buf.reset();
-    head_ctx.reset();
-    head_ids.clear();
-    head_has.clear();
-}
-
-// Copies the file's output rows of ids[0..n) into head rows first_row... (whatever layout the
-// full head was loaded into: repacked, on a GPU).
-void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row) {
-    const psl::TensorSource * src = model->files->find(ggml_get_name(model->output));
-    if (!src) psl::fail(PSL_ERR_INTERNAL, "tensor '%s' not found", ggml_get_name(model->output));
-    const psl::GgufFile & f = *src->file;   // the shard that holds the head
-    const size_t row = head->nb[1];
-    const size_t base = src->offset;
-    // straight into the head when it is in host memory, else through a staging copy
-    const bool host = ggml_backend_buffer_is_host(head_buf.get());
-    std::vector<uint8_t> staging(host ? 0 : row * (size_t) n);
-    uint8_t * dst = host ? (uint8_t *) head->data + (size_t) first_row * row : staging.data();
-    for (int32_t i = 0; i < n; ++i) {
-        const size_t off = base + (size_t) ids[i] * row;
-        if (f.mapping()) {
-            memcpy(dst + (size_t) i * row, f.mapping() + off, row);
-        } else {
-            f.read(off, dst + (size_t) i * row, row);
-        }
-    }
-    if (!host) ggml_backend_tensor_set(head, staging.data(), (size_t) first_row * row, staging.size());
-}
-
-void psl_context::set_output_ids(const int32_t * ids, int32_t n) {
-    const int32_t n_vocab = model->hp.n_vocab;
-    std::vector<uint8_t> seen((size_t) n_vocab, 0);
-    for (int32_t i = 0; i < n; ++i) {
-        check_output_id(ids[i], i, n_vocab);
-        if (seen[ids[i]]++) fail(PSL_ERR_INVALID_ARGUMENT, "output id %d appears twice", ids[i]);
-    }
-    free_head();
-    graph_tokens = -1;                       // the next eval builds a graph with the new head
-    if (n == 0) return;
-
-    const ggml_tensor * src = model->output;
-    const int64_t room = std::min<int64_t>(n_vocab, (int64_t) n + std::max<int64_t>(1024, n / 8));
-    ggml_init_params ip = {ggml_tensor_overhead() * 2, nullptr, /*no_alloc =*/ true};
-    head_ctx.reset(ggml_init(ip));
-    if (!head_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the output head's context");
-    head = ggml_new_tensor_2d(head_ctx.get(), src->type, src->ne[0], room);
-    ggml_set_name(head, "output_ids.weight");
-    // next to the full head: on the GPU if it was offloaded, else in plain CPU memory
-    ggml_backend_buffer_type_t buft = model->output_device() != model->dev_cpu
-                                          ? ggml_backend_dev_buffer_type(model->output_device())
-                                          : ggml_backend_cpu_buffer_type();
-    head_buf.reset(ggml_backend_alloc_ctx_tensors_from_buft(head_ctx.get(), buft));
-    if (!head_buf) {
-        const double mib = ggml_nbytes(head) / 1048576.0;
-        free_head();
-        fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MiB for the output head", mib);
-    }
-    ggml_backend_buffer_set_usage(head_buf.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    try {
-        copy_head_rows(ids, n, 0);
-    } catch (...) {
-        free_head();
-        throw;
-    }
-    head_ids.assign(ids, ids + n);
-    head_has = std::move(seen);
-    // The full head's mapped pages need not stay resident: embedding lookups (a tied head)
-    // fault in the few rows they read, and the page cache keeps the rest at hand.
-    const ggml_tensor * full = model->output;
-    const psl::TensorSource * from = model->files->find(ggml_get_name(full));
-    const psl::GgufFile * f = from ? from->file : nullptr;   // the shard that holds it
-    if (f && f->mapping() && full->data >= (const void *) f->mapping() &&
-        (const uint8_t *) full->data < f->mapping() + f->file_size()) {
-        f->release((size_t) ((const uint8_t *) full->data - f->mapping()), ggml_nbytes(full));
-    }
-}
-
-void psl_context::add_output_ids(const int32_t * ids, int32_t n) {
-    if (!head) fail(PSL_ERR_INVALID_ARGUMENT, "the output head is not restricted (psl_context_set_output_ids)");
-    const int32_t n_vocab = model->hp.n_vocab;
-    std::vector<int32_t> fresh;
-    for (int32_t i = 0; i < n; ++i) {
-        check_output_id(ids[i], i, n_vocab);
-        if (!head_has[ids[i]]) {
-            head_has[ids[i]] = 1;             // also drops repeats within ids
-            fresh.push_back(ids[i]);
-        }
-    }
-    if (fresh.empty()) return;
-    if ((int64_t) (head_ids.size() + fresh.size()) > head->ne[1]) {
-        std::vector<int32_t> all = head_ids;  // out of room: rebuild with more
-        all.insert(all.end(), fresh.begin(), fresh.end());
-        set_output_ids(all.data(), (int32_t) all.size());
-        return;
-    }
-    try {
-        copy_head_rows(fresh.data(), (int32_t) fresh.size(), (int32_t) head_ids.size());
-    } catch (...) {
-        for (int32_t id : fresh) head_has[id] = 0;
-        throw;
-    }
-    head_ids.insert(head_ids.end(), fresh.begin(), fresh.end());
-    graph_tokens = -1;                       // the graph reads one more row
 }
 
 void psl_context::check_seq(int32_t seq) const {

@@ -49,12 +49,14 @@ struct psl_context {
     bool catch_sigint = false;               // SIGINT interrupts a running eval
     int sigint_mark = 0;
     psl_perf perf{0.0, 0, 0, 0};
-    // A restricted output head (psl_context_set_output_ids): room for head->ne[1] rows of
-    // which the first head_ids.size() are used, which ids are in it, and scratch for the
-    // restricted logits before they are spread over n_vocab.
+    // A restricted output head (psl_context_set_output_ids, output_head.cpp): room for
+    // head->ne[1] rows of which the first head_ids.size() are used (head_packed: in the full
+    // head's repacking / AMX buffer, all rows multiplied, the spare ones zero), which ids are in
+    // it, and scratch for the restricted logits before they are spread over n_vocab.
     ggml_context_ptr head_ctx;
     ggml_backend_buffer_ptr head_buf;
     ggml_tensor * head = nullptr;
+    bool head_packed = false;
     std::vector<int32_t> head_ids;
     std::vector<uint8_t> head_has;
     std::vector<float> head_logits;
@@ -83,6 +85,7 @@ struct psl_context {
 private:
     void free_head();
     void copy_head_rows(const int32_t * ids, int32_t n, int32_t first_row);
+    void read_head_rows(const int32_t * ids, int32_t n, uint8_t * dst) const;
     void build_graph(int32_t n_tokens, int32_t n_kv, psl::Graph::Outputs outputs, int32_t n_rows, bool embd,
                      int32_t fa_rows = 0);
     int32_t fa_rows_for(int32_t n);

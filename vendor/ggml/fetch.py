@@ -95,6 +95,7 @@ def cached_archive() -> Path:
     path = cache / PIN["filename"]
     if path.is_file() and pypi.sha256_of(path) == PIN["sha256"]:
         return path
+    cache.mkdir(parents=True, exist_ok=True)   # a first call outside _locked (tests read the sdist)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         got = download(Path(tmp))
         digest = pypi.sha256_of(got)
