@@ -224,3 +224,63 @@ def test_cmake_refuses_a_bad_ggml_source_dir(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "is not a ggml source tree" in proc.stderr
+
+
+AMX_PROBE = r"""
+#include <immintrin.h>
+#include <cstdint>
+#include <cstdio>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+struct tile_config_t {            // the layout ggml-cpu/amx/mmq.cpp configures
+    uint8_t palette_id = 0;
+    uint8_t start_row = 0;
+    uint8_t reserved_0[14] = {0};
+    uint16_t colsb[16] = {0};
+    uint8_t rows[16] = {0};
+};
+
+__attribute__((noinline)) void configure() {   // as ggml's ggml_tile_config_init
+    alignas(64) tile_config_t tc = {};
+    tc.palette_id = 1;
+    for (int i = 0; i < 8; ++i) { tc.rows[i] = 16; tc.colsb[i] = 64; }
+    _tile_loadconfig(&tc);
+}
+
+int main() {
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */)) return 3;
+    configure();
+    struct bytes64 { unsigned char b[64]; };
+    alignas(64) tile_config_t back;
+    // not GCC's _tile_storeconfig: its operand is 8 bytes too, and the rest would read as unset
+    __asm__ volatile("sttilecfg %0" : "=m"(*(bytes64 *) &back));
+    std::printf("%d %d %d\n", back.palette_id, back.rows[4], back.colsb[4]);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("g++") and sys.platform == "linux"), reason="needs GCC on Linux")
+def test_amx_tile_configuration_survives_gcc(tmp_path):
+    """vendor/ggml/gcc_amx_tilecfg.h, which the build force-includes into ggml's AMX kernels: the
+    configuration ggml writes on its stack reaches ldtilecfg whole at -O3 (GCC 12's own
+    _tile_loadconfig names 8 of its 64 bytes, the stores of rows and widths are dropped, and the
+    first tile instruction is SIGILL). Runs the pattern where the CPU has AMX; without the shim
+    it is the control (on GCC versions whose header has the fault)."""
+    cpu = open("/proc/cpuinfo").read()
+    if " amx_tile" not in cpu:
+        pytest.skip("this CPU has no AMX")
+    src = tmp_path / "probe.cpp"
+    src.write_text(AMX_PROBE)
+    shim = REPO / "vendor" / "ggml" / "gcc_amx_tilecfg.h"
+    got = {}
+    for name, extra in (("shim", ["-include", str(shim)]), ("plain", [])):
+        exe = tmp_path / name
+        subprocess.run(["g++", "-O3", "-march=native", *extra, str(src), "-o", str(exe)], check=True)
+        r = subprocess.run([str(exe)], capture_output=True, text=True)
+        if r.returncode == 3:
+            pytest.skip("the kernel refuses AMX tile data to this process")
+        got[name] = r.stdout.split()
+    assert got["shim"] == ["1", "16", "64"]
+    print("GCC's own _tile_loadconfig:", "intact" if got["plain"] == ["1", "16", "64"] else f"dropped {got['plain']}")
