@@ -31,6 +31,7 @@
 #   report is printed with its stack and the run goes on, so reports are counted, not just the
 #   first. Both sanitizers write per-pid log files (log_path) under DIR/sanitizer-logs; the
 #   counts at the end come from there (child processes that tests start are counted too).
+#   scripts/ubsan.supp lists the reports in third-party code we cannot change, each with why.
 # * Subprocesses inherit all of this, so tests that run `python -c ...` are sanitized too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +98,7 @@ export PYLLAMASPEC_LIBRARY="$LIB"
 export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-name=libstdc++.so)"
 export PYTHONMALLOC=malloc
 export ASAN_OPTIONS="detect_leaks=$LEAKS:log_path=$LOGS/asan:abort_on_error=0:symbolize=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=0:report_error_type=1:log_path=$LOGS/ubsan"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=0:report_error_type=1:log_path=$LOGS/ubsan:suppressions=$REPO/scripts/ubsan.supp"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
 set +e
