@@ -1,6 +1,7 @@
 // GGUF → hyper-parameters + weights in backend buffers (mmap'd on the CPU).
 #include "model.h"
 
+#include "engine/compute_thread.h"
 #include "error.h"
 #include "memory/huge_pages.h"
 #include "vocab/vocab.h"
@@ -184,12 +185,12 @@ void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t bu
         if (host) {
             f.read(off, t->data, n);
         } else if (f.mapping()) {
-            ggml_backend_tensor_set(t, f.mapping() + off, 0, n);
+            upload(t, f.mapping() + off, 0, n);
             f.release(off, n);   // the copy is what runs; the mapped pages may go
         } else {
             staging.resize(n);
             f.read(off, staging.data(), n);
-            ggml_backend_tensor_set(t, staging.data(), 0, n);
+            upload(t, staging.data(), 0, n);
         }
     }
 }

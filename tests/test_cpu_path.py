@@ -98,3 +98,46 @@ def test_thread_cap_off(smollm2_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) == os.cpu_count()
+
+
+_TEAMS = """
+import os, sys, threading
+from pyllamaspec import Model
+
+def n_os_threads():
+    return len(os.listdir("/proc/self/task"))
+
+with Model(sys.argv[1], n_ctx=256, n_threads=2) as m:
+    m.eval([1, 2, 3], logits="none")          # on the thread that loaded it
+    base = n_os_threads()
+    evaluated, done = threading.Barrier(3), threading.Event()
+
+    def run():
+        m.eval([4], logits="last")
+        evaluated.wait()
+        done.wait()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    evaluated.wait()                          # both have evaluated and are alive
+    print(n_os_threads() - base)
+    done.set()
+    for t in threads:
+        t.join()
+"""
+
+
+@pytest.mark.cpu_only
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts the process's threads in /proc")
+def test_evaluations_on_other_threads_share_one_openmp_team(smollm2_path):
+    """ggml's CPU graphs run as OpenMP parallel regions; libgomp gives each thread that opens one a
+    team of its own, and once all teams' threads outnumber the cores every barrier sleeps in the
+    kernel after 100 spins (decoding from the server's worker thread ran 1.8x slower than from
+    the loading thread). Evaluations from two more threads add those two threads and no team
+    (engine/compute_thread.h); each thread opening its own region would add a worker per team."""
+    env = dict(os.environ, PYLLAMASPEC_THREAD_CAP="0")      # 2 threads whatever the machine's load
+    out = subprocess.run([sys.executable, "-c", _TEAMS, str(smollm2_path)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == 2, out.stdout

@@ -1,6 +1,7 @@
 // A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
 // graphs of at most n_batch tokens.
 #include "engine/context.h"
+#include "engine/compute_thread.h"
 #include "engine/head.h"
 #include "engine/mtp.h"
 #include "engine/thread_budget.h"
@@ -284,7 +285,7 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
     // fewer threads while other processes keep the cores busy (thread_budget.h)
     perf.n_threads_last = psl::threads_for_now(params.n_threads);
     ggml_backend_cpu_set_n_threads(backend_cpu.get(), perf.n_threads_last);
-    const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
+    const ggml_status st = psl::compute_graph(sched.get(), gf);
     if (st == GGML_STATUS_ABORTED) {
         interrupt = false;   // consumed (a SIGINT leaves it as it was)
         fail(PSL_ERR_INTERRUPTED, "evaluation interrupted");

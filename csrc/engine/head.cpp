@@ -2,6 +2,7 @@
 // its target, the features a target batch leaves (what is computed: head.h).
 #include "engine/head.h"
 
+#include "engine/compute_thread.h"
 #include "error.h"
 #include "model.h"
 
@@ -49,7 +50,7 @@ Graph & HeadGraph::prepare(int64_t key, const psl_model & m, const psl_model & t
 }
 
 void HeadGraph::compute(std::atomic<bool> & interrupt) {
-    const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), graph_->gf);
+    const ggml_status st = compute_graph(sched_.get(), graph_->gf);
     if (st == GGML_STATUS_ABORTED) {   // psl_context_interrupt: consumed, as by an eval
         interrupt = false;
         fail(PSL_ERR_INTERRUPTED, "draft head interrupted");

@@ -2,6 +2,7 @@
 // the architecture's, models/qwen35.cpp).
 #include "engine/mtp.h"
 
+#include "engine/compute_thread.h"
 #include "error.h"
 #include "model.h"
 
@@ -167,7 +168,7 @@ void MtpState::compute(int32_t n, const int32_t * tokens, std::atomic<bool> & in
     const UBatch ub{n, tokens, pos_.data(), seq_ids_.data(), cells_.data(), nullptr, tails_.data()};
     inputs_.fill(*graph_, ub, kv_.cells());
     ggml_backend_tensor_set(graph_->inp_mtp_h, scratch_.data(), 0, sizeof(float) * (size_t) n * n_embd_);
-    const ggml_status st = ggml_backend_sched_graph_compute(sched_.get(), gf_);
+    const ggml_status st = compute_graph(sched_.get(), gf_);
     if (st == GGML_STATUS_ABORTED) {   // psl_context_interrupt: consumed, as by an eval
         interrupt = false;
         fail(PSL_ERR_INTERRUPTED, "MTP draft interrupted");

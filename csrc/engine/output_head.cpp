@@ -5,6 +5,7 @@
 // repacking / AMX buffer when the full head was loaded into one (those kernels sum in another
 // order than plain vec_dot). A repacked copy holds its rows rounded up to a tile multiple, the
 // rest zero, and takes whole uploads only (ggml converts a tensor to its layout in one piece).
+#include "engine/compute_thread.h"
 #include "engine/context.h"
 #include "error.h"
 
@@ -73,7 +74,7 @@ void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_r
         std::vector<uint8_t> staging(ggml_nbytes(head), 0);
         read_head_rows(head_ids.data(), first_row, staging.data());
         read_head_rows(ids, n, staging.data() + (size_t) first_row * row);
-        ggml_backend_tensor_set(head, staging.data(), 0, staging.size());
+        psl::upload(head, staging.data(), 0, staging.size());
         return;
     }
     // straight into the head when it is in host memory, else through a staging copy
@@ -81,7 +82,7 @@ void psl_context::copy_head_rows(const int32_t * ids, int32_t n, int32_t first_r
     std::vector<uint8_t> staging(host ? 0 : row * (size_t) n);
     uint8_t * dst = host ? (uint8_t *) head->data + (size_t) first_row * row : staging.data();
     read_head_rows(ids, n, dst);
-    if (!host) ggml_backend_tensor_set(head, staging.data(), (size_t) first_row * row, staging.size());
+    if (!host) psl::upload(head, staging.data(), (size_t) first_row * row, staging.size());
 }
 
 void psl_context::set_output_ids(const int32_t * ids, int32_t n) {

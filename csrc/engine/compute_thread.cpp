@@ -1,0 +1,112 @@
+// The process's compute thread (compute_thread.h).
+#include "engine/compute_thread.h"
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#ifndef _WIN32
+#include <pthread.h>
+#endif
+
+namespace psl {
+namespace {
+
+struct Worker {
+    std::mutex turn;                 // one caller at a time
+    std::mutex mu;
+    std::condition_variable cv;
+    const std::function<void()> * job = nullptr;
+    std::exception_ptr error;
+    bool done = false;
+    std::thread::id id;
+
+    // Never destroyed (a detached thread may outlive static destructors at exit).
+    Worker() {
+        std::thread t([this] { loop(); });
+        id = t.get_id();
+        t.detach();
+    }
+
+    void loop() {
+        std::unique_lock<std::mutex> lock(mu);
+        for (;;) {
+            cv.wait(lock, [this] { return job != nullptr; });
+            const std::function<void()> * f = job;
+            lock.unlock();
+            std::exception_ptr e;
+            try {
+                (*f)();
+            } catch (...) {
+                e = std::current_exception();
+            }
+            lock.lock();
+            job = nullptr;
+            error = e;
+            done = true;
+            cv.notify_all();
+        }
+    }
+
+    void run(const std::function<void()> & f) {
+        std::lock_guard<std::mutex> one(turn);
+        std::unique_lock<std::mutex> lock(mu);
+        job = &f;
+        done = false;
+        cv.notify_all();
+        cv.wait(lock, [this] { return done; });
+        std::exception_ptr e = error;
+        error = nullptr;
+        lock.unlock();
+        if (e) std::rethrow_exception(e);
+    }
+};
+
+std::mutex g_mu;
+Worker * g_worker = nullptr;
+
+#ifndef _WIN32
+// The child of a fork has no compute thread (only the forking thread survives): it starts one
+// of its own. The old one's memory and (possibly held) locks are left alone.
+void forget_after_fork() {
+    new (&g_mu) std::mutex();
+    g_worker = nullptr;
+}
+#endif
+
+Worker & worker() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_worker) {
+#ifndef _WIN32
+        static const bool registered = pthread_atfork(nullptr, nullptr, forget_after_fork) == 0;
+        (void) registered;
+#endif
+        g_worker = new Worker();
+    }
+    return *g_worker;
+}
+
+}  // namespace
+
+void on_compute_thread(const std::function<void()> & f) {
+    Worker & w = worker();
+    if (std::this_thread::get_id() == w.id) {
+        f();
+        return;
+    }
+    w.run(f);
+}
+
+ggml_status compute_graph(ggml_backend_sched_t sched, ggml_cgraph * gf) {
+    ggml_status st = GGML_STATUS_FAILED;
+    on_compute_thread([&] { st = ggml_backend_sched_graph_compute(sched, gf); });
+    return st;
+}
+
+void upload(ggml_tensor * t, const void * data, size_t offset, size_t size) {
+    on_compute_thread([&] { ggml_backend_tensor_set(t, data, offset, size); });
+}
+
+}  // namespace psl
