@@ -1,7 +1,10 @@
 // The process's compute thread (compute_thread.h).
 #include "engine/compute_thread.h"
 
+#include "ggml-cpu.h"
+
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -88,9 +91,29 @@ Worker & worker() {
     return *g_worker;
 }
 
+// Whether ggml's CPU backend runs graphs with OpenMP. Without it (ggml's own threads: the macOS
+// and Windows builds) a graph's threads serve the one call whichever thread makes it, and the
+// hand-off would only cost.
+bool uses_openmp() {
+    static const bool on = [] {
+        ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+        auto features = (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
+        if (!features) return true;
+        for (const ggml_backend_feature * ft = features(reg); ft && ft->name; ++ft) {
+            if (std::strcmp(ft->name, "OPENMP") == 0) return true;
+        }
+        return false;
+    }();
+    return on;
+}
+
 }  // namespace
 
 void on_compute_thread(const std::function<void()> & f) {
+    if (!uses_openmp()) {
+        f();
+        return;
+    }
     Worker & w = worker();
     if (std::this_thread::get_id() == w.id) {
         f();

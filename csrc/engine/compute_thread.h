@@ -15,8 +15,9 @@
 namespace psl {
 
 // Runs f on the compute thread (started on first use) and waits for it; f's exception is
-// rethrown here. Callers on several threads take turns. On the compute thread itself, f runs at
-// once. Thread-safe; a forked child starts its own thread.
+// rethrown here. Callers on several threads take turns. On the compute thread itself, or where
+// ggml's CPU backend has no OpenMP, f runs at once. Thread-safe; a forked child starts its own
+// thread.
 void on_compute_thread(const std::function<void()> & f);
 
 // ggml_backend_sched_graph_compute(sched, gf) on the compute thread.
