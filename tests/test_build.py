@@ -263,7 +263,7 @@ int main() {
 
 @pytest.mark.skipif(not (shutil.which("g++") and sys.platform == "linux"), reason="needs GCC on Linux")
 def test_amx_tile_configuration_survives_gcc(tmp_path):
-    """vendor/ggml/gcc_amx_tilecfg.h, which the build force-includes into ggml's AMX kernels: the
+    """csrc/compat/gcc_amx_tilecfg.h, which the build force-includes into ggml's AMX kernels: the
     configuration ggml writes on its stack reaches ldtilecfg whole at -O3 (GCC 12's own
     _tile_loadconfig names 8 of its 64 bytes, the stores of rows and widths are dropped, and the
     first tile instruction is SIGILL). Runs the pattern where the CPU has AMX; without the shim
@@ -273,7 +273,7 @@ def test_amx_tile_configuration_survives_gcc(tmp_path):
         pytest.skip("this CPU has no AMX")
     src = tmp_path / "probe.cpp"
     src.write_text(AMX_PROBE)
-    shim = REPO / "vendor" / "ggml" / "gcc_amx_tilecfg.h"
+    shim = REPO / "csrc" / "compat" / "gcc_amx_tilecfg.h"
     got = {}
     for name, extra in (("shim", ["-include", str(shim)]), ("plain", [])):
         exe = tmp_path / name

@@ -21,9 +21,8 @@ struct Worker {
     std::mutex turn;                 // one caller at a time
     std::mutex mu;
     std::condition_variable cv;
-    const std::function<void()> * job = nullptr;
-    std::exception_ptr error;
-    bool done = false;
+    const std::function<void()> * job = nullptr;   // the call running (null: none)
+    std::exception_ptr error;                      // its exception
     std::thread::id id;
 
     // Never destroyed (a detached thread may outlive static destructors at exit).
@@ -46,9 +45,8 @@ struct Worker {
                 e = std::current_exception();
             }
             lock.lock();
-            job = nullptr;
             error = e;
-            done = true;
+            job = nullptr;
             cv.notify_all();
         }
     }
@@ -57,9 +55,8 @@ struct Worker {
         std::lock_guard<std::mutex> one(turn);
         std::unique_lock<std::mutex> lock(mu);
         job = &f;
-        done = false;
         cv.notify_all();
-        cv.wait(lock, [this] { return done; });
+        cv.wait(lock, [this] { return job == nullptr; });
         std::exception_ptr e = error;
         error = nullptr;
         lock.unlock();

@@ -52,9 +52,9 @@ include("${CMAKE_CURRENT_LIST_DIR}/cpu_variant.cmake")
 
 add_subdirectory("${_ggml_dir}" "${CMAKE_BINARY_DIR}/ggml" EXCLUDE_FROM_ALL)
 
-# GCC drops ggml's AMX tile configuration at -O3 (gcc_amx_tilecfg.h says how): its AMX kernels
-# get a _tile_loadconfig that reads the whole configuration.
+# GCC drops ggml's AMX tile configuration at -O3 (csrc/compat/gcc_amx_tilecfg.h says how): its
+# AMX kernels get a _tile_loadconfig that reads the whole configuration.
 if (CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND TARGET ggml-cpu)
     set_source_files_properties("${_ggml_dir}/src/ggml-cpu/amx/mmq.cpp" TARGET_DIRECTORY ggml-cpu
-        PROPERTIES COMPILE_OPTIONS "-include;${CMAKE_CURRENT_LIST_DIR}/gcc_amx_tilecfg.h")
+        PROPERTIES COMPILE_OPTIONS "-include;${PROJECT_SOURCE_DIR}/csrc/compat/gcc_amx_tilecfg.h")
 endif()
