@@ -11,6 +11,11 @@
 # ~/.cache/pyllamaspec/cuda-toolkit), once. Where no CUDA driver library (libcuda.so) is present,
 # the build is made without ggml's virtual-memory pool (GGML_CUDA_NO_VMM=ON): VMM is the one part
 # that links the driver directly; a machine with a GPU has the driver and keeps it.
+#
+# LLAMACPP_SRC=/path/to/llama.cpp (the pinned sdist's llama.cpp/ folder) also builds its
+# llama-server and llama-bench, statically, in the same tree and against the same ggml objects
+# as ours: a GPU comparison whose two sides run the same kernels, for one CUDA compile instead of
+# two. CMAKE_ARGS=-DPYLLAMASPEC_CPU=portable builds for a machine whose CPU differs from this one.
 set -euo pipefail
 arch="${1:-90}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -45,8 +50,23 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
     vmm=ON
 fi
 "$root/bin/nvcc" --version | tail -2
-cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+src="$repo"
+targets=(pyllamaspec)
+if [ -n "${LLAMACPP_SRC:-}" ]; then
+    # one CMake project holding both: llama.cpp adds no ggml of its own where the target exists
+    src="$build/pair"
+    mkdir -p "$src"
+    printf '%s\n' 'cmake_minimum_required(VERSION 3.21)' 'project(pyllamaspec_and_llamacpp C CXX)' \
+        'set(BUILD_SHARED_LIBS OFF)' "add_subdirectory(\"$repo\" pyllamaspec)" \
+        'foreach(o COMMON TOOLS SERVER EXAMPLES)' '    set(LLAMA_BUILD_${o} ON CACHE BOOL "" FORCE)' 'endforeach()' \
+        'foreach(o TESTS APP UI)' '    set(LLAMA_BUILD_${o} OFF CACHE BOOL "" FORCE)' 'endforeach()' \
+        'set(LLAMA_OPENSSL OFF CACHE BOOL "" FORCE)' "add_subdirectory(\"$LLAMACPP_SRC\" llama.cpp)" \
+        > "$src/CMakeLists.txt"
+    targets+=(llama-server llama-bench)
+fi
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_CUDA_NO_VMM="$vmm" \
     -DCUDAToolkit_ROOT="$root" -DCMAKE_CUDA_COMPILER="$root/bin/nvcc" ${CMAKE_ARGS:-}
-cmake --build "$build" --target pyllamaspec -j "${JOBS:-$(nproc)}"
-echo "build_cuda: built $build/libpyllamaspec.so (sm_$arch); run with PYLLAMASPEC_LIBRARY=$build/libpyllamaspec.so" >&2
+cmake --build "$build" --target "${targets[@]}" -j "${JOBS:-$(nproc)}"
+lib="$(find "$build" -name libpyllamaspec.so -print -quit)"
+echo "build_cuda: built $lib (sm_$arch); run with PYLLAMASPEC_LIBRARY=$lib" >&2

@@ -268,13 +268,12 @@ def _real_pairs(names: str, draft_type: str = "q8_0") -> list[tuple[str, str, st
     """(target, its draft (the target requantized: q8_0 or q4_0), template) of each offline real
     model named."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    from pyllamaspec.files.convert import ensure_variant
     from pyllamaspec.files.offline import real_model_path
     out = []
     for name in names.split(","):
         t = real_model_path(name)
-        d = t.with_suffix(f".{draft_type}.gguf")
-        if not d.exists():
-            sys.exit(f"{d} is missing: the {draft_type.upper()} variant the test suite derives from {t}")
+        d = ensure_variant(t, draft_type)        # made once, cached beside t (as the tests do)
         out.append((str(t), str(d), "gemma" if name == "gemma3" else None))   # Gemma 3 270M's GGUF has none
     return out
 
