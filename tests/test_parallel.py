@@ -434,6 +434,8 @@ def test_drafting_rounds_leave_room_for_a_plain_one():
     st.draft_cost.seconds, st.draft_cost.n_obs = 0.0054, 8
     p = DraftPolicy(16, stats=st)
     p.acc, p.rej = 99.0, 1.0
+    assert p.choose(16) == 0                               # a generation's first round is plain
+    p.observe_target(1, 0.0083)                            # ... and measures the slow pace
     picks = [p.choose(16) for _ in range(200)]
     k = picks[0]
     assert k > 0 and set(picks) == {0, k}
@@ -442,6 +444,53 @@ def test_drafting_rounds_leave_room_for_a_plain_one():
     assert plain[0] == every - 1 and set(np.diff(plain)) == {every}     # EXPLORE of the drafting time
     p.observe_target(1, 0.0054)                            # the plain round: the target's true pace
     assert p.choose(16) == 0 and st.plain_now
+
+
+def test_a_generation_measures_the_targets_pace_before_drafting():
+    """A token's cost grows with the context (SmolLM2 on 2 cores: 7 ms at 10 tokens, 18 at 300):
+    the c_target(1) a generation leaves at its end, 17 ms, would make a draft as dear as the
+    target (its Q8_0) look worth drafting with at the next one's start. Its first round is plain
+    and measures 6 ms (believed at once), and plain decoding stays. Negative control: without that
+    round it drafts."""
+    def policy() -> DraftPolicy:
+        st = PairStats(target_costs={1: 0.017, 5: 0.0203, 17: 0.0463})
+        st.draft_cost.seconds, st.draft_cost.n_obs = 0.0054, 8
+        p = DraftPolicy(16, stats=st)
+        p.acc, p.rej = 99.0, 1.0
+        return p
+    p = policy()
+    assert p.choose(16) == 0
+    p.observe_target(1, 0.006)
+    assert [p.choose(16) for _ in range(20)] == [0] * 20
+    control = policy()
+    control.recheck = False
+    assert control.choose(16) > 0
+
+
+def test_batch_drafting_rounds_leave_room_for_a_plain_one():
+    """A batch's plain cost measured high once (a busy moment: 4 sequences' plain round at 30 ms
+    where it takes 12) made a draft as dear as the target look worth drafting with, and only
+    plain rounds measure it: a -np 4 server drafted for good. While drafting wins, a plain round
+    comes once drafting rounds took its cost / EXPLORE; its measurement ends the drafting.
+    Negative control: without those rounds (EXPLORE 0) it never decodes plainly."""
+    def policy() -> BatchPolicy:
+        st = PairStats(target_costs={4: 0.030, 8: 0.034, 20: 0.046, 24: 0.050},
+                       draft_step_costs={4: 0.006})
+        p = BatchPolicy(st, 16)
+        p.n_step_obs = BatchPolicy.CONFIDENT
+        return p
+    p = policy()
+    picks = [p.choose([0.99] * 4, [16] * 4) for _ in range(300)]
+    k = picks[0]
+    assert k > 0 and set(picks) == {0, k}
+    plain = [i for i, x in enumerate(picks) if x == 0]
+    every = int(np.ceil(0.030 / BatchPolicy.EXPLORE / p.round_cost(k, [16] * 4, 0) - 1e-9))
+    assert plain[0] == every - 1 and set(np.diff(plain)) == {every}
+    p.observe_target(4, 0.012)                             # the plain round: the batch's true pace
+    assert p.choose([0.99] * 4, [16] * 4) == 0
+    control = policy()
+    control.EXPLORE = 0.0
+    assert 0 not in [control.choose([0.99] * 4, [16] * 4) for _ in range(300)]
 
 
 def test_a_slow_plain_round_is_measured_again_before_drafting_on_its_word():

@@ -34,6 +34,7 @@ class BatchPolicy:
     def __init__(self, stats: PairStats, k_max: int):
         self.stats, self.k_max = stats, k_max
         self.plain_time = 0.0
+        self.spec_time = 0.0                     # drafting rounds' time since a plain one
         self.backoff = 1                         # divides EXPLORE: doubles with each probe plain wins again
         self.probing = False                     # the last round chosen was a probe
         self.last_k: int | None = None           # the last round's choice (None: none yet)
@@ -142,7 +143,16 @@ class BatchPolicy:
         k = self.best_k(alphas, caps, n_plain, pending) if k_ones > 0 else 0
         if k > 0:
             self.plain_time, self.backoff = 0.0, 1
+            # Drafting wins, yet only plain rounds measure the plain round's cost, which moves
+            # (the contexts grow, the machine's load changes): a plain round once the drafting
+            # rounds since the last took its cost / EXPLORE, as DraftPolicy.choose does. Without
+            # it a plain cost measured high once kept a batch drafting for good.
+            self.spec_time += self.round_cost(k, caps, n_plain)
+            if self.EXPLORE * self.spec_time >= self.target_cost(n_plain + len(caps)):
+                self.spec_time = 0.0
+                return 0
             return k
+        self.spec_time = 0.0
         if probed:                                # the probe did not make drafting pay
             self.backoff = min(2 * self.backoff, DraftPolicy.BACKOFF_MAX)
         if k_ones == 0 and self.n_step_obs >= self.CONFIDENT:
@@ -153,6 +163,13 @@ class BatchPolicy:
             self.plain_time, self.probing = 0.0, True
             return k
         return 0
+
+    def round_cost(self, k: int, caps: list[int], n_plain: int) -> float:
+        """The estimated time of a round drafting k (each sequence at most its cap)."""
+        drafted = [min(k, c) for c in caps]
+        n_drafting = sum(1 for j in drafted if j > 0)
+        return (self.target_cost(n_plain + sum(j + 1 for j in drafted))
+                + max(drafted, default=0) * (self.step_cost(n_drafting) or 0.0))
 
     def probe_cost(self, k: int, n_seq: int, n_plain: int = 0, pending: int = 0) -> float:
         """What a probe of k drafted tokens a sequence costs over a plain round: the drafting,

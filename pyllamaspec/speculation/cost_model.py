@@ -110,7 +110,12 @@ class DraftPolicy:
         self.p_pay = 0.0                                    # chance_speculation_pays, per plain stretch
         self.calib = [self.prior] * (len(self.BINS) + 1)    # (accepted, rejected) per confidence bin
         self.token_time: float | None = None                # seconds per token, speculative rounds
-        self.recheck = False                                # the last plain round was slow: measure again
+        # the last plain round was slow: measure again. A generation starts so: a token's cost
+        # grows with the context (SmolLM2 on 2 cores: 7 ms at 10 tokens, 18 at 300), and the
+        # c_target(1) the last generation left, at its end, would make drafting look worth it
+        # until EXPLORE of the drafting time brought a plain round (10-13 ms a token against
+        # 7-9 plain, 70-115 of 256 tokens drafted with its Q8_0, which never pays there)
+        self.recheck = True
         # a drafter whose draft costs one pass whatever its length (a DFlash block): c_draft is
         # then per round, and a drafted token costs only its verification
         self.per_round = False
@@ -127,6 +132,7 @@ class DraftPolicy:
     def c_target(self, costs: dict[int, float]) -> None:
         self.stats.target_costs.clear()
         self.stats.target_costs.update(costs)
+        self.recheck = False                     # given, not measured: nothing to measure again
 
     @property
     def c_draft(self) -> float | None:
