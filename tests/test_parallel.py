@@ -424,16 +424,24 @@ def test_a_generation_alone_after_plain_rounds_leaves_its_drafts_prompt_for_late
         assert sum(r.stats.drafted for r in rs) == 0
 
 
+def _sure_pair(target_costs: dict[int, float], c_draft: float) -> DraftPolicy:
+    """A one-sequence cost model with the target's costs given, a draft cost believed (8
+    measurements) and an acceptance of 0.99 (one model at two precisions)."""
+    st = PairStats(target_costs=target_costs)
+    st.draft_cost.seconds, st.draft_cost.n_obs = c_draft, 8
+    p = DraftPolicy(16, stats=st)
+    p.acc, p.rej = 99.0, 1.0
+    return p
+
+
 def test_drafting_rounds_leave_room_for_a_plain_one():
     """c_target(1) is measured by plain rounds only: one slow plain round (a busy machine: 8.3 ms
     where the target takes 5.4) made a draft as dear as SmolLM2's Q8_0 look worth drafting, and
     with no plain round left to correct it, a -np 1 server drafted in every round. While drafting
     wins, a plain round comes once drafting rounds took c_target(1) / EXPLORE; its measurement
     (believed at once, being faster) ends the drafting."""
-    st = PairStats(target_costs={1: 0.0083, 3: 0.0145, 4: 0.0166, 5: 0.0203, 17: 0.0463})
-    st.draft_cost.seconds, st.draft_cost.n_obs = 0.0054, 8
-    p = DraftPolicy(16, stats=st)
-    p.acc, p.rej = 99.0, 1.0
+    p = _sure_pair({1: 0.0083, 3: 0.0145, 4: 0.0166, 5: 0.0203, 17: 0.0463}, 0.0054)
+    st = p.stats
     assert p.choose(16) == 0                               # a generation's first round is plain
     p.observe_target(1, 0.0083)                            # ... and measures the slow pace
     picks = [p.choose(16) for _ in range(200)]
@@ -453,11 +461,7 @@ def test_a_generation_measures_the_targets_pace_before_drafting():
     and measures 6 ms (believed at once), and plain decoding stays. Negative control: without that
     round it drafts."""
     def policy() -> DraftPolicy:
-        st = PairStats(target_costs={1: 0.017, 5: 0.0203, 17: 0.0463})
-        st.draft_cost.seconds, st.draft_cost.n_obs = 0.0054, 8
-        p = DraftPolicy(16, stats=st)
-        p.acc, p.rej = 99.0, 1.0
-        return p
+        return _sure_pair({1: 0.017, 5: 0.0203, 17: 0.0463}, 0.0054)
     p = policy()
     assert p.choose(16) == 0
     p.observe_target(1, 0.006)
@@ -500,11 +504,7 @@ def test_a_slow_plain_round_is_measured_again_before_drafting_on_its_word():
     plain decoding. A sustained slowdown is believed (the recheck is slow too). Negative
     control: without the recheck, that slow round would start drafting."""
     def policy() -> DraftPolicy:
-        st = PairStats(target_costs={1: 0.0060, 4: 0.0190, 17: 0.0520})
-        st.draft_cost.seconds, st.draft_cost.n_obs = 0.0053, 8
-        p = DraftPolicy(16, stats=st)
-        p.acc, p.rej = 99.0, 1.0
-        return p
+        return _sure_pair({1: 0.0060, 4: 0.0190, 17: 0.0520}, 0.0053)
     p = policy()
     assert p.choose(16) == 0
     p.observe_target(1, 0.050)

@@ -81,21 +81,10 @@ class BatchPolicy:
         a drafting round first pays for the draft models' catch-up on what plain rounds decoded
         (pending tokens): without it, plain and drafting rounds alternate where drafting barely
         pays, each switch a catch-up of up to CATCH_UP_MAX tokens a sequence."""
-        tokens, n, drafting, longest = float(n_plain), n_plain, 0, 0
-        for a, c in zip(alphas, caps):
-            j = k if k < c else c
-            n += j + 1
-            if j > 0:
-                drafting += 1
-                longest = j if j > longest else longest
-                tokens += DraftPolicy.expected_tokens(a, j)
-            else:
-                tokens += 1.0                    # E(a, 0): the target's own token
-        cost = self.target_cost(n)
-        if drafting:
-            cost += longest * (self.step_cost(drafting) or 0.0)
-            if self.c_catch_up is not None:
-                cost += pending * self.c_catch_up
+        tokens = n_plain + sum(DraftPolicy.expected_tokens(a, min(k, c)) for a, c in zip(alphas, caps))
+        cost = self.round_cost(k, caps, n_plain)
+        if k > 0 and max(caps, default=0) > 0 and self.c_catch_up is not None:
+            cost += pending * self.c_catch_up
         return tokens / cost
 
     def best_k(self, alphas: list[float], caps: list[int], n_plain: int, pending: int = 0) -> int:
@@ -165,7 +154,9 @@ class BatchPolicy:
         return 0
 
     def round_cost(self, k: int, caps: list[int], n_plain: int) -> float:
-        """The estimated time of a round drafting k (each sequence at most its cap)."""
+        """The estimated time of a round drafting k (each sequence at most its cap), the draft
+        models' catch-up aside: one evaluation of every sequence's tokens, and the longest
+        draft's steps of the sequences that draft."""
         drafted = [min(k, c) for c in caps]
         n_drafting = sum(1 for j in drafted if j > 0)
         return (self.target_cost(n_plain + sum(j + 1 for j in drafted))
