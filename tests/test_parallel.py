@@ -10,6 +10,9 @@ token for token.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -580,3 +583,55 @@ def test_a_long_prompt_after_anothers_cells_gives_its_logits_alone():
                 model.decode([(a, [int(t) for t in rng.integers(100, 40000, before)], "last")])
                 assert np.array_equal(model.decode([(b, long, "all")])[0], want), (before, n)
         assert not np.array_equal(alone(long)[:63], alone(long[:63]))
+
+
+_ONE_ROW = """
+import sys
+import numpy as np
+from pyllamaspec import Model
+
+rng = np.random.default_rng(5)
+toks = lambda n: [int(t) for t in rng.integers(2, 64, n)]
+m = Model(sys.argv[1], n_ctx=2048, n_threads=2, n_seq_max=2)
+
+def steps(seq, ids):                          # one token an evaluation: a decoding sequence's rows
+    return np.stack([m.decode([(seq, [t], "all")])[0][0] for t in ids])
+
+def alone(prompt, ids):                       # the prompt in the same two evaluations as beside's
+    m.clear()
+    with m.lease() as b:
+        m.decode([(b, prompt[:60], "none")])
+        m.decode([(b, prompt[60:], "none")])
+        return steps(b, ids)
+
+def beside(prompt, ids):                      # another's 440 cells between its first 60 and the rest
+    m.clear()
+    with m.lease() as b, m.lease() as a:
+        m.decode([(b, prompt[:60], "none")])
+        m.decode([(a, toks(440), "none")])
+        m.decode([(b, prompt[60:], "none")])
+        return steps(b, ids)
+
+with m:
+    for n in (70, 300):
+        prompt, ids = toks(n), toks(12)
+        print(n, int(np.array_equal(alone(prompt, ids), beside(prompt, ids))))
+"""
+
+
+@pytest.mark.cpu_kernels
+def test_a_decoding_rows_logits_do_not_depend_on_the_caches_other_cells(files):
+    """One query row: ggml's CPU flash attention splits its cells over the threads from 512 on,
+    whose partial sums then depend on where its cells sit. A sequence of up to 256 tokens alone
+    reads 256 cells, row by row; beside another sequence's 440 cells it read 768 and split, and
+    its greedy text parted from one at a time's (real SmolLM2, 4 chats x 64 tokens, 2 threads:
+    token 51 of the first). A second, fully masked row keeps the row-by-row path (the core's
+    Graph::FA_ROW_ALONE): the same rows bit for bit. Negative control: a sequence of 300 tokens
+    reads 512 cells alone, split too, and beside the other its cells sit elsewhere: its rows move.
+    2 threads whatever the machine's load (with one, nothing splits)."""
+    env = dict(os.environ, PYLLAMASPEC_THREAD_CAP="0")
+    out = subprocess.run([sys.executable, "-c", _ONE_ROW, str(files[0])], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    same = dict(line.split() for line in out.stdout.splitlines())
+    assert same == {"70": "1", "300": "0"}, out.stdout

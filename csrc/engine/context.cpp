@@ -185,9 +185,8 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     graph_ctx.reset(ggml_init(p));
     if (!graph_ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the graph context");
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
-    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows);
+    graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows, fa_rows);
     graph->embeddings = embd;
-    graph->fa_rows = fa_rows;
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
@@ -208,10 +207,20 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
 // sequence's cells, in order, whatever lies between). 0: one call (one sequence, a GPU, or a
 // sequence of 64 rows or more, which alone is tiled too, in blocks that then depend on where
 // its cells sit; or a graph of more rows than FA_MAX_CHUNKS chunks hold, as graph_size bounds
-// its nodes). Reads ub_seq_ of compute().
-int32_t psl_context::fa_rows_for(int32_t n) {
-    constexpr int32_t tile_rows = 64;   // ggml-cpu's GGML_FA_TILE_Q
-    if (backend_gpu || n < tile_rows || n > FA_MAX_CHUNKS * (tile_rows - 1)) return 0;
+// its nodes). One row: ggml splits its cells over the threads from 512 cells on (the partial
+// sums then depend on the thread count and on where the cells sit), and a sequence of up to 256
+// tokens attends over 256 cells alone, row by row: where the cache's other sequences make the
+// attention read 512 cells or more, a second row that sees nothing keeps the row-by-row path
+// (Graph::FA_ROW_ALONE). Reads ub_seq_ and ub_pos_ of compute().
+int32_t psl_context::fa_rows_for(int32_t n, int32_t n_kv) {
+    constexpr int32_t tile_rows = 64;     // ggml-cpu's GGML_FA_TILE_Q
+    constexpr int32_t split_cells = 512;  // ggml-cpu's flash attention splits one row's cells from here
+    if (backend_gpu) return 0;
+    if (n == 1) {
+        const bool alone_whole = mem->kv().n_kv_for(ub_pos_[0] + 1) < split_cells;
+        return n_kv >= split_cells && alone_whole ? Graph::FA_ROW_ALONE : 0;
+    }
+    if (n < tile_rows || n > FA_MAX_CHUNKS * (tile_rows - 1)) return 0;
     fa_seq_rows_.assign(mem->cells().n_seq(), 0);
     int32_t most = 0, n_seqs = 0;
     for (int32_t j = 0; j < n; ++j) {
@@ -250,7 +259,7 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
     const int32_t n_rows = outputs == Graph::Outputs::Rows ? n_out : 0;
     const int32_t n_kv = mem->kv().n_kv_for(cells.used_end());
     const int32_t mode = (int32_t) outputs + (embd ? 16 : 0);
-    const int32_t fa_rows = fa_rows_for(n);
+    const int32_t fa_rows = fa_rows_for(n, n_kv);
     if (n != graph_tokens || n_kv != graph_kv || mode != graph_mode || n_rows != graph_rows || fa_rows != graph_fa) {
         build_graph(n, n_kv, outputs, n_rows, embd, fa_rows);
         ggml_backend_sched_reset(sched.get());

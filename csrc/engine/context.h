@@ -88,7 +88,7 @@ private:
     void read_head_rows(const int32_t * ids, int32_t n, uint8_t * dst) const;
     void build_graph(int32_t n_tokens, int32_t n_kv, psl::Graph::Outputs outputs, int32_t n_rows, bool embd,
                      int32_t fa_rows = 0);
-    int32_t fa_rows_for(int32_t n);
+    int32_t fa_rows_for(int32_t n, int32_t n_kv);
     static constexpr int32_t FA_MAX_CHUNKS = 16;
     void run(const psl::Batch & b, bool embd, float * out);
     void compute(const psl::Batch & b, const std::vector<int32_t> & idx, bool rewrite, bool embd, float * out);

@@ -8,19 +8,21 @@
 namespace psl {
 
 Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
-             int32_t n_kv, Outputs outputs, int32_t n_out_rows)
-    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_kv(n_kv), outputs(outputs), n_out_rows(n_out_rows) {
+             int32_t n_kv, Outputs outputs, int32_t n_out_rows, int32_t fa_rows)
+    : ctx(ctx), gf(gf), m(m), kv(kv), n_tokens(n_tokens), n_kv(n_kv), outputs(outputs), n_out_rows(n_out_rows),
+      fa_rows(fa_rows) {
+    const int64_t mask_rows = fa_rows == FA_ROW_ALONE ? 2 : n_tokens;
     inp_pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     ggml_set_name(inp_pos, "inp_pos");
     ggml_set_input(inp_pos);
     inp_kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_tokens);
     ggml_set_name(inp_kv_idx, "inp_kv_idx");
     ggml_set_input(inp_kv_idx);
-    inp_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
+    inp_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, mask_rows);
     ggml_set_name(inp_mask, "inp_mask");
     ggml_set_input(inp_mask);
     if (m.hp.n_swa > 0) {
-        inp_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n_tokens);
+        inp_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, mask_rows);
         ggml_set_name(inp_mask_swa, "inp_mask_swa");
         ggml_set_input(inp_mask_swa);
     }
@@ -84,6 +86,10 @@ ggml_tensor * Graph::attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cu
                           : ggml_view_3d(ctx, k_l, dv_latent, n_kv, hkv, k_row, ggml_row_size(k_l->type, dk), 0);
     q = ggml_permute(ctx, q, 0, 2, 1, 3);
     ggml_tensor * mask = m.hp.is_swa(il) ? inp_mask_swa : inp_mask;
+    if (fa_rows == FA_ROW_ALONE) {   // [dk, 1, n_head] padded with a row of zeros, which sees no cell
+        ggml_tensor * out = flash_attention(il, ggml_pad(ctx, q, 0, 1, 0, 0), k, v, mask, scale);
+        return ggml_view_3d(ctx, out, out->ne[0], out->ne[1], 1, out->nb[1], out->nb[2], 0);
+    }
     if (fa_rows <= 0 || n_tokens <= fa_rows) return flash_attention(il, q, k, v, mask, scale);
     // Query rows are independent: attend in chunks of fa_rows and join them
     ggml_tensor * out = nullptr;
@@ -333,7 +339,7 @@ void GraphInputs::fill(const Graph & g, const UBatch & ub, const KvCells & cells
 void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells) {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
-    const size_t n = (size_t) g.n_kv * g.n_tokens;
+    const size_t n = (size_t) g.n_kv * g.mask_rows();   // rows past the tokens' see nothing
     mask_.assign(n, ninf);
     if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
     for (int32_t i = 0; i < g.n_tokens; ++i) {
@@ -364,7 +370,7 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
     // token sees the whole batch too.
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
-    const size_t nm = (size_t) g.n_kv * g.n_tokens;
+    const size_t nm = (size_t) g.n_kv * g.mask_rows();
     mask_.assign(nm, ninf);
     if (g.inp_mask_swa) mask_swa_.assign(nm, ninf);
     for (int32_t i = 0; i < n; ++i) {
@@ -381,7 +387,7 @@ void GraphInputs::fill(const Graph & g, const int32_t * tokens, int32_t n_past) 
 }
 
 void GraphInputs::set_masks(const Graph & g) {
-    const size_t n = (size_t) g.n_kv * g.n_tokens;
+    const size_t n = (size_t) g.n_kv * g.mask_rows();
     // a mask no layer uses is not in the graph, so it has no memory
     if (g.inp_mask->buffer) ggml_backend_tensor_set(g.inp_mask, mask_.data(), 0, n * sizeof(ggml_fp16_t));
     if (g.inp_mask_swa && g.inp_mask_swa->buffer) {

@@ -29,9 +29,11 @@ struct Graph {
     Outputs outputs;
     int32_t n_out_rows;          // with Outputs::Rows
     bool embeddings = false;     // the output norm's rows, not logits: the graph ends before the head
-    // > 0: the attention runs on at most fa_rows query rows a call (psl_context::fa_rows_for:
-    // ggml's CPU flash attention then takes the path each sequence alone would take)
+    // > 0: the attention runs on at most fa_rows query rows a call; FA_ROW_ALONE (one token):
+    // its row attends beside a second one, masked out entirely (psl_context::fa_rows_for: ggml's
+    // CPU flash attention then takes the path the sequence alone would take)
     int32_t fa_rows = 0;
+    static constexpr int32_t FA_ROW_ALONE = -1;
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
 
@@ -39,8 +41,8 @@ struct Graph {
     ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
     ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
     ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
-    ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, n_tokens], causal
-    ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, n_tokens], causal and windowed
+    ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, mask_rows()], causal
+    ggml_tensor * inp_mask_swa = nullptr;   // F16 [n_kv, mask_rows()], causal and windowed
     ggml_tensor * inp_out_ids = nullptr;    // I32 [n_out_rows]: the rows whose logits are wanted (Rows)
     // hybrid models (see recurrent_state.h); created by the architecture when it needs them
     RecurrentState * rs = nullptr;
@@ -71,8 +73,9 @@ struct Graph {
     ggml_tensor * final_hidden = nullptr;   // F32 [n_embd, n_outputs] (no outputs: n_tokens)
 
     Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache & kv, int32_t n_tokens,
-          int32_t n_kv, Outputs outputs, int32_t n_out_rows = 0);
+          int32_t n_kv, Outputs outputs, int32_t n_out_rows = 0, int32_t fa_rows = 0);
     bool no_outputs() const { return outputs == Outputs::None; }
+    int32_t mask_rows() const { return (int32_t) inp_mask->ne[1]; }   // n_tokens, or 2 (FA_ROW_ALONE)
 
     ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
     // Called with the residual stream entering layer il: a head's captured feature when asked.
