@@ -67,6 +67,7 @@ def compare_with_llamacpp(path, spec: dict, **model_kw) -> dict:
     allows either to move. Returns the figures of the table in the issue."""
     tol = tolerance(spec)
     rel, agree, n, decided = 0.0, 0, 0, 0
+    model_kw = {"type_k": "f16", "type_v": "f16", **model_kw}
     with Model(path, n_ctx=512, **model_kw) as m:
         for prompt, want in zip(spec["prompts"], spec["logits"]):
             m.clear()
@@ -157,7 +158,7 @@ def compare_mtp_with_llamacpp(path, spec: dict) -> dict:
     mtp = spec["mtp"]
     tol = max(REL_FLOOR, SPREAD_FACTOR * measured_spread(mtp))
     rel, agree, n = 0.0, 0, 0
-    with Model(path, n_ctx=128, n_threads=1) as m:   # F16 KV cache, as llama.cpp's default
+    with Model(path, n_ctx=128, n_threads=1, type_k="f16", type_v="f16") as m:   # F16 KV cache, as llama.cpp's default
         m.enable_mtp()
         for prompt, toks, rows in zip(mtp["prompts"], mtp["step_tokens"], mtp["logits"]):
             m.clear()
@@ -193,7 +194,7 @@ def mtp_greedy_equals_plain(path, prompt, ks=(1, 3, 6), max_tokens: int = 32) ->
 
 def kv_bytes_per_token(path, **kw) -> float:
     """Our KV cache's bytes per cell (F16, llama.cpp's default type)."""
-    with Model(path, n_ctx=256, **kw) as m:
+    with Model(path, n_ctx=256, **{"type_k": "f16", "type_v": "f16", **kw}) as m:
         return m.memory["kv_bytes"] / m.memory["n_cells"]
 
 

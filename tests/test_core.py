@@ -436,3 +436,26 @@ def test_tensor_of_a_type_the_kernels_do_not_take(synth_model, tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(pyllamaspec.UnsupportedModelError, match=f"{first}.*i32"):
         Model(bad)
+
+
+# ---- the KV cache's type ---------------------------------------------------------------------
+
+def test_kv_cache_type_auto_is_f32_on_the_cpu_while_small(smollm2_path):
+    """type_k/type_v "auto": F32 where every layer's cache is in CPU memory and an
+    F32 cache of n_ctx cells takes at most 512 MiB (ggml's CPU flash attention runs about twice
+    as fast on it), else F16; a type given for one of K/V is taken by the other. SmolLM2: 30
+    layers x (192 + 192) x 4 bytes = 46080 bytes a cell, so 11650 cells fit and 11651 do not. The
+    default stays F16, as llama.cpp's."""
+    cell = 30 * (192 + 192)
+    for n_ctx, want in ((11650, "f32"), (11651, "f16")):
+        with Model(smollm2_path, n_ctx=n_ctx, n_threads=1, prefetch=False, type_k="auto", type_v="auto") as m:
+            assert (m.memory["type_k"], m.memory["type_v"]) == (want, want), n_ctx
+            assert m.memory["kv_bytes"] == m.memory["n_cells"] * cell * (4 if want == "f32" else 2)
+    for kw, want in ((dict(type_k="q8_0", type_v="auto"), ("q8_0", "q8_0")), (dict(type_k="auto"), ("f16", "f16")),
+                     (dict(type_k="f16", type_v="f32"), ("f16", "f32"))):
+        with Model(smollm2_path, n_ctx=64, n_threads=1, prefetch=False, **kw) as m:
+            assert (m.memory["type_k"], m.memory["type_v"]) == want, kw
+    with Model(smollm2_path, n_ctx=64, n_threads=1, prefetch=False) as m:
+        assert (m.memory["type_k"], m.memory["type_v"]) == ("f16", "f16")
+    with pytest.raises(pyllamaspec.InvalidArgumentError, match="type_k must be one of"):
+        Model(smollm2_path, n_ctx=64, type_k="f8")

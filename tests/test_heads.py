@@ -76,7 +76,7 @@ def test_matches_llamacpp(tmp_path, name):
     t, h = write_pair(tmp_path, name)
     assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in (t, h)] == spec["sha256"], \
         "the models are not regenerated bit for bit"
-    with Model(t, n_ctx=128, n_threads=1) as m, DraftHead(h) as head:    # f16 caches, as llama.cpp's
+    with Model(t, n_ctx=128, n_threads=1, type_k="f16", type_v="f16") as m, DraftHead(h) as head:    # f16 caches, as llama.cpp's
         m.attach_head(head)
         for prompt, steps, tokens in zip(spec["prompts"], spec["logits"], spec["draft_tokens"]):
             got = head_logits(m, spec["head"]["kind"], prompt, steps)

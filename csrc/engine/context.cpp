@@ -39,6 +39,23 @@ bool is_kv_type(int32_t t) {
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
 }
 
+// PSL_KV_AUTO: F32 where every layer's cache sits in CPU memory and an F32 cache of n_ctx cells
+// takes at most PSL_KV_AUTO_F32_MAX_MIB MiB, else F16. Why: ggml's CPU flash attention
+// accumulates an F16 V in F16, converting at every cell, and runs about twice as fast on F32
+// (SmolLM2, 2 threads: one sequence at 300 context tokens 107 against 53-61 t/s, four decoded
+// together 230-242 against 170-173), at twice the cache's memory. On a GPU F16 stays.
+int32_t auto_kv_type(const psl_model & m, int32_t n_ctx) {
+    const HParams & hp = m.hp;
+    uint64_t row_bytes = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_recurrent(il) || hp.kv_source(il) != il) continue;
+        if (ggml_backend_dev_type(m.layer_device(il)) != GGML_BACKEND_DEVICE_TYPE_CPU) return GGML_TYPE_F16;
+        row_bytes += (uint64_t) (hp.kv_k_width(il) + hp.kv_v_width(il)) * sizeof(float);
+    }
+    const uint64_t most = (uint64_t) PSL_KV_AUTO_F32_MAX_MIB << 20;
+    return row_bytes * (uint64_t) n_ctx <= most ? GGML_TYPE_F32 : GGML_TYPE_F16;
+}
+
 // Ctrl-C during an eval: while a context that asked for it evaluates, our SIGINT handler counts
 // the signal (the compute loop polls the count and stops) and passes it on to the handler it
 // replaced, so Python still raises KeyboardInterrupt once the call returns.
@@ -99,19 +116,24 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     }
     if (p.n_ctx > (1 << 22)) fail(PSL_ERR_INVALID_ARGUMENT, "n_ctx %d is too large (at most %d)", p.n_ctx, 1 << 22);
     check_threads(p.n_threads);
-    if (!is_kv_type(p.type_k) || !is_kv_type(p.type_v)) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use f32 (0), f16 (1), bf16 (30), "
-             "q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
+    params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
+    if (p.type_k == PSL_KV_AUTO && p.type_v == PSL_KV_AUTO) {
+        params.type_k = params.type_v = auto_kv_type(*m, params.n_ctx);
+    } else if (p.type_k == PSL_KV_AUTO || p.type_v == PSL_KV_AUTO) {   // follows the type given
+        params.type_k = params.type_v = p.type_k == PSL_KV_AUTO ? p.type_v : p.type_k;
+    }
+    if (!is_kv_type(params.type_k) || !is_kv_type(params.type_v)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "unsupported KV cache type (k %d, v %d): use auto (-1), f32 (0), f16 (1), "
+             "bf16 (30), q8_0 (8), q4_0 (2), q4_1 (3), q5_0 (6) or q5_1 (7)", p.type_k, p.type_v);
     }
     for (int il = 0; il < hp.n_layer; ++il) {   // every layer's heads: window layers may have their own size
-        if (hp.head_k(il) % ggml_blck_size((ggml_type) p.type_k) != 0 ||
-            hp.head_v(il) % ggml_blck_size((ggml_type) p.type_v) != 0) {
+        if (hp.head_k(il) % ggml_blck_size((ggml_type) params.type_k) != 0 ||
+            hp.head_v(il) % ggml_blck_size((ggml_type) params.type_v) != 0) {
             fail(PSL_ERR_INVALID_ARGUMENT, "KV cache type %s/%s needs head sizes that are multiples of its block "
-                 "(layer %d: %d/%d)", ggml_type_name((ggml_type) p.type_k), ggml_type_name((ggml_type) p.type_v), il,
-                 hp.head_k(il), hp.head_v(il));
+                 "(layer %d: %d/%d)", ggml_type_name((ggml_type) params.type_k),
+                 ggml_type_name((ggml_type) params.type_v), il, hp.head_k(il), hp.head_v(il));
         }
     }
-    params.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(hp.n_ctx_train, 4096);
     params.n_batch = std::min(p.n_batch > 0 ? p.n_batch : 512, params.n_ctx);
     params.n_threads = p.n_threads > 0 ? p.n_threads : default_threads();
     if (p.n_seq_max < 0 || p.n_seq_max > PSL_SEQ_MAX) {
@@ -120,7 +142,8 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     // a sequence costs a KV cache nothing until it holds tokens, a recurrent state a ring each
     params.n_seq_max = p.n_seq_max > 0 ? p.n_seq_max : hp.hybrid() ? 1 : PSL_SEQ_MAX;
 
-    mem = std::make_unique<Memory>(*m, params.n_ctx, params.n_seq_max, (ggml_type) p.type_k, (ggml_type) p.type_v);
+    mem = std::make_unique<Memory>(*m, params.n_ctx, params.n_seq_max, (ggml_type) params.type_k,
+                                  (ggml_type) params.type_v);
 
     backend_cpu.reset(ggml_backend_dev_init(m->dev_cpu, nullptr));
     if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");

@@ -151,12 +151,17 @@ PSL_API psl_status psl_model_meta_get_array_str(const psl_model * model, int64_t
                                                 const char ** out, size_t * len);
 
 /* ---- context: a KV cache and the buffers to evaluate tokens ---- */
+/* type_k / type_v: the core chooses (f32 where the cache is in CPU memory and an f32 cache takes
+ * at most PSL_KV_AUTO_F32_MAX_MIB MiB, else f16) */
+enum psl_kv_auto { PSL_KV_AUTO = -1, PSL_KV_AUTO_F32_MAX_MIB = 512 };
 typedef struct psl_context_params {
     int32_t n_ctx;        /* KV cache length in tokens (0 = n_ctx_train, capped at 4096)     */
     int32_t n_batch;      /* most tokens per graph; longer evaluations are split (0 = 512)   */
     int32_t n_threads;    /* CPU threads (0 = default)                                        */
-    int32_t type_k;       /* ggml_type of the K cache: 1 = f16 (default), 0 = f32, 8 = q8_0   */
-    int32_t type_v;       /* ggml_type of the V cache                                          */
+    int32_t type_k;       /* ggml_type of the K cache: 1 = f16 (default), 0 = f32, 8 = q8_0,  *
+                           * or PSL_KV_AUTO (with the other type given: that one;           *
+                           * psl_context_get_params gives the type chosen)                   */
+    int32_t type_v;       /* ggml_type of the V cache (the same choices)                       */
     int32_t n_seq_max;    /* sequences the context holds at once, ids 0 .. n_seq_max - 1, all  *
                            * sharing the n_ctx cells (0 = default: PSL_SEQ_MAX, as a sequence  *
                            * costs nothing until it holds tokens; 1 for a hybrid model, whose  *

@@ -12,6 +12,14 @@ import numpy as np
 from . import _native
 from ._native import ffi, lib
 
+# KV cache types by name (ggml_type values); "auto" is the core's PSL_KV_AUTO: f32 where every
+# layer's cache is in CPU memory and small enough, else f16 (psl_context_params.type_k)
+KV_TYPES = {"auto": -1, "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+
+def kv_type_name(t: int) -> str:
+    return next((k for k, v in KV_TYPES.items() if v == t), str(t))
+
 
 class Context(ABC):
     """The operations a Model delegates. Calls come one at a time (the Model's lock), except
@@ -134,7 +142,10 @@ class LocalContext(Context):
         self.max_rollback = lib.psl_context_max_rollback(self._ctx)
         kv, cells, rs = ffi.new("uint64_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
         _native.check(lib.psl_context_memory(self._ctx, kv, cells, rs))
-        self.memory = {"kv_bytes": int(kv[0]), "n_cells": int(cells[0]), "recurrent_bytes": int(rs[0])}
+        got = ffi.new("psl_context_params *")
+        _native.check(lib.psl_context_get_params(self._ctx, got))
+        self.memory = {"kv_bytes": int(kv[0]), "n_cells": int(cells[0]), "recurrent_bytes": int(rs[0]),
+                       "type_k": kv_type_name(got.type_k), "type_v": kv_type_name(got.type_v)}
         self.n_seq_max = lib.psl_context_n_seq_max(self._ctx)
 
     def _read_params(self) -> None:

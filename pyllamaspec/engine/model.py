@@ -12,14 +12,11 @@ from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelIOError, 
 from ..files import split as _split
 from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
-from .context import Context, LocalContext
+from .context import KV_TYPES, Context, LocalContext
 from .load_mode import resolve_mmap
 from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
 from .sequence import Sequence as Seq, SequencePool, check_out, common_prefix, logits_mode
 from .vocab import VocabMixin
-
-# ggml_type ids accepted for the KV cache.
-KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 # llama.cpp's llama_ftype names for general.file_type.
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
@@ -95,6 +92,12 @@ class Model(VocabMixin, _native.Closeable):
     file is small next to the free memory, else maps it (engine/load_mode.py says when, and
     why). The choice made is self.use_mmap.
 
+    type_k / type_v: the KV cache's types ("f16", the default as in llama.cpp, "f32", "q8_0",
+    ...). "auto" is f32 where every layer's cache is in CPU memory and takes at most 512 MiB so,
+    else f16: ggml's CPU flash attention runs about twice as fast on f32 (the README's "KV cache
+    types", which also says why it is not the default). self.memory["type_k"] / ["type_v"] say
+    what was chosen.
+
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
@@ -158,7 +161,7 @@ class Model(VocabMixin, _native.Closeable):
         # how far truncate() rolls back in O(1): n_ctx, or a hybrid's recurrent snapshot ring
         self.max_rollback: int = c.max_rollback
         # what the cache of past tokens holds: kv_bytes over n_cells cells, recurrent_bytes
-        self.memory: dict[str, int] = dict(c.memory)
+        self.memory: dict[str, int | str] = dict(c.memory)   # with the KV cache types chosen (type_k, type_v)
         # a remote context reports the model it loaded; this process holds a stub of it
         self.info = ModelInfo(**c.info) if c.info is not None else self._read_info()
         self.n_vocab = self.info.n_vocab
