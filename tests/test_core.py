@@ -451,8 +451,8 @@ def test_kv_cache_type_auto_is_f32_on_the_cpu_while_small(smollm2_path):
         with Model(smollm2_path, n_ctx=n_ctx, n_threads=1, prefetch=False, type_k="auto", type_v="auto") as m:
             assert (m.memory["type_k"], m.memory["type_v"]) == (want, want), n_ctx
             assert m.memory["kv_bytes"] == m.memory["n_cells"] * cell * (4 if want == "f32" else 2)
-    for kw, want in ((dict(type_k="q8_0", type_v="auto"), ("q8_0", "q8_0")), (dict(type_k="auto"), ("f16", "f16")),
-                     (dict(type_k="f16", type_v="f32"), ("f16", "f32"))):
+    for kw, want in ((dict(type_k="q8_0", type_v="auto"), ("q8_0", "q8_0")),
+                     (dict(type_k="auto"), ("f16", "f16")), (dict(type_k="f16", type_v="f32"), ("f16", "f32"))):
         with Model(smollm2_path, n_ctx=64, n_threads=1, prefetch=False, **kw) as m:
             assert (m.memory["type_k"], m.memory["type_v"]) == want, kw
     with Model(smollm2_path, n_ctx=64, n_threads=1, prefetch=False) as m:

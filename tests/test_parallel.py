@@ -532,7 +532,7 @@ def test_a_sequences_logits_do_not_depend_on_what_shares_its_evaluation(files, k
     The core then attends in chunks below 64 rows: every row bit for bit as alone, in a prompt
     wave and in a verify round of 8 x 9 rows. Negative control: a prompt of 70 tokens is tiled
     alone too, and after another sequence's 30 cells its blocks of 64 shift: its logits move
-    (with an F16 cache; on F32, the CPU's default, ggml's two paths give the same sums here)."""
+    (with an F16 cache; on F32 ggml's two paths gave the same sums here)."""
     rng = np.random.default_rng(3)
     target = Model(files[0], n_ctx=1024, n_threads=1, n_seq_max=9, type_k=kv, type_v=kv)
 
@@ -633,7 +633,7 @@ def test_a_decoding_rows_logits_do_not_depend_on_the_caches_other_cells(files, k
     Graph::FA_ROW_ALONE): the same rows bit for bit. Negative control: a sequence of 300 tokens
     reads 512 cells alone, split too, and beside the other its cells sit elsewhere: its rows move.
     2 threads whatever the machine's load (with one, nothing splits). The control moves with an
-    F16 cache; on F32, the CPU's default, the split sums came out the same here."""
+    F16 cache; on F32 the split sums came out the same here."""
     env = dict(os.environ, PYLLAMASPEC_THREAD_CAP="0")
     out = subprocess.run([sys.executable, "-c", _ONE_ROW, str(files[0]), kv], env=env, capture_output=True,
                          text=True, timeout=300)

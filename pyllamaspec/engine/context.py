@@ -142,16 +142,15 @@ class LocalContext(Context):
         self.max_rollback = lib.psl_context_max_rollback(self._ctx)
         kv, cells, rs = ffi.new("uint64_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
         _native.check(lib.psl_context_memory(self._ctx, kv, cells, rs))
-        got = ffi.new("psl_context_params *")
-        _native.check(lib.psl_context_get_params(self._ctx, got))
         self.memory = {"kv_bytes": int(kv[0]), "n_cells": int(cells[0]), "recurrent_bytes": int(rs[0]),
-                       "type_k": kv_type_name(got.type_k), "type_v": kv_type_name(got.type_v)}
+                       "type_k": self.type_k, "type_v": self.type_v}
         self.n_seq_max = lib.psl_context_n_seq_max(self._ctx)
 
     def _read_params(self) -> None:
         got = ffi.new("psl_context_params *")
         _native.check(lib.psl_context_get_params(self._ctx, got))
         self.n_ctx, self.n_batch, self.n_threads = got.n_ctx, got.n_batch, got.n_threads
+        self.type_k, self.type_v = kv_type_name(got.type_k), kv_type_name(got.type_v)   # "auto" resolved
 
     def n_past(self) -> int:
         return lib.psl_context_n_past(self._ctx)
