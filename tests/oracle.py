@@ -678,3 +678,17 @@ def distances_to_exact(model, path, refs) -> tuple[float, float]:
                 ours.append(abs(float(lg[i, t]) - exact[i, t]))
                 theirs.append(abs(v - exact[i, t]))
     return float(np.median(ours)), float(np.median(theirs))
+
+
+def prompt_distances_to_exact(model, path, prompts, k: int = 5) -> list[float]:
+    """Per prompt: the median |logit - exact| over the exact top-k entries at every position,
+    ``model`` evaluating each prompt against float64 maths on the dequantized weights of ``path``."""
+    ex = cached_oracle(path)
+    out = []
+    for p in prompts:
+        model.clear()
+        lg = model.eval(p)
+        exact = ex.logits(p)
+        top = np.argsort(exact, axis=1)[:, -k:]
+        out.append(float(np.median(np.abs(np.take_along_axis(lg, top, 1) - np.take_along_axis(exact, top, 1)))))
+    return out

@@ -119,14 +119,14 @@ def test_no_template_converses_with_a_one_line_warning(gemma3_path):
 
 def test_ignore_eos_verbose_prompt_reverse_prompt(smollm2_path):
     chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
-    base = ["-m", str(smollm2_path), "-no-cnv", "-p", chat, "-n", "40", "--temp", "0", "-t", "1", "-c", "512"]
+    base = ["-m", str(smollm2_path), "-no-cnv", "-p", chat, "-n", "64", "--temp", "0", "-t", "1", "-c", "512"]
     short = _run(*base)
     assert short.returncode == 0 and "decoded" in short.stderr
     n_short = int(short.stderr.split("decoded")[1].split()[0])
-    assert n_short < 40                                     # the answer ends (an end-of-generation token)
+    assert n_short < 64                                     # the answer ends (an end-of-generation token)
     long = _run(*base, "--ignore-eos", "--verbose-prompt")
     assert long.returncode == 0, long.stderr
-    assert "decoded   40 tokens" in long.stderr
+    assert "decoded   64 tokens" in long.stderr
     assert "number of tokens in prompt = " in long.stderr and "-> '<|im_start|>'" in long.stderr
     first_word = short.stdout[len(chat):].split()[0]
     cut = _run(*base, "-r", first_word)                     # -r: a stop string

@@ -117,10 +117,10 @@ def test_cache_prompt_and_id_slot(srv):
 
 def test_ignore_eos(srv):
     chat = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
-    _, short = srv.post("/completion", {"prompt": chat, "n_predict": 40, "temperature": 0})
-    _, long = srv.post("/completion", {"prompt": chat, "n_predict": 40, "temperature": 0, "ignore_eos": True})
-    assert short["stop_type"] == "eos" and short["tokens_predicted"] < 40
-    assert long["stop_type"] == "limit" and long["tokens_predicted"] == 40
+    _, short = srv.post("/completion", {"prompt": chat, "n_predict": 64, "temperature": 0})
+    _, long = srv.post("/completion", {"prompt": chat, "n_predict": 64, "temperature": 0, "ignore_eos": True})
+    assert short["stop_type"] == "eos" and short["tokens_predicted"] < 64
+    assert long["stop_type"] == "limit" and long["tokens_predicted"] == 64
 
 
 def test_constraints_hold_on_the_native_routes(srv):

@@ -557,8 +557,9 @@ def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkey
     from pyllamaspec.speculation import cost_model
     from pyllamaspec.speculation.drafters import ModelDrafter
     target, draft = smollm2_pair
-    prompt = "Write a list of ten fruits, one per line:"
+    prompt = "Count from 1 to 100, separated by commas:"       # 160 tokens before any end of answer
     plain = generate(prompt, target, max_tokens=160, temperature=0)
+    assert len(plain.tokens) == 160
     rounds = iter(range(10**6))
     # plain for 40 rounds, then speculate (k = 4), then plain again for 50, then speculate
     monkeypatch.setattr(cost_model.DraftPolicy, "choose",

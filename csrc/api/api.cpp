@@ -239,8 +239,8 @@ psl_context_params psl_context_default_params(void) {
     p.n_ctx = 0;
     p.n_batch = 0;
     p.n_threads = 0;
-    p.type_k = GGML_TYPE_F16;
-    p.type_v = GGML_TYPE_F16;
+    p.type_k = PSL_KV_AUTO;     // f32 on the CPU while small: ggml's CPU flash attention runs
+    p.type_v = PSL_KV_AUTO;     // about twice as fast on it (README, "KV cache types")
     p.n_seq_max = 0;
     return p;
 }

@@ -158,9 +158,9 @@ typedef struct psl_context_params {
     int32_t n_ctx;        /* KV cache length in tokens (0 = n_ctx_train, capped at 4096)     */
     int32_t n_batch;      /* most tokens per graph; longer evaluations are split (0 = 512)   */
     int32_t n_threads;    /* CPU threads (0 = default)                                        */
-    int32_t type_k;       /* ggml_type of the K cache: 1 = f16 (default), 0 = f32, 8 = q8_0,  *
-                           * or PSL_KV_AUTO (with the other type given: that one;           *
-                           * psl_context_get_params gives the type chosen)                   */
+    int32_t type_k;       /* ggml_type of the K cache: 1 = f16, 0 = f32, 8 = q8_0, ...,       *
+                           * or PSL_KV_AUTO (the default; with the other type given: that    *
+                           * one; psl_context_get_params gives the type chosen)              */
     int32_t type_v;       /* ggml_type of the V cache (the same choices)                       */
     int32_t n_seq_max;    /* sequences the context holds at once, ids 0 .. n_seq_max - 1, all  *
                            * sharing the n_ctx cells (0 = default: PSL_SEQ_MAX, as a sequence  *

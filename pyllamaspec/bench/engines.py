@@ -169,7 +169,8 @@ def fidelity_rows(paths: list[str], threads: int, ref_dir: Path = REFERENCE_DIR,
                   n_gpu_layers: int = 0) -> list[dict]:
     rows = []
     for path in paths:
-        with Model(path, n_ctx=512, n_threads=threads, n_gpu_layers=n_gpu_layers) as m:
+        # the references were made on llama.cpp's default F16 cache: the same here
+        with Model(path, n_ctx=512, n_threads=threads, n_gpu_layers=n_gpu_layers, type_k="f16", type_v="f16") as m:
             refs = reference_for(m, ref_dir)
             if refs is not None:
                 rows.append(dict(model=os.path.basename(path), **fidelity(m, refs)))

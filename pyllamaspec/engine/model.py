@@ -92,11 +92,11 @@ class Model(VocabMixin, _native.Closeable):
     file is small next to the free memory, else maps it (engine/load_mode.py says when, and
     why). The choice made is self.use_mmap.
 
-    type_k / type_v: the KV cache's types ("f16", the default as in llama.cpp, "f32", "q8_0",
-    ...). "auto" is f32 where every layer's cache is in CPU memory and takes at most 512 MiB so,
-    else f16: ggml's CPU flash attention runs about twice as fast on f32 (the README's "KV cache
-    types", which also says why it is not the default). self.memory["type_k"] / ["type_v"] say
-    what was chosen.
+    type_k / type_v: the KV cache's types ("auto", "f16", "f32", "q8_0", ...). "auto", the
+    default, is f32 where every layer's cache is in CPU memory and takes at most 512 MiB so, else
+    f16 (llama.cpp's default): ggml's CPU flash attention runs about twice as fast on f32 (the
+    README's "KV cache types"). A type given for one of K and V is taken by the other.
+    self.memory["type_k"] / ["type_v"] say what was chosen.
 
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
@@ -113,7 +113,7 @@ class Model(VocabMixin, _native.Closeable):
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool | None = None,
                  use_repack: bool = True,
-                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
+                 type_k: str = "auto", type_v: str = "auto", tokenizer: bool = True, prefetch: bool = True,
                  rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
                  rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0):
         self._lib, self._ffi = lib, ffi

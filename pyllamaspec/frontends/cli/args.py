@@ -121,9 +121,10 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
                         "then the local ones; default: by free memory)")
     g.add_argument("--rpc-timeout", dest="rpc_timeout", type=float, default=60.0,
                    help="seconds one evaluation on RPC servers may take before it fails (default 60)")
-    g.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", default="f16",
-                   help="KV cache type of K (auto: f32 on the CPU where it takes at most 512 MiB, else f16)")
-    g.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", default="f16", help="KV cache type of V (as -ctk)")
+    g.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", default="auto",
+                   help="KV cache type of K (default auto: f32 where the cache is in CPU memory and takes at "
+                        "most 512 MiB, else f16; llama.cpp's default is f16)")
+    g.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", default="auto", help="KV cache type of V (as -ctk)")
     g.add_argument("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k", dest="cache_type_k_draft", default=None)
     g.add_argument("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v", dest="cache_type_v_draft", default=None)
     g.add_argument("-fa", "--flash-attn", dest="flash_attn", nargs="?", const="on", default="auto",
