@@ -11,6 +11,7 @@ import pathlib
 import numpy as np
 
 from pyllamaspec import Model, generate
+from conftest import LLAMA_CPP_CACHE
 
 REF_DIR = pathlib.Path(__file__).parent / "data" / "reference"
 
@@ -158,7 +159,7 @@ def compare_mtp_with_llamacpp(path, spec: dict) -> dict:
     mtp = spec["mtp"]
     tol = max(REL_FLOOR, SPREAD_FACTOR * measured_spread(mtp))
     rel, agree, n = 0.0, 0, 0
-    with Model(path, n_ctx=128, n_threads=1, type_k="f16", type_v="f16") as m:   # F16 KV cache, as llama.cpp's default
+    with Model(path, n_ctx=128, n_threads=1, **LLAMA_CPP_CACHE) as m:
         m.enable_mtp()
         for prompt, toks, rows in zip(mtp["prompts"], mtp["step_tokens"], mtp["logits"]):
             m.clear()

@@ -9,7 +9,7 @@ import models
 import oracle
 import tolerances
 import pyllamaspec
-from conftest import load_reference
+from conftest import load_reference, LLAMA_CPP_CACHE
 from pyllamaspec import Model
 
 QUANT = dict(n_embd=64, n_ff=96)   # quantized rows must be multiples of 32
@@ -300,7 +300,7 @@ def _data_start(path) -> int:
 def smollm2(smollm2_path):
     # llama.cpp's references were made on its default F16 cache: ours takes the same here
     # (the default, auto, is F32 on the CPU: test_kv_cache_types_distance_to_exact_maths)
-    with Model(smollm2_path, n_ctx=512, n_threads=2, type_k="f16", type_v="f16") as m:
+    with Model(smollm2_path, n_ctx=512, n_threads=2, **LLAMA_CPP_CACHE) as m:
         yield m
 
 

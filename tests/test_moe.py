@@ -16,6 +16,7 @@ import tolerances
 
 import pyllamaspec
 from pyllamaspec import Model
+from conftest import LLAMA_CPP_CACHE
 
 REF = pathlib.Path(__file__).parent / "data" / "reference" / "moe_llamacpp.json"
 
@@ -121,7 +122,7 @@ def test_matches_llama_cpp(moe_dir, name):
     assert models_moe.sha256(path) == ref["sha256"]
     tol = tolerances.moe(name)
     rel, agree, n, clear, agree_clear = 0.0, 0, 0, 0, 0
-    with Model(path, n_ctx=512, type_k="f16", type_v="f16") as m:   # llama.cpp's setting: F16 KV cache
+    with Model(path, n_ctx=512, **LLAMA_CPP_CACHE) as m:
         for prompt, want in zip(ref["prompts"], ref["logits"]):
             m.clear()
             got = m.eval(prompt)
