@@ -398,12 +398,19 @@ psl_model * load_model(const std::string & path, const psl_model_params & params
 
     pick_devices(*m, params.n_gpu_layers);
     if (params.rpc_servers && *params.rpc_servers) split_layers(*m, params);
+    // Why CPU only: ggml's reference paths (one vec_dot per row and weight row, flash attention
+    // row by row) are the CPU backend's; a GPU's or an RPC server's kernels pick their own by batch.
+    if (params.deterministic && (m->dev_gpu || !m->split_devs.empty())) {
+        fail(PSL_ERR_UNSUPPORTED, "deterministic numerics run on the CPU only: load with n_gpu_layers=0 "
+             "(-ngl 0) and no RPC servers");
+    }
+    m->deterministic = params.deterministic;
     ggml_backend_buffer_type_t buft_cpu = ggml_backend_dev_buffer_type(m->dev_cpu);
     ggml_backend_buffer_type_t buft_gpu = m->dev_gpu ? ggml_backend_dev_buffer_type(m->dev_gpu) : nullptr;
 
     m->layers.resize(m->hp.n_layer);
     std::vector<ggml_backend_buffer_type_t> extra;
-    if (params.use_repack) {
+    if (params.use_repack && !params.deterministic) {   // repacked kernels sum by blocks of rows
         auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
             ggml_backend_dev_backend_reg(m->dev_cpu), "ggml_backend_dev_get_extra_bufts");
         for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(m->dev_cpu) : nullptr; b && *b; ++b) {

@@ -239,6 +239,9 @@ struct psl_model {
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;           // == tok_embd when tied
     bool tied_output = false;
+    // batch-invariant numerics (psl_model_params.deterministic): no repacked weights, and every
+    // context computes with ggml's reference paths (use_ref)
+    bool deterministic = false;
     std::vector<psl::Layer> layers;
     int32_t mtp_layer = -1;                   // index in layers of a loaded MTP block, else -1
     // a draft head's fusion of the target features: fc (+ its scalar scale), and the norm of its

@@ -11,7 +11,6 @@ import pathlib
 import numpy as np
 
 from pyllamaspec import Model, generate
-from conftest import LLAMA_CPP_CACHE
 
 REF_DIR = pathlib.Path(__file__).parent / "data" / "reference"
 
@@ -63,12 +62,11 @@ def rel_diff(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def compare_with_llamacpp(path, spec: dict, **model_kw) -> dict:
-    """Our logits on the fixture's prompts (F16 KV cache, llama.cpp's default) against its
+    """Our logits on the fixture's prompts (the default F16 KV cache, as llama.cpp's) against its
     logits; argmax must agree wherever llama.cpp's top two are further apart than the tolerance
     allows either to move. Returns the figures of the table in the issue."""
     tol = tolerance(spec)
     rel, agree, n, decided = 0.0, 0, 0, 0
-    model_kw = {"type_k": "f16", "type_v": "f16", **model_kw}
     with Model(path, n_ctx=512, **model_kw) as m:
         for prompt, want in zip(spec["prompts"], spec["logits"]):
             m.clear()
@@ -159,7 +157,7 @@ def compare_mtp_with_llamacpp(path, spec: dict) -> dict:
     mtp = spec["mtp"]
     tol = max(REL_FLOOR, SPREAD_FACTOR * measured_spread(mtp))
     rel, agree, n = 0.0, 0, 0
-    with Model(path, n_ctx=128, n_threads=1, **LLAMA_CPP_CACHE) as m:
+    with Model(path, n_ctx=128, n_threads=1) as m:
         m.enable_mtp()
         for prompt, toks, rows in zip(mtp["prompts"], mtp["step_tokens"], mtp["logits"]):
             m.clear()
@@ -194,8 +192,8 @@ def mtp_greedy_equals_plain(path, prompt, ks=(1, 3, 6), max_tokens: int = 32) ->
 
 
 def kv_bytes_per_token(path, **kw) -> float:
-    """Our KV cache's bytes per cell (F16, llama.cpp's default type)."""
-    with Model(path, n_ctx=256, **{"type_k": "f16", "type_v": "f16", **kw}) as m:
+    """Our KV cache's bytes per cell (the default type, F16, as llama.cpp's)."""
+    with Model(path, n_ctx=256, **kw) as m:
         return m.memory["kv_bytes"] / m.memory["n_cells"]
 
 

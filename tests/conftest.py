@@ -23,10 +23,6 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# the KV cache llama.cpp's reference outputs were made on (its default, F16): a test comparing
-# with them names it, as our default (auto) is F32 on the CPU
-LLAMA_CPP_CACHE = {"type_k": "f16", "type_v": "f16"}
-
 
 _ON_CPU = [False]     # the running test is marked cpu_only
 

@@ -24,7 +24,6 @@ from pyllamaspec.engine.sampling import SamplingParams
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
 from pyllamaspec.frontends.generate import generate
 from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
-from conftest import LLAMA_CPP_CACHE
 
 REF = json.loads((pathlib.Path(__file__).parent / "data" / "reference" / "heads_llamacpp.json").read_text())
 # The spread between llama.cpp's native (AVX-512 here) and AVX2-only builds, relative to the
@@ -77,7 +76,7 @@ def test_matches_llamacpp(tmp_path, name):
     t, h = write_pair(tmp_path, name)
     assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in (t, h)] == spec["sha256"], \
         "the models are not regenerated bit for bit"
-    with Model(t, n_ctx=128, n_threads=1, **LLAMA_CPP_CACHE) as m, DraftHead(h) as head:
+    with Model(t, n_ctx=128, n_threads=1) as m, DraftHead(h) as head:
         m.attach_head(head)
         for prompt, steps, tokens in zip(spec["prompts"], spec["logits"], spec["draft_tokens"]):
             got = head_logits(m, spec["head"]["kind"], prompt, steps)

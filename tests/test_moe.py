@@ -16,7 +16,6 @@ import tolerances
 
 import pyllamaspec
 from pyllamaspec import Model
-from conftest import LLAMA_CPP_CACHE
 
 REF = pathlib.Path(__file__).parent / "data" / "reference" / "moe_llamacpp.json"
 
@@ -122,7 +121,7 @@ def test_matches_llama_cpp(moe_dir, name):
     assert models_moe.sha256(path) == ref["sha256"]
     tol = tolerances.moe(name)
     rel, agree, n, clear, agree_clear = 0.0, 0, 0, 0, 0
-    with Model(path, n_ctx=512, **LLAMA_CPP_CACHE) as m:
+    with Model(path, n_ctx=512) as m:
         for prompt, want in zip(ref["prompts"], ref["logits"]):
             m.clear()
             got = m.eval(prompt)

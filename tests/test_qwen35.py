@@ -27,7 +27,6 @@ from models import write_gguf
 from models_qwen35 import write_qwen35_gguf
 from pyllamaspec import Model, generate
 from pyllamaspec.errors import EvaluationInterrupted
-from conftest import LLAMA_CPP_CACHE
 
 REF = pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_tiny_llamacpp.json"
 
@@ -57,7 +56,7 @@ def _rel(a: np.ndarray, ref: np.ndarray) -> float:
 def test_matches_llamacpp(tiny, name):
     spec = _fixture()["models"][name]
     tol = tolerances.QWEN35[name].tol()     # llama.cpp across CPUs: <= 3.2e-5, under the 1e-4 floor
-    with Model(tiny[name], n_ctx=256, n_threads=1, **LLAMA_CPP_CACHE) as m:
+    with Model(tiny[name], n_ctx=256, n_threads=1) as m:
         for prompt, ref in zip(spec["prompts"], spec["logits"]):
             ref = np.asarray(ref, np.float32)
             m.truncate(0)

@@ -17,7 +17,6 @@ import pytest
 import arch_checks as ac
 from models_qwen35 import write_qwen35_gguf
 from oracle_qwen35 import Qwen35Oracle
-from conftest import LLAMA_CPP_CACHE
 
 REF = ac.fixture("qwen35moe")
 SYNTH = {
@@ -106,7 +105,7 @@ def test_mtp_greedy_equals_plain(synth):
 
 def test_memory_holds_kv_and_recurrent_state(synth):
     from pyllamaspec import Model
-    with Model(synth["moe"], n_ctx=256, **LLAMA_CPP_CACHE) as m:
+    with Model(synth["moe"], n_ctx=256) as m:
         # the two attention layers of four cache K and V (2 heads of 16, F16) per token; the
         # linear-attention layers keep a fixed state instead
         assert m.memory["kv_bytes"] == m.memory["n_cells"] * 2 * 2 * (2 * 16) * 2

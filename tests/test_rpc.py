@@ -74,9 +74,9 @@ PROMPT = "The capital of France is Paris. The capital of Italy is"
 
 
 def test_logits_and_greedy_match_local(servers, smollm2):
-    # no repacking, as a server keeps its weights; one cache type on both sides (the default,
-    # auto, is F32 here and F16 where the layers are on RPC servers)
-    kw = dict(n_ctx=256, n_threads=1, use_repack=False, type_k="f16", type_v="f16")
+    # no repacking, as a server keeps its weights; the default cache on both sides (F16, as on
+    # any backend: the same model answers alike here and over RPC)
+    kw = dict(n_ctx=256, n_threads=1, use_repack=False)
     with Model(smollm2, **kw) as local, Model(smollm2, rpc=servers, tensor_split=[1, 1, 0], **kw) as remote:
         devs = remote.devices
         assert all(d.startswith("RPC") for d in devs), devs          # tensor_split: nothing local
@@ -117,7 +117,7 @@ def test_gemma3_logits_match_local(servers):
     path = real_model_or_skip("gemma3")
     # no repacking on either side: a server keeps weights as they are in the file, and the CPU's
     # repacked Q4_K kernels round differently (up to ~0.9 on these logits, local against local)
-    kw = dict(n_ctx=64, n_threads=1, use_repack=False, type_k="f16", type_v="f16")   # auto differs (above)
+    kw = dict(n_ctx=64, n_threads=1, use_repack=False)
     with Model(path, **kw) as local, Model(path, rpc=servers, tensor_split=[1, 1, 1], **kw) as remote:
         assert set(remote.devices) == {"RPC0", "RPC1", "CPU"}, remote.devices
         ids = local.tokenize(PROMPT)

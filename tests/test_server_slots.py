@@ -53,6 +53,9 @@ def test_slots_and_props(server4):
     assert all(s["n_ctx"] == 128 and s["speculative"] is True and s["is_processing"] is False for s in slots)
     props = server4.get("/props")
     assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 128   # -c 512 / -np 4
+    # the defaults are llama.cpp's numerics: nothing of ours makes an answer depart from its
+    assert props["numerics"] == {"cache_type_k": "f16", "cache_type_v": "f16", "deterministic": False,
+                                 "departs_from_llama_cpp": []}
     h = server4.health()
     assert h["slots_idle"] == 4 and h["slots_processing"] == 0
 

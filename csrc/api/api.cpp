@@ -107,6 +107,7 @@ psl_model_params psl_model_default_params(void) {
     p.rpc_servers = nullptr;
     p.tensor_split = nullptr;
     p.n_tensor_split = 0;
+    p.deterministic = false;
     return p;
 }
 
@@ -239,8 +240,8 @@ psl_context_params psl_context_default_params(void) {
     p.n_ctx = 0;
     p.n_batch = 0;
     p.n_threads = 0;
-    p.type_k = PSL_KV_AUTO;     // f32 on the CPU while small: ggml's CPU flash attention runs
-    p.type_v = PSL_KV_AUTO;     // about twice as fast on it (README, "KV cache types")
+    p.type_k = GGML_TYPE_F16;   // llama.cpp's default: the same answers as llama.cpp, on every backend
+    p.type_v = GGML_TYPE_F16;   // (PSL_KV_AUTO or f32 are one choice away: README, "KV cache types")
     p.n_seq_max = 0;
     return p;
 }

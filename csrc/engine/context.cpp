@@ -149,6 +149,9 @@ psl_context::psl_context(psl_model * m, const psl_context_params & p) : model(m)
     if (!backend_cpu) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
     ggml_backend_cpu_set_n_threads(backend_cpu.get(), params.n_threads);
     ggml_backend_cpu_set_abort_callback(backend_cpu.get(), abort_requested, this);
+    // deterministic: ggml's reference paths at every batch size (no llamafile sgemm, tiled
+    // products or flash attention, no split of one row's cells over threads, no fused ops)
+    ggml_backend_cpu_set_use_ref(backend_cpu.get(), m->deterministic);
     std::vector<ggml_backend_t> backends;
     if (m->dev_gpu) {
         backend_gpu.reset(ggml_backend_dev_init(m->dev_gpu, nullptr));

@@ -4,6 +4,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include <cstdlib>
 #include <map>
 #include <tuple>
 
@@ -29,21 +30,47 @@ bool sgemm_takes(ggml_type t) {
     }
 }
 
+// Whether ggml's tiled K-quant products take batches of 8 rows and more of weights of type t
+// (ggml 0.26.0, ggml-cpu/tiled/tiled.cpp: x86 builds, weights not repacked, GGML_CPU_TILED_MM
+// not 0). They sum otherwise than vec_dot: logits change from 8 rows on.
+bool tiled_takes(ggml_type t) {
+    if (!(ggml_cpu_has_avx() || ggml_cpu_has_avx2() || ggml_cpu_has_avx512_vnni())) return false;
+    const char * env = getenv("GGML_CPU_TILED_MM");
+    if (env && atoi(env) == 0) return false;
+    switch (t) {
+        case GGML_TYPE_Q6_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q2_K:
+        case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+        case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: return true;
+        default: return false;
+    }
+}
+
 std::string vec_dot(ggml_type t) {
     const ggml_type_traits_cpu * tr = ggml_get_type_traits_cpu(t);
     const ggml_type act = tr ? tr->vec_dot_type : t;
     return std::string("vec_dot ") + ggml_type_name(t) + " x " + ggml_type_name(act);
 }
 
-std::string path(ggml_type t, const std::string & buft, bool experts) {
+// deterministic (ggml's use_ref): vec_dot for every row at every batch size, except where the
+// type's vec_dot takes two rows at once (ARM's int8 matrix multiply: even batches)
+std::string reference_path(ggml_type t) {
+    const bool two_rows = ggml_get_type_traits_cpu(t)->nrows > 1;
+    return vec_dot(t) + " at every batch size" +
+           (two_rows ? " (2-row mmla on even batches: not batch-invariant)" : " (batch-invariant)");
+}
+
+std::string path(ggml_type t, const std::string & buft, bool experts, bool deterministic) {
     if (buft.find("REPACK") != std::string::npos) {
         return std::string("repacked (ggml's gemv/gemm, activations as ") +
                ggml_type_name(ggml_get_type_traits_cpu(t)->vec_dot_type) + ")";
     }
     if (buft.find("AMX") != std::string::npos) return "AMX tiles";
     if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
+    if (deterministic) return reference_path(t);
     if (experts) return vec_dot(t) + " (mul_mat_id: no llamafile)";
-    return "1 token: " + vec_dot(t) + "; batched: " + (sgemm_takes(t) ? "llamafile sgemm" : vec_dot(t));
+    const std::string batched = sgemm_takes(t) ? "llamafile sgemm" : vec_dot(t);
+    if (tiled_takes(t)) return "1 token: " + vec_dot(t) + "; 2-7 rows: " + batched + "; 8+ rows: tiled";
+    return "1 token: " + vec_dot(t) + "; batched: " + batched;
 }
 
 }  // namespace
@@ -65,8 +92,9 @@ std::string describe_kernels(const psl_model & m) {
     for (const auto & [key, n] : groups) {
         const auto & [type, buft, experts] = key;
         out += type + " x" + std::to_string(n) + (experts ? " experts " : " ") + buft + ": " +
-               path(types[key], buft, experts) + "\n";
+               path(types[key], buft, experts, m.deterministic) + "\n";
     }
+    if (m.deterministic) out += "attention: flash attention one query row at a time, over every cell in order\n";
     return out;
 }
 

@@ -4,6 +4,7 @@
 // them in AMX tiles or on another device; for the plain CPU buffer, one-token products run
 // ggml's vec_dot on activations quantized to the type's vec_dot type, and batched ones llamafile's
 // sgemm where it has a kernel for the type on this build's instruction set, else vec_dot again.
+// A deterministic model (psl_model_params.deterministic) runs vec_dot at every batch size.
 #pragma once
 
 #include "model.h"

@@ -72,6 +72,10 @@ typedef struct psl_model_params {
     const float * tensor_split;   /* with rpc_servers: the share of the layers of each device, in   *
                                    * psl_model_device_name's order (NULL = by free memory)          */
     int32_t       n_tensor_split; /* entries in tensor_split                                         */
+    bool    deterministic;  /* batch-invariant numerics: a row's logits do not depend on how many  *
+                             * rows or sequences share its evaluation (weights in the file's       *
+                             * layout, ggml's reference vec_dot and flash-attention paths at every *
+                             * batch size); CPU only (PSL_ERR_UNSUPPORTED with GPU or RPC layers)  */
 } psl_model_params;
 
 PSL_API psl_model_params psl_model_default_params(void);
@@ -151,8 +155,10 @@ PSL_API psl_status psl_model_meta_get_array_str(const psl_model * model, int64_t
                                                 const char ** out, size_t * len);
 
 /* ---- context: a KV cache and the buffers to evaluate tokens ---- */
-/* type_k / type_v: the core chooses (f32 where the cache is in CPU memory and an f32 cache takes
- * at most PSL_KV_AUTO_F32_MAX_MIB MiB, else f16) */
+/* type_k / type_v: ggml_type values; the default is f16 (llama.cpp's). PSL_KV_AUTO: the core
+ * chooses (f32 where the cache is in CPU memory and an f32 cache takes at most
+ * PSL_KV_AUTO_F32_MAX_MIB MiB, else f16): faster CPU attention, answers that may part from
+ * llama.cpp's */
 enum psl_kv_auto { PSL_KV_AUTO = -1, PSL_KV_AUTO_F32_MAX_MIB = 512 };
 typedef struct psl_context_params {
     int32_t n_ctx;        /* KV cache length in tokens (0 = n_ctx_train, capped at 4096)     */

@@ -27,6 +27,13 @@ def integer(name: str, value, lo: int = 0, hi: int = INT32_MAX) -> int:
     return v
 
 
+def boolean(name: str, value) -> bool:
+    """value, which must be True or False (no truthy stand-ins)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def real(name: str, value, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> float:
     """value as a finite float in [lo, hi] (ends open as asked): ints and floats, no bools."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):

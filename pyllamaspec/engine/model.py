@@ -92,11 +92,12 @@ class Model(VocabMixin, _native.Closeable):
     file is small next to the free memory, else maps it (engine/load_mode.py says when, and
     why). The choice made is self.use_mmap.
 
-    type_k / type_v: the KV cache's types ("auto", "f16", "f32", "q8_0", ...). "auto", the
-    default, is f32 where every layer's cache is in CPU memory and takes at most 512 MiB so, else
-    f16 (llama.cpp's default): ggml's CPU flash attention runs about twice as fast on f32 (the
-    README's "KV cache types"). A type given for one of K and V is taken by the other.
-    self.memory["type_k"] / ["type_v"] say what was chosen.
+    type_k / type_v: the KV cache's types ("f16", "f32", "auto", "q8_0", ...): f16, the default,
+    answers as llama.cpp does; f32 attends faster on a CPU but may part from it; "auto": f32 where
+    the cache is in CPU memory and takes at most 512 MiB (README, "KV cache types"). self.memory
+    says what was chosen. deterministic=True (CPU only): a row's logits do not depend on how many
+    rows or sequences share its evaluation, so greedy speculation equals plain greedy decoding
+    (ggml's reference kernels: self.kernels; slower).
 
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
@@ -113,9 +114,9 @@ class Model(VocabMixin, _native.Closeable):
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 0, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, use_mmap: bool | None = None,
                  use_repack: bool = True,
-                 type_k: str = "auto", type_v: str = "auto", tokenizer: bool = True, prefetch: bool = True,
+                 type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
                  rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
-                 rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0):
+                 rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0, deterministic: bool = False):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._context: Context | None = None
@@ -134,21 +135,23 @@ class Model(VocabMixin, _native.Closeable):
         for name, t in (("type_k", type_k), ("type_v", type_v)):
             if not isinstance(t, str) or t not in KV_TYPES:
                 raise InvalidArgumentError(f"{name} must be one of {sorted(KV_TYPES)}, got {t!r}")
+        _args.boolean("deterministic", deterministic)
         if not os.path.exists(path):
             raise ModelNotFoundError(f"model file not found: {path}")
         self.path = path
+        self.deterministic = deterministic
         # mapped, or read into huge pages (engine/load_mode.py: None decides)
         use_mmap = self.use_mmap = resolve_mmap(use_mmap, path, n_gpu_layers)
         servers = rpc_mod.endpoints(rpc)
         split = rpc_mod.split_values(tensor_split, servers)
         ctx_kw = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+        load_kw = dict(use_mmap=use_mmap, use_repack=use_repack, prefetch=prefetch, deterministic=deterministic)
         try:
             if servers and rpc_isolate:
-                self._open_remote(path, servers, split, rpc_timeout, use_mmap=use_mmap, use_repack=use_repack,
-                                  type_k=type_k, type_v=type_v, prefetch=prefetch, **ctx_kw)
+                self._open_remote(path, servers, split, rpc_timeout, type_k=type_k, type_v=type_v, **load_kw, **ctx_kw)
             else:
-                self._open_local(path, servers, split, n_gpu_layers=n_gpu_layers, n_threads=n_threads, use_mmap=use_mmap,
-                                 use_repack=use_repack, tokenizer=tokenizer, prefetch=prefetch)
+                self._open_local(path, servers, split, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
+                                 tokenizer=tokenizer, **load_kw)
                 self._context = LocalContext(self._model, type_k=KV_TYPES[type_k], type_v=KV_TYPES[type_v],
                                              n_seq_max=n_seq_max, **ctx_kw)
         except BaseException:
@@ -178,16 +181,14 @@ class Model(VocabMixin, _native.Closeable):
         self._running: Seq | None = None
 
     def _open_local(self, path: str, servers: list[str], split: list[float] | None, *, n_gpu_layers: int,
-                    n_threads: int, use_mmap: bool, use_repack: bool, tokenizer: bool, prefetch: bool) -> None:
+                    n_threads: int, tokenizer: bool, **load: bool) -> None:
         """Loads the model in this process (its layers on local devices, or on RPC servers
-        driven from here: rpc_isolate=False, as the worker process does)."""
+        driven from here: rpc_isolate=False, as the worker process does). load: use_mmap,
+        use_repack, prefetch and deterministic, psl_model_params' fields of those names."""
         mp = lib.psl_model_default_params()
-        mp.n_gpu_layers = n_gpu_layers
-        mp.n_threads = n_threads
-        mp.use_mmap = bool(use_mmap)
-        mp.use_repack = bool(use_repack)
-        mp.load_vocab = bool(tokenizer)
-        mp.prefetch = bool(prefetch)
+        mp.n_gpu_layers, mp.n_threads, mp.load_vocab = n_gpu_layers, n_threads, bool(tokenizer)
+        for name, value in load.items():
+            setattr(mp, name, bool(value))
         keep = rpc_mod.set_params(mp, servers, split)      # the strings live through the load
         out = ffi.new("psl_model **")
         try:
@@ -238,8 +239,8 @@ class Model(VocabMixin, _native.Closeable):
     @property
     def kernels(self) -> str:
         """Which ggml kernels multiply the weights, a line per weight type and buffer (repacked,
-        llamafile sgemm for batches, vec_dot, another device's): where two machines' logits
-        differ, the path each took. Empty for a model whose weights are in an RPC worker."""
+        sgemm or tiled for batches, vec_dot, deterministic's vec_dot at every size, another device's):
+        where two machines' logits differ, the path each took. Empty for weights in an RPC worker."""
         with self._users:
             return ffi.string(lib.psl_model_kernels(self._model)).decode()
 

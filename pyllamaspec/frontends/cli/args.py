@@ -121,10 +121,11 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
                         "then the local ones; default: by free memory)")
     g.add_argument("--rpc-timeout", dest="rpc_timeout", type=float, default=60.0,
                    help="seconds one evaluation on RPC servers may take before it fails (default 60)")
-    g.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", default="auto",
-                   help="KV cache type of K (default auto: f32 where the cache is in CPU memory and takes at "
-                        "most 512 MiB, else f16; llama.cpp's default is f16)")
-    g.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", default="auto", help="KV cache type of V (as -ctk)")
+    g.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", default="f16",
+                   help="KV cache type of K (default f16, as llama.cpp; f32 attends faster on a CPU and is as "
+                        "near exact maths, but its answers may part from llama.cpp's; auto: f32 where the "
+                        "cache is in CPU memory and takes at most 512 MiB, else f16)")
+    g.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", default="f16", help="KV cache type of V (as -ctk)")
     g.add_argument("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k", dest="cache_type_k_draft", default=None)
     g.add_argument("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v", dest="cache_type_v_draft", default=None)
     g.add_argument("-fa", "--flash-attn", dest="flash_attn", nargs="?", const="on", default="auto",
@@ -137,6 +138,10 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
                    help="read the weights into memory (huge pages on Linux: faster decoding); the default "
                         "on Linux for a model at most half the free memory")
     g.add_argument("--mlock", action="store_true", help="keep the weights in RAM (no swapping out)")
+    g.add_argument("--deterministic", action="store_true",
+                   help="batch-invariant numerics: a sequence's logits do not depend on how many tokens or "
+                        "sequences share its evaluation, so speculation and -np N give plain decoding's greedy "
+                        "output token for token (CPU only; slower: the README's \"Deterministic numerics\")")
     g.add_argument("--repack", dest="repack", action="store_true", default=True,
                    help="repack the weights for the CPU's kernels (the default)")
     g.add_argument("-nr", "--no-repack", dest="repack", action="store_false",

@@ -145,3 +145,14 @@ def metrics_text(values: dict[str, float]) -> str:
 
 __all__ = ["parse_native_completion", "probabilities", "sampling_params", "stop_type", "whole", "chunk",
            "describe_slot", "metrics_text", "METRICS", "SAMPLERS"]
+
+
+def numerics(model) -> dict:
+    """/props' "numerics": the choices of ours that make an answer depart from llama.cpp's (a KV
+    cache type other than its F16, deterministic kernels), so a client can tell why."""
+    type_k, type_v = model.memory["type_k"], model.memory["type_v"]
+    departs = [f"KV cache {t} ({name})" for name, t in (("type_k", type_k), ("type_v", type_v)) if t != "f16"]
+    if model.deterministic:
+        departs.append("deterministic kernels (vec_dot at every batch size)")
+    return {"cache_type_k": type_k, "cache_type_v": type_v, "deterministic": model.deterministic,
+            "departs_from_llama_cpp": departs}

@@ -188,7 +188,8 @@ class NativeRoutes:
             "ui": self.opts.ui, "chat_template": template, "bos_token": piece(t.bos_token),
             "eos_token": piece(t.eos_token), "build_info": f"pyllamaspec | {_system_info()}",
             "is_sleeping": False, "speculative": {"drafter": _drafter_name(self.worker.drafter),
-                                                  "n_max": d.draft.n_draft, "adaptive": d.draft.adaptive}})
+                                                  "n_max": d.draft.n_draft, "adaptive": d.draft.adaptive},
+            "numerics": native.numerics(t)})
 
     async def post_props(self, request: Request) -> Response:
         return _not_supported("changing global properties", "--props")
