@@ -25,7 +25,7 @@ from .errors import (
                      UnsupportedModelError,
 )
 from .frontends.chat import ChatResult, chat
-from .frontends.generate import GenerationResponse, GenerationResult, generate, stream_generate
+from .generation.generate import GenerationResponse, GenerationResult, generate, stream_generate
 # Model: the engine's Model with llama-cpp-python's create_* methods and Model(model_path=...)
 from .frontends.llama_api import Llama, Model
 from .speculation.decoder import Decoder, DraftParams, Stats

@@ -65,7 +65,7 @@ def own_learning(target, mode: str) -> None:
 
 
 def run_mode(mode: str, prompt: str, target, draft, a) -> dict:
-    from pyllamaspec.frontends.generate import generate
+    from pyllamaspec.generation.generate import generate
     own_learning(target, mode)
     kw = dict(max_tokens=a.n_gen, temperature=0)
     if mode != "plain":

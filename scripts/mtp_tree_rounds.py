@@ -14,7 +14,7 @@ from models_qwen35 import write_qwen35_gguf  # noqa: E402
 from test_mtp import SPEC, TREE_PROMPTS, _agreeing  # noqa: E402
 
 from pyllamaspec import Model  # noqa: E402
-from pyllamaspec.frontends.generate import generate  # noqa: E402
+from pyllamaspec.generation.generate import generate  # noqa: E402
 
 
 def tokens_per_round(m: Model, temp: float, k: int, tree: bool) -> float:

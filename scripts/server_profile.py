@@ -29,7 +29,7 @@ sys.path.insert(0, _tree or os.path.dirname(os.path.dirname(os.path.abspath(__fi
 import server_load  # noqa: E402
 
 from pyllamaspec.engine import context as context_mod  # noqa: E402
-from pyllamaspec.frontends import scheduler as sched_mod  # noqa: E402
+from pyllamaspec.generation import lifecycle as sched_mod  # noqa: E402
 from pyllamaspec.frontends.server import worker as worker_mod  # noqa: E402
 from pyllamaspec.speculation import batch as batch_mod  # noqa: E402
 from pyllamaspec.speculation import cost_model  # noqa: E402

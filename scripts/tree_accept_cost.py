@@ -25,8 +25,8 @@ import numpy as np
 
 from pyllamaspec import Model
 from pyllamaspec.engine.sampling import Sampler, SamplingParams
-from pyllamaspec.speculation.drafters.base import Draft
-from pyllamaspec.speculation.tree import TreeVerifier
+from pyllamaspec.speculation.drafter import Draft
+from pyllamaspec.speculation.tree.verify import TreeVerifier
 
 SETTINGS = {"default": SamplingParams(), "full-vocab": SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)}
 PROMPT = ("The old lighthouse keeper climbed the stairs every night and lit the lamp, and on the night the "

@@ -128,7 +128,7 @@ TREE_SEQS = 16
 
 def speculative_greedy(target_path, draft_path, prompt, ks=(1, 3, 8), max_tokens: int = 32) -> list[float]:
     """Greedy speculative output equals plain greedy output for every draft length, drafting
-    chains and (depth >= 2) token trees (speculation/tree.py: tree attention in one target
+    chains and (depth >= 2) token trees (speculation/tree/verify.py: tree attention in one target
     evaluation); returns the chains' acceptance rates."""
     rates = []
     with f32_model(target_path, n_seq_max=TREE_SEQS) as target, f32_model(draft_path, n_seq_max=TREE_SEQS) as draft:

@@ -16,7 +16,7 @@ import tolerances
 from conftest import real_model, reference_dir
 from pyllamaspec import Model
 from pyllamaspec.engine.chat_template import ChatPrompt
-from pyllamaspec.frontends.structured.formats import constraint_spec, response_content
+from pyllamaspec.structured.formats import constraint_spec, response_content
 
 FIXTURE = json.loads((reference_dir() / "grammar_server_llamacpp.json").read_text())
 FIELDS = ("grammar", "json_schema", "response_format")

@@ -181,7 +181,7 @@ def test_greedy_identical_with_drafters_under_a_schema(name):
     identical; Gemma 3's differ by up to ~0.9 logits (tests/data/reference/README.md), so they
     must agree up to the first step whose top-2 margin is under 0.5, as in test_speculative."""
     from pyllamaspec.engine.chat_template import ChatPrompt
-    from pyllamaspec.frontends.structured.formats import constraint_spec, response_content
+    from pyllamaspec.structured.formats import constraint_spec, response_content
     path = real_model(name)
     msgs = [{"role": "user", "content": "Describe a person living in a big city as JSON."}]
     rf = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}

@@ -22,7 +22,7 @@ from pyllamaspec import Model
 from pyllamaspec.engine.head import DraftHead
 from pyllamaspec.engine.sampling import SamplingParams
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
-from pyllamaspec.frontends.generate import generate
+from pyllamaspec.generation.generate import generate
 from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
 
 REF = json.loads((pathlib.Path(__file__).parent / "data" / "reference" / "heads_llamacpp.json").read_text())

@@ -1,4 +1,4 @@
-"""JSON schema -> GBNF (frontends/structured/json_schema.py) writes llama.cpp b11434's grammar to
+"""JSON schema -> GBNF (structured/json_schema.py) writes llama.cpp b11434's grammar to
 the character for a corpus of schemas reaching every branch of its converter, and refuses what
 it refuses (tests/data/reference/json_schema_llamacpp.json, scripts/json_schema_reference.py)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from conftest import reference_dir
 from pyllamaspec.engine.grammar import check_grammar
 from pyllamaspec.errors import GrammarError
-from pyllamaspec.frontends.structured.formats import constraint_spec, response_content, response_format_schema
-from pyllamaspec.frontends.structured.json_schema import json_schema_to_grammar
+from pyllamaspec.structured.formats import constraint_spec, response_content, response_format_schema
+from pyllamaspec.structured.json_schema import json_schema_to_grammar
 
 CASES = json.loads((reference_dir() / "json_schema_llamacpp.json").read_text())["cases"]
 

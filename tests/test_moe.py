@@ -186,7 +186,7 @@ def test_speculative_greedy_identity_on_moe_target(moe_dir):
     """Verification runs k + 1 tokens through the router at once; greedy speculative output
     must be the plain greedy output whatever k. The draft is the target's first layer alone
     (same seed, same draws), so it agrees often, not always."""
-    from pyllamaspec.frontends.generate import generate
+    from pyllamaspec.generation.generate import generate
 
     t, d = moe_dir / "spec-target.gguf", moe_dir / "spec-draft.gguf"
     models_moe.write_moe_gguf(t, arch="qwen3moe", seed=21, n_layer=2)

@@ -18,7 +18,7 @@ from models_qwen35 import write_qwen35_gguf
 from oracle import load_matrix
 from pyllamaspec import Model
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
-from pyllamaspec.frontends.generate import generate
+from pyllamaspec.generation.generate import generate
 from pyllamaspec.engine.sampling import SamplingParams
 from pyllamaspec.speculation.decoder import Decoder
 from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
@@ -198,11 +198,11 @@ def test_cli_spec_type_draft_mtp(files):
 def test_own_file_as_draft_means_mtp(files):
     """llama.cpp detects draft-mtp from nextn tensors in the draft's file: the target's own file
     given as the draft drafts with its MTP layers (no second copy loaded), a plain file is a draft."""
-    from pyllamaspec.frontends.generate import _mtp_if_same
+    from pyllamaspec.generation.drafts import own_mtp
     with _open(files[0]) as m, _open(files[1]) as p:
-        assert _mtp_if_same(str(files[0]), m, None) == "mtp"
-        assert _mtp_if_same(str(files[0]), m, "draft-simple") == str(files[0])      # asked otherwise
-        assert _mtp_if_same(str(files[1]), p, None) == str(files[1])               # no MTP layers
+        assert own_mtp(str(files[0]), m, None)
+        assert not own_mtp(str(files[0]), m, "draft-simple")      # asked otherwise
+        assert not own_mtp(str(files[1]), p, None)                # no MTP layers
         plain = generate(PROMPT, m, temperature=0, max_tokens=12, cache_prompt=False)
         spec = generate(PROMPT, m, str(files[0]), temperature=0, max_tokens=12, cache_prompt=False)
     assert spec.tokens == plain.tokens and spec.stats.drafted > 0
@@ -235,7 +235,7 @@ def _agreeing(n_layer: int = 4, trunk: float = 0.5, mix: float = 0.3):
 def agreeing(tmp_path_factory):
     p = tmp_path_factory.mktemp("mtp_tree") / "agree.gguf"
     write_qwen35_gguf(p, n_nextn=1, edit=_agreeing(), **SPEC)
-    # 16 sequences: the tree's branches are spare sequences of the target (speculation/tree.py)
+    # 16 sequences: the tree's branches are spare sequences of the target (speculation/tree/verify.py)
     with Model(p, n_ctx=256, n_seq_max=16, n_threads=1, type_k="f32", type_v="f32") as m:
         yield m
 
@@ -367,8 +367,8 @@ def test_the_cost_models_tree_is_drafted_by_the_mtp(agreeing, monkeypatch):
     this tiny CPU model the real cost model drafts nothing at all (a draft step costs about as
     much as the target's token), so its choices are pinned here: a draft of 3, a tree of 6."""
     from pyllamaspec.speculation import cost_model
-    from pyllamaspec.speculation.drafters import sampled_tree
-    from pyllamaspec.speculation.drafters.tree_draft import TreeShape
+    from pyllamaspec.speculation.tree import sampled as sampled_tree
+    from pyllamaspec.speculation.tree.draft import TreeShape
     asked = []
 
     def choose(policy, stats, k, k_cap, width, levels, nodes):

@@ -17,7 +17,7 @@ from test_speculative import pair  # noqa: F401  (the tiny synthetic pair, a fix
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
 from pyllamaspec.speculation.cost_model import DraftPolicy
 from pyllamaspec.speculation.drafters import ChainDrafter, make_drafter
-from pyllamaspec.speculation.drafters.hash_order import CountMap
+from pyllamaspec.speculation.drafters.ngram.hash_order import CountMap
 from pyllamaspec.speculation.params import DraftParams, NgramMapParams, NgramModParams, NgramParams
 from pyllamaspec.speculation.spec_types import parse
 
@@ -82,7 +82,7 @@ def test_fixture_exercises_every_kind():
 def test_a_changed_rule_is_caught(static_cache):
     """The negative control: ngram-map-k4v with its two-to-one dominance rule dropped drafts
     what llama.cpp does not."""
-    from pyllamaspec.speculation.drafters import ngram_map
+    from pyllamaspec.speculation.drafters.ngram import map as ngram_map
     run = next(r for r in REF["runs"] if r["types"] == "ngram-map-k4v" and r["params"] and r["stream"] == "synthetic")
     ok = replay(run["types"], run["params"], REF["streams"][run["stream"]], static_cache)
     assert ok == run["rounds"]

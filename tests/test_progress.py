@@ -82,7 +82,7 @@ def test_long_prompt_shows_a_bar_and_the_same_output(smollm2_path):
         whole = pyllamaspec.generate(prompt, m, max_tokens=4, temperature=0, cache_prompt=False)
         seen = []
         res: dict = {}
-        from pyllamaspec.frontends.generate import iter_generate
+        from pyllamaspec.generation.generate import iter_generate
         from pyllamaspec.speculation.decoder import DraftParams
         m.clear()
         list(iter_generate(prompt, m, None, sampling=pyllamaspec.SamplingParams(temperature=0), draft=DraftParams(),

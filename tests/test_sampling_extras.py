@@ -12,7 +12,7 @@ import models
 import pyllamaspec
 from pyllamaspec import Model, TokenLogprobs
 from pyllamaspec.engine._native import ffi, lib
-from pyllamaspec.frontends.generate import generate, stream_generate
+from pyllamaspec.generation.generate import generate, stream_generate
 from pyllamaspec.engine.sampling import Sampler, SamplingParams
 from pyllamaspec.speculation.decoder import Decoder, DraftParams
 from test_speculative import chi2_pvalue, smollm2_pair  # noqa: F401  (a fixture)
@@ -463,7 +463,7 @@ def test_adjusted_distribution_follows_the_chain(top_k):
 
 
 def test_top_softmax_is_numpys():
-    """engine.sampling.top_softmax (a greedy tree's children, drafters/tree_draft.py): the k
+    """engine.sampling.top_softmax (a greedy tree's children, speculation/tree/draft.py): the k
     likeliest ids, the lowest first on ties, and their full-softmax probabilities."""
     from pyllamaspec.engine.sampling import top_softmax
     rng = np.random.default_rng(3)

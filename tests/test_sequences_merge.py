@@ -27,7 +27,7 @@ from models_qwen35 import write_qwen35_gguf
 from pyllamaspec import Model
 from pyllamaspec.engine.head import DraftHead
 from pyllamaspec.errors import InvalidArgumentError, PyllamaspecError
-from pyllamaspec.frontends.generate import generate
+from pyllamaspec.generation.generate import generate
 from test_server import MODEL_FLAGS, Server
 
 ATOL = 0.0           # see the module's docstring
@@ -155,7 +155,7 @@ def test_one_drafter_object_for_several_generations_is_refused(head_pair):
     """A Drafter object carries one generation's state: generations decoded together each need
     their own (the scheduler refuses to share one), one at a time it is fine."""
     from pyllamaspec.engine.sampling import SamplingParams
-    from pyllamaspec.frontends.generate_batch import generate_together
+    from pyllamaspec.generation.together import generate_together
     from pyllamaspec.speculation.decoder import DraftParams
     from pyllamaspec.speculation.drafters import NgramDrafter
     t, _ = head_pair

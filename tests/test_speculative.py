@@ -13,7 +13,7 @@ import models
 import pyllamaspec
 from conftest import load_reference
 from pyllamaspec import Model
-from pyllamaspec.frontends.generate import generate
+from pyllamaspec.generation.generate import generate
 from pyllamaspec.engine.sampling import Sampler, SamplingParams
 from pyllamaspec.speculation.decoder import Decoder, DraftParams
 
@@ -567,7 +567,7 @@ def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkey
     seen = []
     orig = ModelDrafter.catch_up_steps
 
-    def spy(self, seq):                 # the draft's catch-up, as steps (drafters/base.py)
+    def spy(self, seq):                 # the draft's catch-up, as steps (speculation/drafter.py)
         n = yield from orig(self, seq)
         seen.append((n, self.skipped, self.draft_seq.n_past, len(seq)))
         return n

@@ -1,4 +1,4 @@
-"""Tool calling (frontends/structured/tools/): for each family's template (llama.cpp's copies,
+"""Tool calling (structured/tools/): for each family's template (llama.cpp's copies,
 tests/llamacpp_templates.py), the prompt with tools, earlier calls and results renders as
 llama.cpp renders it, answers in the family's syntax parse into the same OpenAI messages
 (tests/data/reference/chat_tools_llamacpp.json, scripts/chat_tools_reference.py), the
@@ -19,8 +19,8 @@ from pyllamaspec import Model
 from pyllamaspec.engine import chat_template
 from pyllamaspec.engine.chat_template import ChatTemplate
 from pyllamaspec.engine.grammar import Grammar
-from pyllamaspec.frontends.structured.tools import Context, family_of, parse_answer
-from pyllamaspec.frontends.structured.tools.request import ToolRequest
+from pyllamaspec.structured.tools import Context, family_of, parse_answer
+from pyllamaspec.structured.tools.request import ToolRequest
 
 FIXTURE = json.loads((reference_dir() / "chat_tools_llamacpp.json").read_text())
 FAMILIES = FIXTURE["families"]

@@ -22,9 +22,9 @@ from models_moe import write_moe_gguf
 from models_qwen35 import write_qwen35_gguf
 from pyllamaspec import Model
 from pyllamaspec.engine.sampling import Sampler, SamplingParams
-from pyllamaspec.frontends.generate import generate
+from pyllamaspec.generation.generate import generate
 from pyllamaspec.speculation.decoder import Decoder, DraftParams
-from pyllamaspec.speculation.drafters.tree_draft import children
+from pyllamaspec.speculation.tree.draft import children
 from test_speculative import PROMPT, chi2_pvalue, exact_marginals, plain_greedy_to_near_tie
 
 PROMPTS = [[1, 7, 3, 9], [2, 5, 5, 5, 8], [3], [9, 8, 7, 6, 5, 4, 3, 2]]
@@ -79,7 +79,7 @@ def _qwen35_models(tmp: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
 
 
 def test_greedy_tree_equals_plain_on_a_hybrid(synth_dir):
-    """qwen35: one sequence per token, so every branch is laid out whole (tree.py)."""
+    """qwen35: one sequence per token, so every branch is laid out whole (tree/verify.py)."""
     t, d = _qwen35_models(synth_dir)
     with Model(t, n_ctx=256, n_seq_max=16, n_threads=1) as target, \
          Model(d, n_ctx=256, n_seq_max=16, n_threads=1) as draft:
@@ -263,12 +263,12 @@ def _policy(c_target: dict[int, float], alpha: float, c_draft: float):
 
 
 def _ranks(a1: float):
-    from pyllamaspec.speculation.drafters.tree_policy import TreeStats
+    from pyllamaspec.speculation.tree.policy import TreeStats
     return TreeStats([(1000 * a1, 1000 * (1 - a1))] * 4)
 
 
 def test_cost_model_picks_a_tree_where_verification_is_flat_and_a_chain_where_it_is_not():
-    from pyllamaspec.speculation.drafters.tree_policy import choose
+    from pyllamaspec.speculation.tree.policy import choose
     flat = {n: 0.010 + 0.00005 * n for n in (1, 2, 4, 8, 16, 32, 64)}      # a GPU: 64 rows ~ 1
     steep = {n: 0.010 * n for n in (1, 2, 4, 8, 16, 32, 64)}               # compute-bound: linear
     shape = choose(_policy(flat, 0.6, 0.001), _ranks(0.4), 4, 8, 2, 2, 0)
@@ -279,8 +279,8 @@ def test_cost_model_picks_a_tree_where_verification_is_flat_and_a_chain_where_it
 
 
 def test_rank_statistics_count_what_verification_walked():
-    from pyllamaspec.speculation.drafters.tree_policy import TreeStats, observe_tree
-    from pyllamaspec.speculation.drafters.tree_draft import children
+    from pyllamaspec.speculation.tree.policy import TreeStats, observe_tree
+    from pyllamaspec.speculation.tree.draft import children
     st = TreeStats()
     parents = np.array([-1, -1, 0, 0, 1, 1], np.int32)      # root: 0, 1; node 0: 2, 3; node 1: 4, 5
     observe_tree(st, children(parents), [1, 5])            # rank 1 won at the root, rank 1 at node 1
@@ -335,8 +335,8 @@ def test_expansions_are_measured_apart_from_the_chains_draft_cost(synth_dir):
 
 
 def test_nodes_per_expansion_follow_the_measured_costs():
-    from pyllamaspec.speculation.drafters.tree_draft import TreeShape
-    from pyllamaspec.speculation.drafters.tree_policy import best_batch
+    from pyllamaspec.speculation.tree.draft import TreeShape
+    from pyllamaspec.speculation.tree.policy import best_batch
     pol = _policy({1: 0.01, 9: 0.02}, 0.6, 0.01)
     cpu, gpu = _ranks(0.3), _ranks(0.3)
     cpu.c_expand = {1: 0.010, 2: 0.033, 4: 0.055}          # measured on 2 cores: Gemma 3 270M
@@ -415,8 +415,8 @@ def test_too_few_spare_sequences(synth_dir, temperature):
 
 
 def test_a_hybrid_targets_tree_costs_its_branches_whole():
-    from pyllamaspec.speculation.drafters.tree_draft import TreeShape
-    from pyllamaspec.speculation.drafters.tree_policy import verify_rows
+    from pyllamaspec.speculation.tree.draft import TreeShape
+    from pyllamaspec.speculation.tree.policy import verify_rows
     pol = _policy({1: 0.01}, 0.6, 0.001)
     shape = TreeShape(4, 10, 2, 2)                  # 4 branches of depth 4
     assert verify_rows(pol, shape) == 11
@@ -489,7 +489,7 @@ def test_greedy_tree_gemma3_up_to_small_margins(gemma3_path):
 
 def test_cli_spec_tree_gives_a_hybrid_its_branches(synth_dir):
     """A hybrid target holds one sequence by default (a recurrent state ring each): --spec-tree
-    asks for a tree's spare sequences too (cli.main.sequences_for), so the CLI really verifies
+    asks for a tree's spare sequences too (cli.launch.sequences_for), so the CLI really verifies
     trees on it; without them every tree shrank to its first branch (0 tree rounds)."""
     import subprocess
     import sys

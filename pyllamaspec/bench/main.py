@@ -32,13 +32,14 @@ import os
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from ..engine._native import system_info
-from ..engine.head import HEAD_TYPES, DraftHead, file_arch
-from ..engine.model import DRAFT_OPTIONS, Model
+from ..engine.model import Model
+from ..generation.drafts import open_draft
 from . import engines
 from .engines import llama_cpp_probe
 
@@ -203,16 +204,6 @@ def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[
     return out
 
 
-def _open_draft(draft: str | None, threads: int):
-    """The draft file as what it is: a head (EAGLE-3, DFlash) or a draft model; nothing for
-    "ngram" or none (--spec-type alone)."""
-    if draft in (None, "ngram"):
-        return _NoModel()
-    if file_arch(draft) in HEAD_TYPES:
-        return DraftHead(draft)
-    return Model(draft, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS)
-
-
 def bench_speculative(target_path: str, draft: str | None, message: str, threads: int, n_gen: int, n_draft: int,
                       p_min: float | None, rounds: int, adaptive: bool, llama_cpp: str | None = None,
                       verbose: bool = True, chat: bool = True, spec_type: str | None = None) -> dict:
@@ -223,9 +214,10 @@ def bench_speculative(target_path: str, draft: str | None, message: str, threads
     decoding and its speculative-simple loop on the same pair, prompt and draft settings."""
     import resource
 
-    from ..frontends.generate import generate
-    with Model(target_path, n_ctx=2048, n_threads=threads) as target, _open_draft(draft, threads) as dm:
-        d = "ngram" if draft == "ngram" else dm
+    from ..generation.generate import generate
+    with ExitStack() as stack:
+        target = stack.enter_context(Model(target_path, n_ctx=2048, n_threads=threads))
+        d = dm = open_draft(draft, target, stack, n_ctx=2048, n_threads=threads)
         ids = target.tokenize(chat_prompt(target, message) if chat else message, parse_special=True)
         plain_tps, spec_tps, stats, same, lc_plain, lc_spec, lc_acc, lc_same = [], [], [], [], [], [], [], []
         for i in range(rounds):
@@ -293,14 +285,6 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
-
-
-class _NoModel:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _kv_bytes(m: Model) -> int:

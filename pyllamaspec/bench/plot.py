@@ -21,7 +21,7 @@ import numpy as np
 from ..engine.model import DRAFT_OPTIONS, Model
 from ..engine.sampling import SamplingParams
 from ..errors import PyllamaspecError
-from ..frontends.generate import iter_generate
+from ..generation.generate import iter_generate
 from ..speculation.decoder import DraftParams
 
 KS = (1, 2, 4, 8, 16)

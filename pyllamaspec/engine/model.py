@@ -671,7 +671,7 @@ class Model(VocabMixin, _native.Closeable):
         once); UnsupportedError when the file has no MTP layers."""
         with self._excl:
             self._context.enable_mtp()
-            self.mtp_enabled = True          # a token then takes one sequence (tree.py lays trees out whole)
+            self.mtp_enabled = True          # a token then takes one sequence (tree/verify.py lays trees out whole)
 
     def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
         """One chained MTP step (psl_context_mtp_draft): step 0 runs `token`, the one after the

@@ -120,7 +120,7 @@ class Sequence:
     def copy_from(self, src: "Sequence", n: int) -> None:
         """This sequence becomes the first n tokens of src (psl_context_seq_copy: the KV cells are
         shared, not copied; a hybrid's recurrent state is copied). A token tree's branches start
-        this way (speculation/tree.py)."""
+        this way (speculation/tree/verify.py)."""
         n = _args.integer("n", n, 0)
 
         def run(c) -> None:
@@ -218,7 +218,7 @@ class SequencePool:
     def spare(self, n: int) -> list[Sequence]:
         """Up to n free sequences, leased now without waiting, the empty ones first (so that
         what idle sequences hold for later prompts is kept while it can be): a token tree's
-        branches for one round (speculation/tree.py), released after it."""
+        branches for one round (speculation/tree/verify.py), released after it."""
         with self._cv:
             if self.model.closed:
                 raise ModelClosedError("the model is closed")

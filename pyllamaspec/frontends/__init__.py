@@ -1,2 +1,3 @@
-"""Front ends: what users call. generate()/chat() (the generation loop over a Decoder), the CLI
-and the OpenAI-compatible server, thin layers over that same loop."""
+"""Front ends: what users call. chat() and the structured answers of a chat, the CLI, the
+OpenAI-compatible server, llama-cpp-python's and mlx-lm's APIs: thin layers over the one
+generation lifecycle (pyllamaspec.generation)."""

@@ -2,15 +2,15 @@
 the same generation loop as generate() (speculative with a draft model)."""
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..engine.chat_template import ChatPrompt
 from ..errors import InvalidArgumentError
-from .generate import GenerationResult, ModelLike, generate
-from .structured.formats import tools_spec
+from ..generation.generate import GenerationResult, ModelLike, generate_with
+from ..generation.options import GenerateOptions
+from ..structured.formats import tools_spec
 
 
 @dataclass
@@ -32,10 +32,6 @@ class ChatResult(GenerationResult):
     .tool_calls as objects; finish_reason "tool_calls" when it called tools."""
     message: dict = field(default_factory=dict)
     tool_calls: list[ToolCall] = field(default_factory=list)
-
-
-_GENERATE_ARGS = frozenset(inspect.signature(generate).parameters) - {"prompt", "model", "draft_model", "stream",
-                                                                      "_constraint"}
 
 
 def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: ModelLike | str | None = None, *,
@@ -60,9 +56,7 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     generation prompt) and .message["content"] is the JSON alone. A Model reused across turns
     evaluates only the new part of each prompt (see generate's cache_prompt).
     """
-    unknown = sorted(set(generate_kwargs) - _GENERATE_ARGS)
-    if unknown:
-        raise InvalidArgumentError(f"chat() got unexpected argument(s) {', '.join(unknown)}")
+    opts = GenerateOptions.from_kwargs(generate_kwargs, "chat()")
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
         raise InvalidArgumentError(f"template_kwargs must be a dict, got {type(template_kwargs).__name__}")
     extra = dict(template_kwargs or {})
@@ -73,7 +67,7 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     elif tool_choice is not None:
         raise InvalidArgumentError("tool_choice needs tools")
     prompt = ChatPrompt.make(messages, chat_template, **extra)
-    out = generate(prompt, model, draft_model, stream=stream, _constraint=constraint, **generate_kwargs)
+    out = generate_with(prompt, model, draft_model, opts, stream=stream, tools=constraint)
     if stream:
         return out
     fields = {f: getattr(out, f) for f in GenerationResult.__dataclass_fields__}

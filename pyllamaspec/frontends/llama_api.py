@@ -23,8 +23,8 @@ from ..engine.chat_template import ChatPrompt
 from ..engine.model import DRAFT_OPTIONS
 from ..engine.model import Model as _EngineModel
 from ..errors import InvalidArgumentError
-from .generate import stream_generate
-from .server.openai_format import FINISH, chat_logprobs, completion_logprobs
+from ..generation.generate import stream_generate
+from .openai_shapes import FINISH, chat_logprobs, completion_logprobs
 
 # option -> its values that change nothing (anything else is refused)
 _NEUTRAL = {"suffix": (None, ""), "typical_p": (1, 1.0), "tfs_z": (1, 1.0), "mirostat_mode": (0,),

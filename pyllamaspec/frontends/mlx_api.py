@@ -15,7 +15,7 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from ..engine.model import Model
-from . import generate as _gen
+from ..generation import generate as _gen
 
 
 class TokenizerWrapper:

@@ -5,7 +5,7 @@ One round for decoders d_1..d_S on one target (Decoder.step is the same round fo
   1. the batch's cost model (batch_policy.py) picks one draft length k for all, from the target's
      cost at the whole batch's size;
   2. the drafters draft together: step j of every sequence's draft is one evaluation per draft
-     model (drafters/base.py propose_steps; an MTP head or n-gram lookup runs its own steps);
+     model (drafter.py propose_steps; an MTP head or n-gram lookup runs its own steps);
   3. the target evaluates every sequence's [last, x_1..x_k] in ONE call (Model.decode);
   4. each decoder settles its own round (Decoder.settle): the acceptance test min(1, p/q) on its
      rows, the rollback of its sequence, its drafter's rollback, its bookkeeping.
@@ -22,7 +22,7 @@ from ..engine.model import Model
 from .batch_policy import BatchPolicy
 from .decoder import Decoder
 from .drafters import NO_DRAFT, Draft
-from .drafters.base import Eval
+from .drafter import Eval
 from .pair_stats import registry
 
 

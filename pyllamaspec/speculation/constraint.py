@@ -29,7 +29,7 @@ import numpy as np
 
 from ..engine.grammar import Grammar
 from ..engine.model import Model
-from .drafters.base import Draft
+from .drafter import Draft
 
 
 class Constraint:

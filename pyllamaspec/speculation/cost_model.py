@@ -119,8 +119,8 @@ class DraftPolicy:
         # a drafter whose draft costs one pass whatever its length (a DFlash block): c_draft is
         # then per round, and a drafted token costs only its verification
         self.per_round = False
-        # a hybrid target verifies a token tree's branches whole (speculation/tree.py): its
-        # rows are then every branch's, shared nodes repeated (drafters/tree_policy.py)
+        # a hybrid target verifies a token tree's branches whole (speculation/tree/verify.py): its
+        # rows are then every branch's, shared nodes repeated (speculation/tree/policy.py)
         self.tree_whole_branches = False
 
     @property

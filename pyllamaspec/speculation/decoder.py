@@ -18,7 +18,7 @@ the running acceptance rate, and picks k = 0 (plain decoding) when speculation w
 Bookkeeping: `seq` holds every token so far. The target's sequence (one of the target Model's,
 leased for this generation: generations sharing a Model never mix) holds seq[:-1] between rounds
 (the last token is fed with the next drafts); a drafter keeps whatever state it needs in step
-(drafters/base.py). Which drafter it is never matters to the round. Several decoders' rounds
+(drafter.py). Which drafter it is never matters to the round. Several decoders' rounds
 made together, verified in one target evaluation: batch.py.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from .constraint import NO_CONSTRAINT, Constraint
 from .drafters import NO_DRAFT, Draft, Drafter, make_drafter
 from .pair_stats import registry
 from .params import DraftParams
-from .tree import TreeRound, TreeVerifier, main_chain
+from .tree.verify import TreeRound, TreeVerifier, main_chain
 
 __all__ = ["Decoder", "DraftParams", "Stats"]
 
@@ -66,10 +66,10 @@ class Stats:
     batch_rounds: int = 0        # rounds verified together with other sequences' (batch.py)
     batch_seqs: int = 0          # the sequences those rounds' evaluations carried, summed
     batch_plain: int = 0         # of them, rounds the batch's cost model decoded plainly
-    tree_rounds: int = 0         # rounds that verified a token tree (speculation/tree.py)
+    tree_rounds: int = 0         # rounds that verified a token tree (speculation/tree/verify.py)
     tree_nodes: int = 0          # the nodes those rounds verified, summed
     tree_rows: int = 0           # the target rows they evaluated (a hybrid repeats shared nodes)
-    tree_shape: str = ""         # the shape drafted last (drafters/tree_draft.py)
+    tree_shape: str = ""         # the shape drafted last (speculation/tree/draft.py)
     # per tree round: (nodes verified, depth accepted, the branch kept: its leaf's rank)
     tree_log: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -305,7 +305,7 @@ class Decoder:
         return [(t, i < n_acc) for i, t in enumerate(new)]
 
     def _settle_tree(self, draft: Draft, p: np.ndarray, n_past: int) -> tuple[list[int], np.ndarray]:
-        """A tree's acceptance (tree.py) and rollback: the new text and the rows that scored it."""
+        """A tree's acceptance (tree/verify.py) and rollback: the new text and the rows that scored it."""
         path, nxt = self.tree.accept(p, draft)
         r = self.tree.finish(self.tseq, draft, path, n_past)
         self.stats.record_tree(r, self.drafter.tree_shape if self.drafter is not None else "")
@@ -344,7 +344,7 @@ class Decoder:
         return self.batch[:n]
 
     def _score(self, draft: Draft) -> tuple[Draft, np.ndarray]:
-        """The target's logits for the round's batch: a chain's, or a tree's (tree.py; its
+        """The target's logits for the round's batch: a chain's, or a tree's (tree/verify.py; its
         first branch as a chain when too few of the target's sequences are free)."""
         if draft.parents is not None:
             # the tree's nodes each take a cell: near the context's end, its first branch only

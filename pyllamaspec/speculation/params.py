@@ -60,7 +60,7 @@ class DraftParams:
     the text it forces is drafted for free (speculation/constraint.py); `spec_type`: llama.cpp's
     --spec-type names (a comma-separated string or a sequence; None: from the draft given);
     `ngrams`: the parameters of llama.cpp's n-gram kinds.
-    Token trees (a draft model's, the MTP head's, the n-gram drafter's; speculation/tree.py):
+    Token trees (a draft model's, the MTP head's, the n-gram drafter's; speculation/tree/verify.py):
     `tree` True drafts a tree each round, False a chain, None lets the cost model choose (a tree
     only where it pays); n_draft stays the depth (the longest branch), a node at depth <
     tree_levels gets up to tree_width children, and tree_nodes is the node budget (0: 2 * the

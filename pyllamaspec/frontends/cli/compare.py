@@ -16,7 +16,7 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...files.progress import Progress
 from ...speculation.decoder import DraftParams, Stats
-from ..generate import iter_generate
+from ...generation.generate import iter_generate
 
 WARM_UP_TOKENS = 16
 

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ...errors import PyllamaspecError
     from ..cli.args import parse_args
-    from ..cli.main import open_models, resolve_models, settings_from_args
+    from ..cli.launch import open_models, resolve_models, settings_from_args
     from ...speculation.drafters import spec_types_of
     from .app import create_app
     from .native_routes import Options
@@ -113,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     auto = a.parallel == -1
     n_parallel = 4 if auto else a.parallel            # llama-server's auto: 4 slots, one shared context
     kv_unified = auto if a.kv_unified is None else a.kv_unified
-    a.n_seq_max = n_parallel                           # a hybrid model keeps a state ring per slot
     try:
         sampling, draft_params, _ = settings_from_args(a)
         if a.verbose:
@@ -122,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         key = _api_key(a)
         target_path, draft_path, _ = resolve_models(a)
         with ExitStack() as stack:
-            target, drafter = open_models(a, target_path, draft_path, stack)
+            # a sequence per slot (a hybrid model keeps a state ring per slot)
+            target, drafter = open_models(a, target_path, draft_path, stack, n_slots=n_parallel)
             if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
                 draft_params.spec_type = a.spec_types
             if a.mtp and target.n_mtp_layers < 1:

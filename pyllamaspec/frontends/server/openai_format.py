@@ -14,8 +14,9 @@ from typing import Any, Callable
 from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
 from ...errors import ContextFullError, GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import Stats
-from ..structured.formats import GrammarSpec, constraint_spec, tools_spec
-from ..structured.output import ChatOutput, PlainOutput
+from ...structured.formats import GrammarSpec, constraint_spec, tools_spec
+from ...structured.output import ChatOutput, PlainOutput
+from ..openai_shapes import FINISH, TokenText, chat_logprobs, completion_logprobs  # noqa: F401 (re-exported)
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -36,7 +37,6 @@ UNSUPPORTED = {
 # Options without effect on one answer from this server: accepted and ignored.
 IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "safety_identifier",
            "prompt_cache_key", "verbosity", "n_keep", "t_max_prompt_ms", "return_progress", "timings_per_token"}
-FINISH = {"stop": "stop", "length": "length", "context_full": "length", "cancelled": "stop"}
 
 
 class APIError(Exception):
@@ -173,7 +173,9 @@ def _constraint(body: dict) -> GrammarSpec | None:
         if name != "grammar" and v is not None and not isinstance(v, (dict, str)):
             raise APIError(f"'{name}' must be an object, got {_type_name(v)}", param=name)
     try:
-        return constraint_spec(body.get("grammar") or None, body.get("json_schema"), body.get("response_format"))
+        # GBNF is parsed once, on the target's vocabulary (Worker._prompt), not here as well
+        return constraint_spec(body.get("grammar") or None, body.get("json_schema"), body.get("response_format"),
+                               check=False)
     except (GrammarError, InvalidArgumentError) as e:
         param = "grammar" if body.get("grammar") else "response_format" if "response_format" in body else "json_schema"
         raise APIError(str(e), param=param) from None
@@ -378,32 +380,6 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
         # and in how many of them the batch's cost model decoded plainly (more slots, less room)
         t.update(batch_n=stats.mean_batch, batch_rounds=stats.batch_rounds, batch_plain_rounds=stats.batch_plain)
     return t
-
-
-TokenText = Callable[[int], bytes]
-
-
-def chat_logprobs(lps: list[TokenLogprobs], text_of: TokenText) -> dict:
-    """choices[].logprobs of a chat completion: {"content": [{token, logprob, bytes, top_logprobs}]}."""
-    def entry(tok: int, lp: float) -> dict:
-        b = text_of(tok)
-        return {"token": b.decode("utf-8", "replace"), "logprob": lp, "bytes": list(b)}
-    return {"content": [dict(entry(t.token, t.logprob), top_logprobs=[entry(i, lp) for i, lp in t.top])
-                        for t in lps]}
-
-
-def completion_logprobs(lps: list[TokenLogprobs], text_of: TokenText, offset: int = 0) -> dict:
-    """choices[].logprobs of a (legacy) completion: tokens, token_logprobs, top_logprobs (a
-    dict per token) and text_offset (each token's start in prompt + text)."""
-    tokens, offsets = [], []
-    for t in lps:
-        s = text_of(t.token).decode("utf-8", "replace")
-        offsets.append(offset)
-        tokens.append(s)
-        offset += len(s)
-    return {"tokens": tokens, "token_logprobs": [t.logprob for t in lps],
-            "top_logprobs": [{text_of(i).decode("utf-8", "replace"): lp for i, lp in t.top} for t in lps],
-            "text_offset": offsets}
 
 
 @dataclass

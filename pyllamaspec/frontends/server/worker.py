@@ -1,7 +1,7 @@
 """The models' worker: one thread runs the requests in n_parallel slots (llama-server's -np,
 continuous batching): a request takes a free slot in arrival order, its prompt is evaluated,
 then every round one target evaluation carries the drafts of all running slots
-(frontends/scheduler.py, speculation/batch.py); each request's pieces go to the event loop that
+(generation/lifecycle.py, speculation/batch.py); each request's pieces go to the event loop that
 waits on them, which stays free (/health answers during a generation).
 
 Each request has a Cancel: a client that goes away sets it, which interrupts its prompt's
@@ -24,13 +24,14 @@ from typing import AsyncIterator
 
 from ...engine.cancel import Cancel
 from ...engine.chat_template import ChatPrompt
+from ...engine.grammar import Grammar
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import DraftParams
-from ..output import Piece
-from ..scheduler import Generation, Scheduler
-from ..structured.formats import GrammarSpec
+from ...generation.text import Piece
+from ...generation.lifecycle import Generation, Scheduler
+from ...structured.formats import GrammarSpec
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
@@ -60,6 +61,7 @@ class Job:
     draft: DraftParams
     loop: asyncio.AbstractEventLoop
     constraint: GrammarSpec | None = None     # with a chat's schema: the response-format grammar
+    grammar: Grammar | None = None            # the constraint on the target's vocabulary, made once
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
@@ -225,7 +227,7 @@ class Worker:
             raise APIError(f"'id_slot' {req.id_slot}: this server has {self.n_slots} slot"
                            f"{'s' if self.n_slots > 1 else ''} (id{'s 0..' if self.n_slots > 1 else ' '}"
                            f"{self.n_slots - 1})", param="id_slot")
-        ids, stops, constraint = self._prompt(req, stops)
+        ids, stops, constraint, grammar = self._prompt(req, stops)
         n_ctx = self.n_ctx_slot
         if not ids:
             raise APIError("the prompt is empty (no tokens)", param="prompt")
@@ -242,10 +244,12 @@ class Worker:
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
-        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint)
+        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint, grammar)
 
-    def _prompt(self, req: GenRequest, stops: list[str]) -> tuple[list[int], list[str], GrammarSpec | None]:
-        """The prompt's ids (a chat rendered with its tools), its stops, the request's grammar."""
+    def _prompt(self, req: GenRequest, stops: list[str]) -> "tuple[list[int], list[str], GrammarSpec | None, Grammar | None]":
+        """The prompt's ids (a chat rendered with its tools), its stops, the request's constraint
+        and its grammar on the target's vocabulary (made here, once: a bad grammar or a <token>
+        the vocabulary lacks is the request's 400, not a failure in the queue)."""
         t = self.target
         constraint = req.constraint or self.defaults.constraint
         try:
@@ -266,14 +270,13 @@ class Worker:
                 if bad:
                     raise APIError(f"'prompt' has token id {bad[0]}, outside the vocabulary [0, {t.n_vocab})",
                                    param="prompt")
-            if constraint is not None:
-                constraint.make(t)         # a <token> the vocabulary lacks fails here, not in the queue
+            grammar = constraint.make(t) if constraint is not None else None
         except GrammarError as e:
             raise APIError(str(e), param={"grammar": "grammar", "tools": "tools"}.get(constraint.kind,
                                                                                        "response_format")) from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
-        return ids, stops, constraint
+        return ids, stops, constraint, grammar
 
     def _fits(self, n_chars: int, param: str) -> None:
         """Refuses a text of n_chars characters (at least as many bytes) that is at least
@@ -365,7 +368,7 @@ class Worker:
             g = Generation(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
                            max_tokens=job.max_tokens, stop=job.stops, logprobs=job.req.logprobs,
                            per_token=job.req.logprobs is not None or job.req.return_tokens, cancel=job.cancel,
-                           cache_prompt=job.req.cache_prompt, constraint=job.constraint)
+                           cache_prompt=job.req.cache_prompt, constraint=job.constraint, grammar=job.grammar)
             taken = {j.slot for j in self._running}
             if not self.sched.has_room(g) or job.req.id_slot in taken:
                 return                             # (a request for a busy slot waits for it)

@@ -1,5 +1,5 @@
 """Drafters, one module each: a draft model (model.py), our prompt lookup (ngram.py), llama.cpp's
-n-gram kinds (ngram_simple.py, ngram_map.py, ngram_mod.py, ngram_cache.py), the target's MTP
+n-gram kinds (ngram/: simple.py, map.py, mod.py, cache.py), the target's MTP
 head (mtp.py), EAGLE-3 and DFlash heads and Gemma 4's assistant (eagle3.py, dflash.py,
 assistant.py), and several chained (chain.py).
 base.py is the interface the Decoder's round uses; sampled.py the drafting loop of the drafters
@@ -13,17 +13,17 @@ from ...errors import InvalidArgumentError
 from ..params import DraftParams
 from ..spec_types import parse as parse_spec_types
 from .assistant import AssistantDrafter
-from .base import NO_DRAFT, Draft, Drafter
+from ..drafter import NO_DRAFT, Draft, Drafter
 from .chain import ChainDrafter
 from .dflash import DflashDrafter
 from .eagle3 import Eagle3Drafter
 from .model import ModelDrafter
 from .mtp import MtpDrafter
-from .ngram import NgramDrafter
-from .ngram_cache import NgramCacheDrafter
-from .ngram_map import NgramMapDrafter
-from .ngram_mod import NgramModDrafter
-from .ngram_simple import NgramSimpleDrafter
+from .ngram.lookup import NgramDrafter
+from .ngram.cache import NgramCacheDrafter
+from .ngram.map import NgramMapDrafter
+from .ngram.mod import NgramModDrafter
+from .ngram.simple import NgramSimpleDrafter
 
 __all__ = ["Draft", "Drafter", "NO_DRAFT", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
            "DflashDrafter", "AssistantDrafter", "ChainDrafter", "make_drafter", "spec_types_of"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import NO_DRAFT, Draft, Drafter
+from ..drafter import NO_DRAFT, Draft, Drafter
 
 if TYPE_CHECKING:
     from ...engine.sequence import Sequence

@@ -19,7 +19,7 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError
 from ..params import DraftParams
-from .base import NO_DRAFT, Call, Draft
+from ..drafter import NO_DRAFT, Call, Draft
 from .sampled import SampledDrafter
 
 if TYPE_CHECKING:

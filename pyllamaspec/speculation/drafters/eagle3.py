@@ -15,7 +15,7 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError
 from ..params import DraftParams
-from .base import Call
+from ..drafter import Call
 from .sampled import SampledDrafter
 
 __all__ = ["Eagle3Drafter"]

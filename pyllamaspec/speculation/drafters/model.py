@@ -17,9 +17,9 @@ from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError, NoVocabularyError
 from ..params import DraftParams
-from .base import Draft, Eval, Steps
-from .sampled_tree import TreeSampledDrafter
-from .tree_draft import TreeDraft
+from ..drafter import Draft, Eval, Steps
+from ..tree.sampled import TreeSampledDrafter
+from ..tree.draft import TreeDraft
 
 # Model.common_token_ids(n) of each target, by n: a ranking of its vocabulary (computed once)
 _COMMON_IDS: "weakref.WeakKeyDictionary[Model, tuple[int, np.ndarray | None]]" = weakref.WeakKeyDictionary()
@@ -44,7 +44,7 @@ def _common_ids(target: Model, n: int, eog: frozenset[int]) -> np.ndarray | None
 
 
 class ModelDrafter(TreeSampledDrafter):
-    """Drafts with a draft Model (a chain, or a token tree: sampled_tree.py); see the module's
+    """Drafts with a draft Model (a chain, or a token tree: tree/sampled.py); see the module's
     docstring."""
 
     CATCH_UP_MAX = 32

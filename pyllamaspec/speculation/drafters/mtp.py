@@ -9,7 +9,7 @@ truncation rolls it back), so this drafter holds no cache of its own. Drafts are
 the MTP's adjusted distribution q, as a draft model's are, and verified exactly: greedy output
 is the target's own, sampled output keeps the target's distribution.
 
-Token trees (DraftParams.tree, as a draft model's: sampled_tree.py, tree_draft.py): step 0 is
+Token trees (DraftParams.tree, as a draft model's: tree/sampled.py, tree/draft.py): step 0 is
 the root's evaluation; a node grown is an MTP draft node run from its parent's output state
 (psl_context_seq_mtp_draft_nodes: the core keeps every node's state until the draft ends), the
 nodes of one expansion in one MTP batch. Nothing of it enters the MTP cache.
@@ -25,9 +25,9 @@ from ...engine.sampling import SamplingParams
 from ...engine.sequence import Sequence
 from ...errors import UnsupportedModelError
 from ..params import DraftParams
-from .base import Call
-from .sampled_tree import TreeSampledDrafter
-from .tree_draft import TreeBuilder
+from ..drafter import Call
+from ..tree.sampled import TreeSampledDrafter
+from ..tree.draft import TreeBuilder
 
 __all__ = ["MtpDrafter"]
 

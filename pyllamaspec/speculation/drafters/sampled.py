@@ -15,7 +15,7 @@ import numpy as np
 
 from ...engine.sampling import Sampler, SamplingParams
 from ..params import DraftParams
-from .base import NO_DRAFT, Call, Draft, Drafter, Eval, Steps, drive
+from ..drafter import NO_DRAFT, Call, Draft, Drafter, Eval, Steps, drive
 
 if TYPE_CHECKING:
     from ..cost_model import DraftPolicy

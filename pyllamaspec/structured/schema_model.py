@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import GrammarError
+from ..errors import GrammarError
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 

@@ -1,4 +1,4 @@
-"""generate() with several prompts: their generations decoded together (scheduler.py), each
+"""generate() with several prompts: their generations decoded together (lifecycle.py), each
 round's drafts of all of them verified in one target evaluation."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ..engine.cancel import Cancel
 from ..engine.model import Model
 from ..engine.sampling import SamplingParams
 from ..speculation.decoder import DraftParams
-from .scheduler import Generation, Scheduler
+from .lifecycle import Generation, Scheduler
 
 
 def generate_together(ids: list[list[int]], target: Model, drafter, samplings: list[SamplingParams],

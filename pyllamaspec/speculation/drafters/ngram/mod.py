@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..params import DraftParams
-from .ngram_base import LlamaNgramDrafter
+from ...params import DraftParams
+from .base import LlamaNgramDrafter
 
 SIZE = 4 * 1024 * 1024        # a power of two: the hash modulo it is its low bits
 _MULT = 6364136223846793005 & (SIZE - 1)

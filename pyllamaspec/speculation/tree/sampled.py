@@ -1,6 +1,6 @@
 """Token trees from a drafter with a distribution q of its own (a draft model, the target's MTP
 block): where its DraftParams ask for one (tree=True: a fixed shape, n_draft its depth; tree=None
-with the cost model: a tree only where it pays, tree_policy.py), never under a grammar nor in a
+with the cost model: a tree only where it pays, tree/policy.py), never under a grammar nor in a
 batch round, the round's draft is a tree built best-first (tree_draft.TreeBuilder); the
 subclass says what evaluates its nodes (new_tree). Else the chain (SampledDrafter)."""
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 
 from ...engine.sampling import SamplingParams
 from ..params import DraftParams
-from .base import Draft
-from .sampled import SampledDrafter
-from .tree_draft import TreeBuilder, TreeShape, accepted_path, children
-from .tree_policy import TreeStats, best_batch, choose as choose_tree, observe_tree
+from ..drafter import Draft
+from ..drafters.sampled import SampledDrafter
+from .draft import TreeBuilder, TreeShape, accepted_path, children
+from .policy import TreeStats, best_batch, choose as choose_tree, observe_tree
 
 
 class TreeSampledDrafter(SampledDrafter):
@@ -29,7 +29,7 @@ class TreeSampledDrafter(SampledDrafter):
         self.rng = np.random.default_rng([sampling.seed, 0x74726565])
         self.tree: TreeBuilder | None = None
         self.tree_draft: Draft | None = None
-        self.ranks = TreeStats()             # acceptance by sibling rank, expansion cost (tree_policy.py)
+        self.ranks = TreeStats()             # acceptance by sibling rank, expansion cost (tree/policy.py)
 
     @abstractmethod
     def new_tree(self) -> TreeBuilder:

@@ -1,4 +1,4 @@
-"""The cost model's choice between a chain and a token tree (speculation/tree.py).
+"""The cost model's choice between a chain and a token tree (speculation/tree/verify.py).
 
 What is measured: the target's cost of verifying n rows (DraftPolicy.c_target, the verify cost
 curve: trees add its larger batches), the draft's cost of one token (DraftPolicy.c_draft, the
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..cost_model import cost_at, updated_cost
-from .tree_draft import TreeShape
+from .draft import TreeShape
 
 
 @dataclass

@@ -1,7 +1,10 @@
-"""Generations decoded together (generate([...]) and the server's parallel slots): each has its
-own sequences in the models, decoder, text and stop; every round, one target evaluation
-carries the verify rows of all of them (speculation/batch.py), and one alone decodes as
-generate() does (Decoder.step).
+"""The generation lifecycle: a Generation is one prompt's decoding from start to end (its
+sequences in the models, its Decoder and grammar, its text and stop, cancel, context full,
+statistics, what the caches keep, failures), and a Scheduler runs Generations together. Every
+front end runs this one object: generate() and the CLI one alone (run_alone: a batch of one),
+generate([...]) and the server's slots several at once. Every round, one target evaluation
+carries the verify rows of all of them (speculation/batch.py); one alone decodes by
+Decoder.step.
 
 A generation is admitted while the target's cells hold what the running ones may still need
 (prompt + max_tokens + a draft each); the others wait their turn. One that joins running
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..engine.cancel import Cancel
 from ..engine.model import Model
@@ -23,7 +26,7 @@ from ..engine.sampling import SamplingParams
 from ..errors import EvaluationInterrupted, InvalidArgumentError, RpcError
 from ..speculation.batch import BatchRound
 from ..speculation.decoder import Decoder, DraftParams
-from .output import Piece, TextOutput
+from .text import Piece, TextOutput
 
 
 MERGE_MAX = 256        # prompt tokens evaluated with a round's batch at most (Generation._merge)
@@ -35,14 +38,19 @@ class Generation:
 
     def __init__(self, ids: list[int], target: Model, drafter, *, sampling: SamplingParams, draft: DraftParams,
                  max_tokens: int, stop: list[str], logprobs: int | None = None, per_token: bool = False,
-                 cancel: Cancel | None = None, cache_prompt: bool = True, constraint=None):
+                 cancel: Cancel | None = None, cache_prompt: bool = True, constraint=None,
+                 result: dict | None = None, progress: Callable[[int, int], None] | None = None,
+                 grammar=None):
         self.ids, self.target, self.drafter, self.max_tokens, self.stop = ids, target, drafter, max_tokens, stop
         self.sampling, self.draft, self.n_logprobs = sampling, draft, logprobs
         self.per_token, self.cancel, self.cache_prompt = per_token, cancel, cache_prompt
         self.constraint = constraint             # a GrammarSpec: this generation's grammar is made from it
+        self.grammar = grammar                   # or that grammar, made already (fresh: none of it taken)
+        self.progress = progress                 # progress(done, total) of the prompt's evaluation
         self.dec: Decoder | None = None          # made when it starts (a draft model's head is shared then)
-        self.result: dict = dict(tokens=[], prompt_tokens=ids, finish_reason="length", stats=None, policy=None,
-                                 text="", logprobs=None if logprobs is None else [], eog=None)
+        self.result: dict = {} if result is None else result   # filled in place: the caller's dict
+        self.result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=None, policy=None,
+                           text="", logprobs=None if logprobs is None else [], eog=None)
         self.out: TextOutput | None = None
         self.t0: float | None = None
         self.done = False
@@ -64,7 +72,9 @@ class Generation:
         evaluation for all: Decoder.prefill's target_later)."""
         c = self.cancel
         fresh = not self.cache_prompt
-        grammar = self.constraint.make(self.target) if self.constraint is not None else None
+        grammar = self.grammar
+        if grammar is None and self.constraint is not None:
+            grammar = self.constraint.make(self.target)
         self.dec = Decoder(self.target, self.drafter, self.sampling, self.draft, logprobs=self.n_logprobs,
                            grammar=grammar)
         self.result.update(stats=self.dec.stats, policy=self.dec.policy)
@@ -75,7 +85,8 @@ class Generation:
                 if c is not None:
                     c.watch(*self.dec.sequences())
                 later = draft_later is not None and draft_later(self.dec, alongside + 1)
-                self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside))
+                self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside),
+                                 progress=self.progress)
         except EvaluationInterrupted:
             if c is None or not c.is_set():
                 self.end(ok=False)
@@ -173,9 +184,11 @@ class Scheduler:
         ctx = [self.target.n_ctx] + [m.n_ctx for m in g.draft_models()]
         return sum(r.need() for r in self.running) + g.need() <= min(ctx)
 
-    def admit(self, g: Generation, emit: Emit) -> None:
-        """Starts g (its prompt evaluated): running, or finished at once (max_tokens 0, a cancel)."""
-        pieces = g.start(len(self.running), self.round.draft_later)
+    def admit(self, g: Generation, emit: Emit, draft_later: bool = True) -> None:
+        """Starts g (its prompt evaluated): running, or finished at once (max_tokens 0, a cancel).
+        draft_later: whether its draft model's prompt may be left to a drafting round's catch-up
+        (BatchRound.draft_later; generate() alone evaluates it at once)."""
+        pieces = g.start(len(self.running), self.round.draft_later if draft_later else None)
         if g.done:
             emit(g, pieces)
         else:
@@ -223,3 +236,24 @@ class Scheduler:
             if g in self.running:
                 self.running.remove(g)
             g.fail(e)
+
+
+def run_alone(g: Generation) -> Iterator[Piece]:
+    """One generation by itself (generate(), stream_generate(), the CLI): a Scheduler of one,
+    its pieces yielded as each round makes them. Closing the iterator early ends it (the caches
+    keep what went out)."""
+    sched = Scheduler(g.target, 1, k_max=g.draft.n_draft)
+    made: list[Piece] = []
+
+    def emit(_g: Generation, pieces: list[Piece]) -> None:
+        made.extend(pieces)
+    try:
+        sched.admit(g, emit, draft_later=False)
+        while True:
+            yield from made
+            made.clear()
+            if not sched.running:
+                break
+            sched.step(emit)
+    finally:
+        g.end(ok=False)                          # nothing when it ended already

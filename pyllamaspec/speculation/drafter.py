@@ -1,4 +1,5 @@
-"""The drafter interface: what the Decoder's round asks of any drafter.
+"""The drafter interface: what the Decoder's round asks of any drafter (drafters/ holds one
+module per drafter).
 
 A round: propose() a draft for the text so far; the target verifies it in one batch; accepted()
 tells the drafter which tokens became text, and it rolls its own state back to them. The round
@@ -8,8 +9,8 @@ Shapes a drafter may propose:
 - a chain (parents None): x_1..x_k, each following the one before;
 - a tree: nodes in an order where a parent comes before its children, parents[i] the index of
   node i's parent (-1: the last token of the text). Verifying a tree needs tree attention in
-  the target's batch and a multi-draft acceptance rule (speculation/tree.py); a draft model or
-  the MTP head (sampled_tree.py, tree_draft.py) and the n-gram drafter propose one where their
+  the target's batch and a multi-draft acceptance rule (speculation/tree/verify.py); a draft model or
+  the MTP head (tree/sampled.py, tree/draft.py) and the n-gram drafter propose one where their
   DraftParams ask for it.
 A drafter that reads the target's hidden states (the MTP head, EAGLE-3, DFlash) holds the target
 and has its context keep those rows while it verifies (the core keeps them: csrc/engine/mtp.h,
@@ -30,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable, Generator
 import numpy as np
 
 if TYPE_CHECKING:
-    from ...engine.model import Model
-    from ...engine.sequence import Sequence
-    from ..cost_model import DraftPolicy
+    from ..engine.model import Model
+    from ..engine.sequence import Sequence
+    from .cost_model import DraftPolicy
 
 
 @dataclass

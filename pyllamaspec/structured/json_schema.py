@@ -11,7 +11,7 @@ import re
 import warnings
 from typing import Any
 
-from ...errors import GrammarError
+from ..errors import GrammarError
 from .gbnf_text import (INT64_MAX, INT64_MIN, INT_MAX, InvalidPattern, PatternReader, UnsupportedPattern,
                         build_repetition, dump_json, format_literal, from_latin1, min_max_int)
 from .schema_model import (ALL_OF, ANY, ANY_OF, ARRAY, BOOLEAN, CONST, ENUM, INTEGER, NULL, NUMBER, OBJECT, REF,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import struct
 
-from ...errors import ModelFormatError, ModelIOError
-from ..params import DraftParams
+from ....errors import ModelFormatError, ModelIOError
+from ...params import DraftParams
 from .hash_order import CountMap
-from .ngram_base import LlamaNgramDrafter
+from .base import LlamaNgramDrafter
 
 NGRAM_MIN, NGRAM_MAX, NGRAM_STATIC = 1, 4, 2
 N_DRAFT = 8

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..params import DraftParams, NgramMapParams
-from .ngram_base import LlamaNgramDrafter
+from ...params import DraftParams, NgramMapParams
+from .base import LlamaNgramDrafter
 
 MAX_VALUES = 4            # m-grams kept per key
 MAX_COUNT = 16380         # counts saturate here

@@ -1,6 +1,6 @@
 """Token trees verified in one target evaluation, exactly (the token-trees issue).
 
-A tree draft (drafters/base.py: tokens, parents; parents before children) is scored in ONE
+A tree draft (drafter.py: tokens, parents; parents before children) is scored in ONE
 target call: every root-to-leaf path gets a spare sequence of the target that starts as a copy
 of the generation's sequence (Sequence.copy_from: shared KV cells), and each node is put in the
 batch once, in the sequences of all the branches through it: it attends as the first of them,
@@ -15,7 +15,7 @@ csrc/engine/sampling_tree.cpp) on the target's rows, with the sampler's seeded s
 - greedy: follow the child equal to the target's argmax; else emit the argmax (plain greedy's
   token, so the text is plain greedy's, token for token);
 - sampled, the children x_1..x_m drawn from q WITHOUT replacement (Gumbel-top-k, drafters/
-  tree_draft.py): recursive rejection sampling (Jeon et al. 2024, "Recursive Speculative
+  tree/draft.py): recursive rejection sampling (Jeon et al. 2024, "Recursive Speculative
   Decoding: Accelerating LLM Inference via Sampling Without Replacement", Thm. 3.1; the same
   rule as SpecTr's k-sequential selection for one draft per step, Sun et al. 2023, and
   SpecInfer's multi-step speculative sampling, Miao et al. 2024): p_1 = p, q_1 = q; accept
@@ -25,7 +25,7 @@ csrc/engine/sampling_tree.cpp) on the target's rows, with the sampler's seeded s
   draft distribution) whose residual target is served by the next sibling, so the token is
   distributed as p; a deterministic drafter (q: point masses) makes this "draw y ~ p, follow
   the child y if there is one". Which siblings a tree holds may not depend on their own drawn
-  tokens (tree_draft.py's priorities see to it).
+  tokens (tree/draft.py's priorities see to it).
 """
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.model import Model
-from ..engine.sampling import Sampler
-from ..engine.sequence import Sequence
-from .drafters.base import Draft
-from .drafters.tree_draft import children
+from ...engine.model import Model
+from ...engine.sampling import Sampler
+from ...engine.sequence import Sequence
+from ..drafter import Draft
+from .draft import children
 
 
 def depths(parents: np.ndarray) -> np.ndarray:

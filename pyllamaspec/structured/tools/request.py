@@ -8,8 +8,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from ....engine.chat_tools import check_tools
-from ....errors import InvalidArgumentError
+from ...engine.chat_tools import check_tools
+from ...errors import InvalidArgumentError
 from . import Context, family_of, parse_answer
 from .base import held_back
 from ..output import ChatOutput

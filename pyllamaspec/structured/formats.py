@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...engine.grammar import Grammar, check_grammar
-from ...errors import GrammarError, InvalidArgumentError
+from ..engine.grammar import Grammar, check_grammar
+from ..errors import GrammarError, InvalidArgumentError
 from .gbnf_text import format_literal
 from .json_schema import SchemaConverter, json_schema_to_grammar
 from .output import ChatOutput, JsonOutput, PlainOutput, json_content
@@ -110,15 +110,17 @@ def _schema(value: Any) -> Any:
 
 
 def constraint_spec(grammar: str | None = None, json_schema: Any = None,
-                    response_format: Any = None) -> GrammarSpec | None:
-    """The grammar of a completion: GBNF text, or the schema's grammar."""
+                    response_format: Any = None, check: bool = True) -> GrammarSpec | None:
+    """The grammar of a completion: GBNF text, or the schema's grammar. check: parse GBNF text
+    now, before any model loads (False: its one parse is on the model's vocabulary, later)."""
     if grammar is not None and not isinstance(grammar, str):
         raise InvalidArgumentError(f"grammar must be GBNF text, got {type(grammar).__name__}")
     schema = response_format_schema(response_format, json_schema)
     if grammar and schema is not None:
         raise InvalidArgumentError("Cannot use both json_schema (or response_format) and grammar")
     if grammar:
-        check_grammar(grammar)                # its syntax now, before any model loads
+        if check:
+            check_grammar(grammar)            # its syntax now, before any model loads
         return GrammarSpec(grammar)
     if schema is None:
         return None

@@ -1,5 +1,5 @@
-"""What llama.cpp's n-gram kinds share (ngram_simple.py, ngram_map.py, ngram_mod.py,
-ngram_cache.py): a deterministic lookup on the text that proposes what llama.cpp's kind of the
+"""What llama.cpp's n-gram kinds share (simple.py, map.py, mod.py,
+cache.py): a deterministic lookup on the text that proposes what llama.cpp's kind of the
 same name proposes, given the tokens in the target's cache and the last one; each is capped by
 its own size (as llama.cpp's are, not by --draft-max), then cut by our cost model; what the
 target accepted goes back to it (the kinds that learn from it)."""
@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..params import DraftParams
-from .base import Draft, Drafter
+from ...params import DraftParams
+from ...drafter import Draft, Drafter
 
 if TYPE_CHECKING:
-    from ..cost_model import DraftPolicy
+    from ...cost_model import DraftPolicy
 
 
 class LlamaNgramDrafter(Drafter):

@@ -1,9 +1,9 @@
-"""generate(): text in, text out, with or without a draft model; streaming as a generator."""
+"""generate(), stream_generate(): text in, text out, with or without a draft model; streaming as a
+generator. Each prompt runs the one generation lifecycle (lifecycle.py)."""
 from __future__ import annotations
 
 import os
-import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Iterator, Sequence, Union
 
@@ -12,15 +12,17 @@ import numpy as np
 from ..engine import _args
 from ..engine.cancel import Cancel
 from ..engine.chat_template import ChatPrompt, is_messages
-from ..engine.head import HEAD_TYPES, DraftHead, file_arch
-from ..engine.model import DRAFT_OPTIONS, Model
+from ..engine.head import DraftHead
+from ..engine.model import Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
-from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError, PyllamaspecError, RpcError
-from ..speculation.decoder import Decoder, DraftParams, Stats
+from ..errors import InvalidArgumentError, ModelClosedError, PyllamaspecError
+from ..speculation.decoder import DraftParams, Stats
 from ..speculation.params import NgramParams
-from ..speculation.spec_types import parse as parse_spec_types
-from .output import Piece, TextOutput
-from .structured.formats import GrammarSpec, constraint_spec
+from ..structured.formats import GrammarSpec, constraint_spec
+from .drafts import open_draft
+from .lifecycle import Generation, run_alone
+from .options import GenerateOptions
+from .text import Piece
 
 ModelLike = Union[str, "os.PathLike[str]", Model]
 
@@ -47,37 +49,6 @@ def _open(m: ModelLike, stack: ExitStack, **kwargs) -> Model:
     raise InvalidArgumentError(f"a model is a path or a Model, got {type(m).__name__}")
 
 
-def _open_draft(d, stack: ExitStack, n_gpu_layers: int = 0, **kwargs) -> "Model | DraftHead | str | None":
-    """A draft given as a path is opened as what its file is: an EAGLE-3 / DFlash head, else a
-    draft model; "ngram", "mtp" and --spec-type names stay names."""
-    if d is None or isinstance(d, (Model, DraftHead)):
-        if getattr(d, "closed", False):
-            raise InvalidArgumentError("the draft model is closed")
-        return d
-    if isinstance(d, str) and not os.path.exists(d) and (d in ("ngram", "mtp") or _is_type_list(d)):
-        return d
-    if file_arch(d) in HEAD_TYPES:
-        return stack.enter_context(DraftHead(d, n_gpu_layers=n_gpu_layers))
-    return stack.enter_context(Model(d, n_gpu_layers=n_gpu_layers, **DRAFT_OPTIONS, **kwargs))
-
-
-def _mtp_if_same(draft, target: Model, spec_type) -> "Model | DraftHead | str | None":
-    """The target's own file as its draft means its MTP layers, when it has them (as llama.cpp
-    detects draft-mtp from nextn tensors in the draft's file)."""
-    if spec_type is None and isinstance(draft, (str, os.PathLike)) and os.path.exists(draft) \
-            and os.path.samefile(draft, target.path) and target.n_mtp_layers > 0:
-        return "mtp"
-    return draft
-
-
-def _is_type_list(s: str) -> bool:
-    try:
-        parse_spec_types(s)
-        return True
-    except PyllamaspecError:
-        return False
-
-
 def _max_threads() -> int:
     from ..engine._native import lib
     return lib.psl_max_threads()
@@ -101,16 +72,18 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
                   logprobs: int | None = None, per_token: bool = False,
                   cache_prompt: bool = True, progress=None,
                   constraint: GrammarSpec | None = None) -> Iterator[Piece]:
-    """The generation loop. Yields Pieces (per_token: one per generated token, then the text
-    held back to the end as a Piece of token -1); fills result with tokens, finish reason,
-    stats, logprobs (a list, when asked) and "eog" (the Piece of the end-of-generation token
-    that stopped it, if one did). prompt: text, token ids, or a ChatPrompt (rendered with the
-    model's chat template). cache_prompt: keep what the models' caches hold of the prompt
-    (else they start empty). progress(done, total): the prompt's evaluation, batch by batch.
-    constraint: the grammar every token respects (a chat's JSON schema becomes llama-server's
-    response-format grammar around the template's generation prompt)."""
+    """One prompt's generation (lifecycle.Generation, run alone). Yields Pieces (per_token: one
+    per generated token, then the text held back to the end as a Piece of token -1); fills
+    result with tokens, finish reason, stats, logprobs (a list, when asked) and "eog" (the
+    Piece of the end-of-generation token that stopped it, if one did). prompt: text, token ids,
+    or a ChatPrompt (rendered with the model's chat template). cache_prompt: keep what the
+    models' caches hold of the prompt (else they start empty). progress(done, total): the
+    prompt's evaluation, batch by batch. constraint: the grammar every token respects (a chat's
+    JSON schema becomes llama-server's response-format grammar around the template's
+    generation prompt)."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
+    result["reader"] = None
     if isinstance(prompt, ChatPrompt):
         ids, chat_stops = prompt.render(model)
         stop = stop + [s for s in chat_stops if s not in stop]
@@ -119,36 +92,10 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
             result["reader"] = constraint.reader()     # how chat() reads the answer
     else:
         ids = prompt_ids(prompt, model, add_special, parse_special)
-    grammar = constraint.make(model) if constraint is not None else None
-    dec = Decoder(model, draft_model, sampling, draft, logprobs=logprobs, grammar=grammar)
-    result.setdefault("reader", None)
-    result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=dec.stats, policy=dec.policy,
-                  text="", logprobs=None if logprobs is None else [], eog=None)
-    t0 = None                    # when generation (after the prompt) started
-    try:
-        with cancel.watching() if cancel is not None else nullcontext():
-            # sequences of its own in the models (generations sharing them never mix)
-            dec.open(ids, fresh=not cache_prompt, stop=cancel.is_set if cancel is not None else None)
-            if cancel is not None:
-                cancel.watch(*dec.sequences())
-            dec.prefill(ids, fresh=not cache_prompt, progress=progress)
-            if max_tokens == 0:
-                return
-            t0 = time.perf_counter()
-            yield from _decode(dec, max_tokens, stop, result, cancel, per_token)
-    except EvaluationInterrupted:
-        if cancel is None or not cancel.is_set():
-            raise
-        result["finish_reason"] = "cancelled"
-    except RpcError as e:             # a server was lost: say what had been produced
-        e.tokens, e.text = list(result["tokens"]), result["text"]
-        raise
-    finally:
-        if t0 is not None:
-            dec.stats.n_generated = len(result["tokens"])
-            dec.stats.t_generate = time.perf_counter() - t0
-            dec.keep(len(ids) + len(result["tokens"]))
-        dec.close()
+    g = Generation(ids, model, draft_model, sampling=sampling, draft=draft, max_tokens=max_tokens, stop=stop,
+                   logprobs=logprobs, per_token=per_token, cancel=cancel, cache_prompt=cache_prompt,
+                   constraint=constraint, result=result, progress=progress)
+    yield from run_alone(g)
 
 
 def prompt_ids(prompt: str | Sequence[int], model: Model, add_special: bool = True,
@@ -157,28 +104,6 @@ def prompt_ids(prompt: str | Sequence[int], model: Model, add_special: bool = Tr
     if isinstance(prompt, str):
         return model.tokenize(prompt, add_special=add_special, parse_special=parse_special)
     return _args.token_ids("prompt", prompt, model.n_vocab).tolist()
-
-
-def _decode(dec: Decoder, max_tokens: int, stop: list[str], result: dict,
-            cancel: Cancel | None, per_token: bool = False) -> Iterator[Piece]:
-    """Rounds of dec until a stop: yields the text as it becomes final (held back while it could
-    still be the start of a stop string); result["text"] is what went out."""
-    out = TextOutput(dec.target, stop, max_tokens, result, per_token)
-    ok = False
-    try:
-        while not out.done:
-            if cancel is not None and cancel.is_set():
-                out.finish("cancelled")
-                break
-            if dec.room() < 1:
-                out.finish("context_full")
-                break
-            new = dec.step(out.wants)
-            yield from out.push(new, dec.round_logprobs if out.logprobs is not None else None)
-        ok = True
-    finally:
-        pieces = out.close(flush=ok)
-    yield from pieces
 
 
 @dataclass
@@ -215,76 +140,70 @@ def is_batch(prompt) -> bool:
                     for p in prompt))
 
 
-def _prepare(prompt, model, draft_model, *, max_tokens, temperature, top_k, top_p, min_p, seed, n_draft,
-             n_min, p_min, adaptive, ngram, draft_vocab, stop, n_ctx, n_threads, n_gpu_layers, add_special,
-             parse_special, cancel, repeat_penalty, frequency_penalty, presence_penalty, penalty_last_n,
-             logprobs, cache_prompt, spec_type, ngram_params, grammar=None, json_schema=None, response_format=None,
-             forced=True, _constraint=None, n_parallel=None, tree=None, tree_nodes=0):
-    """Checks every argument before any work; returns (run, seed): run(per_token, result) is the
+def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec | None = None):
+    """Checks every option before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading. Several prompts: (run,
-    seeds), run(results) decoding them together (a list of result dicts)."""
-    if adaptive is None:
-        adaptive = seed is None or temperature == 0
+    seeds), run(results) decoding them together (a list of result dicts). tools: a chat's
+    tool-call grammar (chat() makes it)."""
+    adaptive = o.adaptive if o.adaptive is not None else o.seed is None or o.temperature == 0
     batch = is_batch(prompt)
-    seeds = [seed if seed is not None else int.from_bytes(os.urandom(8), "little") for _ in (prompt if batch else [0])]
-    seed = seeds[0]
-    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                              repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                              presence_penalty=presence_penalty, penalty_last_n=penalty_last_n)
-    draft = DraftParams(n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram,
-                        draft_vocab=draft_vocab, forced=forced, spec_type=spec_type,
-                        ngrams=NgramParams() if ngram_params is None else ngram_params, tree=tree,
-                        tree_nodes=tree_nodes)
-    constraint = constraint_spec(grammar, json_schema, response_format)
-    if _constraint is not None:               # a chat's tools (chat() makes it)
+    seeds = [o.seed if o.seed is not None else int.from_bytes(os.urandom(8), "little")
+             for _ in (prompt if batch else [0])]
+    sampling = SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, min_p=o.min_p, seed=seeds[0],
+                              repeat_penalty=o.repeat_penalty, frequency_penalty=o.frequency_penalty,
+                              presence_penalty=o.presence_penalty, penalty_last_n=o.penalty_last_n)
+    draft = DraftParams(n_draft=o.n_draft, n_min=o.n_min, p_min=o.p_min, adaptive=adaptive, ngram=o.ngram,
+                        draft_vocab=o.draft_vocab, forced=o.forced, spec_type=o.spec_type,
+                        ngrams=NgramParams() if o.ngram_params is None else o.ngram_params, tree=o.tree,
+                        tree_nodes=o.tree_nodes)
+    constraint = constraint_spec(o.grammar, o.json_schema, o.response_format)
+    if tools is not None:
         if constraint is not None:
             raise InvalidArgumentError("Cannot use grammar, json_schema or response_format constraints with tools")
-        constraint = _constraint
-    stops = _check_stop(stop)
-    max_tokens = _args.integer("max_tokens", max_tokens)
-    _args.integer("n_ctx", n_ctx, 0, _args.MAX_CTX)
-    _args.integer("n_gpu_layers", n_gpu_layers, -1)
-    if n_threads is not None:
-        _args.integer("n_threads", n_threads, 0, _max_threads())
-    if logprobs is not None:
-        _args.integer("logprobs", logprobs, 0, MAX_LOGPROBS)
+        constraint = tools
+    stops = _check_stop(o.stop)
+    max_tokens = _args.integer("max_tokens", o.max_tokens)
+    _args.integer("n_ctx", o.n_ctx, 0, _args.MAX_CTX)
+    _args.integer("n_gpu_layers", o.n_gpu_layers, -1)
+    if o.n_threads is not None:
+        _args.integer("n_threads", o.n_threads, 0, _max_threads())
+    if o.logprobs is not None:
+        _args.integer("logprobs", o.logprobs, 0, MAX_LOGPROBS)
     for p in prompt if batch else [prompt]:
         _check_prompt(p)
-    if n_parallel is not None:
-        n_parallel = _args.integer("n_parallel", n_parallel, 1, 256)
-    if not isinstance(cache_prompt, bool):
-        raise InvalidArgumentError(f"cache_prompt must be True or False, got {cache_prompt!r}")
-    if cancel is not None and not isinstance(cancel, Cancel):
-        raise InvalidArgumentError(f"cancel must be a pyllamaspec.Cancel, got {type(cancel).__name__}")
+    n_parallel = _args.integer("n_parallel", o.n_parallel, 1, 256) if o.n_parallel is not None else None
+    if not isinstance(o.cache_prompt, bool):
+        raise InvalidArgumentError(f"cache_prompt must be True or False, got {o.cache_prompt!r}")
+    if o.cancel is not None and not isinstance(o.cancel, Cancel):
+        raise InvalidArgumentError(f"cancel must be a pyllamaspec.Cancel, got {type(o.cancel).__name__}")
     if not isinstance(model, (str, os.PathLike, Model)):
         raise InvalidArgumentError(f"model must be a path or a Model, got {type(model).__name__}")
     if not isinstance(draft_model, (str, os.PathLike, Model, DraftHead, type(None))):
         raise InvalidArgumentError(f"draft_model must be a path, a Model, a DraftHead, 'ngram', 'mtp' or "
                                    f"speculative type names, got {type(draft_model).__name__}")
+    out = dict(max_tokens=max_tokens, stop=stops, cancel=o.cancel, logprobs=o.logprobs, cache_prompt=o.cache_prompt,
+               constraint=constraint)
 
     def models(stack: ExitStack):
-        kw = dict(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        kw = dict(n_ctx=o.n_ctx, n_threads=o.n_threads, n_gpu_layers=o.n_gpu_layers)
         target = _open(model, stack, **kw)
-        return target, _open_draft(_mtp_if_same(draft_model, target, spec_type), stack, **kw)
+        return target, open_draft(draft_model, target, stack, spec_type=o.spec_type, **kw)
 
     def run(per_token: bool, result: dict) -> Iterator[Piece]:
         with ExitStack() as stack:
             target, dm = models(stack)
-            yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft,
-                                     max_tokens=max_tokens, stop=stops, result=result,
-                                     add_special=add_special, parse_special=parse_special, cancel=cancel,
-                                     logprobs=logprobs, per_token=per_token, cache_prompt=cache_prompt,
-                                     constraint=constraint)
+            yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft, result=result,
+                                     add_special=o.add_special, parse_special=o.parse_special,
+                                     per_token=per_token, **out)
 
     def run_many(results: list[dict]) -> None:
-        from .generate_batch import generate_together
+        from .together import generate_together
         with ExitStack() as stack:
             target, dm = models(stack)
-            ids = [prompt_ids(p, target, add_special, parse_special) for p in prompt]
+            ids = [prompt_ids(p, target, o.add_special, o.parse_special) for p in prompt]
             results[:] = generate_together(ids, target, dm, [replace(sampling, seed=s) for s in seeds], draft,
-                                           max_tokens=max_tokens, stop=stops, cancel=cancel, logprobs=logprobs,
-                                           cache_prompt=cache_prompt, n_parallel=n_parallel, constraint=constraint)
-    return (run_many, seeds) if batch else (run, seed)
+                                           n_parallel=n_parallel, **out)
+    return (run_many, seeds) if batch else (run, seeds[0])
 
 
 def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
@@ -298,8 +217,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
              spec_type: str | Sequence[str] | None = None, ngram_params: NgramParams | None = None,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
-             forced: bool = True, _constraint: GrammarSpec | None = None, n_parallel: int | None = None,
-             tree: bool | None = None, tree_nodes: int = 0):
+             forced: bool = True, n_parallel: int | None = None, tree: bool | None = None, tree_nodes: int = 0):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Several prompts (a list of strings, or of token-id lists; a flat list of ints is one
@@ -328,7 +246,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     draft_vocab: a draft model with over twice as many tokens computes the logits of this many
     common ones only, restored when the call ends (0 = all).
     tree: a draft model drafts a token tree each round (several branches verified in one target
-    evaluation, exactly: speculation/tree.py; "ngram": the continuations of the last two matches),
+    evaluation, exactly: speculation/tree/verify.py; "ngram": the continuations of the last two matches),
     False a chain, None (default) lets the cost model choose (a draft model's trees only);
     n_draft stays the depth, tree_nodes is the node budget (0: twice the depth).
     temperature 0 is greedy. repeat_penalty, frequency_penalty, presence_penalty and
@@ -345,18 +263,24 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     token, as llama-server does (GrammarError for a bad grammar or schema); speculation stays
     exact under them, and with forced=True the text the grammar forces is drafted for free.
     """
+    opts = GenerateOptions(
+        max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+        n_draft=n_draft, n_min=n_min, p_min=p_min, adaptive=adaptive, ngram=ngram, draft_vocab=draft_vocab,
+        stop=stop, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, add_special=add_special,
+        parse_special=parse_special, cancel=cancel, repeat_penalty=repeat_penalty,
+        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, penalty_last_n=penalty_last_n,
+        logprobs=logprobs, cache_prompt=cache_prompt, spec_type=spec_type, ngram_params=ngram_params,
+        grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
+        n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes)
+    return generate_with(prompt, model, draft_model, opts, stream=stream)
+
+
+def generate_with(prompt, model: ModelLike, draft_model, opts: GenerateOptions, *, stream: bool = False,
+                  tools: GrammarSpec | None = None):
+    """generate() with its options as one object (tools: a chat's tool-call grammar)."""
     if stream and is_batch(prompt):
         raise InvalidArgumentError("stream=True takes one prompt (several are decoded together and returned as a list)")
-    run, seed = _prepare(prompt, model, draft_model, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                         top_p=top_p, min_p=min_p, seed=seed, n_draft=n_draft, n_min=n_min, p_min=p_min,
-                         adaptive=adaptive, ngram=ngram, draft_vocab=draft_vocab, stop=stop, n_ctx=n_ctx,
-                         n_threads=n_threads, n_gpu_layers=n_gpu_layers, add_special=add_special,
-                         parse_special=parse_special, cancel=cancel, repeat_penalty=repeat_penalty,
-                         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                         penalty_last_n=penalty_last_n, logprobs=logprobs, cache_prompt=cache_prompt,
-                         spec_type=spec_type, ngram_params=ngram_params,
-                         grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
-                         _constraint=_constraint, n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes)
+    run, seed = _prepare(prompt, model, draft_model, opts, tools)
     if is_batch(prompt):
         results: list[dict] = []
         run(results)
@@ -388,11 +312,8 @@ def stream_generate(prompt: str | Sequence[int], model: ModelLike, draft_model: 
         raise InvalidArgumentError("stream_generate always streams: drop stream=")
     if is_batch(prompt):
         raise InvalidArgumentError("stream_generate takes one prompt (generate() takes several)")
-    defaults = {k: v for k, v in generate.__kwdefaults__.items() if k not in ("stream", "n_parallel")}
-    unknown = set(kwargs) - set(defaults)
-    if unknown:
-        raise InvalidArgumentError(f"unknown argument(s): {', '.join(sorted(unknown))}")
-    run, _ = _prepare(prompt, model, draft_model, **{**defaults, **kwargs})
+    opts = GenerateOptions.from_kwargs(kwargs, "stream_generate()", refused=("n_parallel",))
+    run, _ = _prepare(prompt, model, draft_model, opts)
     return _responses(run)
 
 

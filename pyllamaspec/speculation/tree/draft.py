@@ -12,7 +12,7 @@ path and gives the spares back.
 The chain's draft (every first child, to the full depth) is always in the tree, so that a tree
 round never yields less than the chain's; the rest of the budget goes best-first. Which nodes a
 tree holds must not depend on a node's own drawn token (nor on tokens drawn after it), or the
-multi-draft acceptance rule of a sampled round stops being exact (speculation/tree.py): node v's
+multi-draft acceptance rule of a sampled round stops being exact (speculation/tree/verify.py): node v's
 children are drawn at once from q_v without replacement (Gumbel-top-k) and enter in their draw
 order, the r-th with priority cum(v) * (the r-th largest q_v): a property of the distribution,
 not of the draw. (Greedy: the r-th child is the r-th most probable token.)
@@ -31,7 +31,7 @@ import numpy as np
 from ...engine.model import Model
 from ...engine.sampling import top_softmax
 from ...engine.sequence import Sequence
-from .base import Draft
+from ..drafter import Draft
 
 
 @dataclass

