@@ -222,7 +222,7 @@ def test_the_round_reads_like_the_paper():
     calls = {n.func.id for n in ast.walk(step) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not calls & {"isinstance", "type", "hasattr", "getattr"}
     names = {n.id for n in ast.walk(step) if isinstance(n, ast.Name)}
-    assert not names & {"ModelDrafter", "NgramDrafter", "MtpDrafter"}
+    assert not names & {"DraftModelDrafter", "NgramDrafter", "MtpDrafter"}
 
 
 def test_no_learned_state_on_models():

@@ -555,7 +555,7 @@ def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkey
     """After a long plain stretch the draft evaluates only the last CATCH_UP_MAX tokens (placed
     after what it holds); output stays identical and its cache stays in step with `skipped`."""
     from pyllamaspec.speculation import cost_model
-    from pyllamaspec.speculation.drafters import ModelDrafter
+    from pyllamaspec.speculation.drafters import DraftModelDrafter
     target, draft = smollm2_pair
     prompt = "Count from 1 to 100, separated by commas:"       # 160 tokens before any end of answer
     plain = generate(prompt, target, max_tokens=160, temperature=0)
@@ -565,16 +565,16 @@ def test_draft_catches_up_on_a_window_after_plain_stretches(smollm2_pair, monkey
     monkeypatch.setattr(cost_model.DraftPolicy, "choose",
                         lambda self, k_cap, n=0: 0 if (r := next(rounds)) < 40 or 44 <= r < 94 else 4)
     seen = []
-    orig = ModelDrafter.catch_up_steps
+    orig = DraftModelDrafter.catch_up_steps
 
     def spy(self, seq):                 # the draft's catch-up, as steps (speculation/drafter.py)
         n = yield from orig(self, seq)
         seen.append((n, self.skipped, self.draft_seq.n_past, len(seq)))
         return n
-    monkeypatch.setattr(ModelDrafter, "catch_up_steps", spy)
+    monkeypatch.setattr(DraftModelDrafter, "catch_up_steps", spy)
     spec = generate(prompt, target, draft, max_tokens=160, temperature=0, n_draft=8, p_min=0.0)
     assert spec.tokens == plain.tokens
-    assert seen[0][0] == ModelDrafter.CATCH_UP_MAX and seen[0][1] > 0   # the window, not 60 tokens
+    assert seen[0][0] == DraftModelDrafter.CATCH_UP_MAX and seen[0][1] > 0   # the window, not 60 tokens
     for n, skipped, n_past, n_seq in seen:
         assert n_past + skipped == n_seq - 1                                # level with seq[:-1]
     assert seen[-1][1] > seen[0][1]                                         # skipped again later
@@ -667,9 +667,9 @@ def test_restricted_draft_head_keeps_greedy_output_and_learns_tokens(smollm2_pai
     assert spec.tokens == plain.tokens
     assert draft.output_ids is None                      # given back as it was
     # the head learned the text's rare tokens: drafts then cover them
-    from pyllamaspec.speculation.drafters import ModelDrafter
+    from pyllamaspec.speculation.drafters import DraftModelDrafter
     from pyllamaspec.engine.sampling import SamplingParams as SP
-    d = ModelDrafter(draft, SP(temperature=0), DraftParams(n_draft=4, draft_vocab=512), frozenset(), target)
+    d = DraftModelDrafter(draft, SP(temperature=0), DraftParams(n_draft=4, draft_vocab=512), frozenset(), target)
     try:
         rare = [t for t in plain.tokens if t not in set(draft.output_ids.tolist())]
         assert rare, "the text should use tokens beyond the 512 common ones"

@@ -15,7 +15,7 @@ from ._native import Exclusive, Users, ffi, lib
 from .context import KV_TYPES, Context, LocalContext
 from .load_mode import resolve_mmap
 from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
-from .sequence import Sequence as Seq, SequencePool, check_out, common_prefix, logits_mode
+from .sequence import ContextSequence, SequencePool, check_out, common_prefix, logits_mode
 from .vocab import VocabMixin
 
 # llama.cpp's llama_ftype names for general.file_type.
@@ -178,7 +178,7 @@ class Model(VocabMixin, _native.Closeable):
         self._pool = SequencePool(self, c.n_seq_max)
         self._seq0 = self._pool.get(0)
         self._sig = threading.Lock()             # interrupts of a sequence vs. the call running
-        self._running: Seq | None = None
+        self._running: ContextSequence | None = None
 
     def _open_local(self, path: str, servers: list[str], split: list[float] | None, *, n_gpu_layers: int,
                     n_threads: int, tokenizer: bool, **load: bool) -> None:
@@ -356,11 +356,11 @@ class Model(VocabMixin, _native.Closeable):
         """The token ids the KV cache holds (sequence 0), in order (a copy)."""
         return self._seq0.cached_tokens
 
-    def sequence(self, seq_id: int) -> Seq:
+    def sequence(self, seq_id: int) -> ContextSequence:
         """Sequence seq_id of the context (0 .. n_seq_max - 1), leased or not."""
         return self._pool.get(seq_id)
 
-    def lease(self, prompt: Sequence[int] | None = None, *, wait: bool = True, stop=None) -> Seq | None:
+    def lease(self, prompt: Sequence[int] | None = None, *, wait: bool = True, stop=None) -> ContextSequence | None:
         """A sequence of its own for a generation (release() it, or use it as a context
         manager): the free one whose cache shares most of prompt, which then holds the longest
         prefix of prompt that any sequence holds (copied: shared cells). Waits while every
@@ -374,19 +374,19 @@ class Model(VocabMixin, _native.Closeable):
                 raise
         return s
 
-    def lease_spare(self, n: int) -> list[Seq]:
+    def lease_spare(self, n: int) -> list[ContextSequence]:
         """Up to n free sequences now (fewer, or none, when others hold them; no waiting), for
         one round's token tree (release() each after it)."""
         return self._pool.spare(n)
 
-    def _adopt_prefix(self, s: Seq, prompt: list[int]) -> None:
+    def _adopt_prefix(self, s: ContextSequence, prompt: list[int]) -> None:
         with self._excl:
             src, n = self._pool.best_source(prompt, s)
             if src is not None and n > common_prefix(s._cache_ids, prompt):
                 self._context.seq_copy(src.id, s.id, n)
                 s._cache_ids = src._cache_ids[:n]
 
-    def _call(self, seq: Seq | None, fn, interruptible: bool = True):
+    def _call(self, seq: ContextSequence | None, fn, interruptible: bool = True):
         """fn(context) under the Model's lock; an eval of seq (interruptible) can be stopped by
         seq.interrupt() alone."""
         with self._excl:
@@ -410,14 +410,14 @@ class Model(VocabMixin, _native.Closeable):
                         seq._sent = False
                         c.clear_interrupt()
 
-    def _interrupt_seq(self, seq: Seq) -> None:
+    def _interrupt_seq(self, seq: ContextSequence) -> None:
         with self._sig:
             seq._interrupt = True
             if self._running is seq:
                 seq._sent = True
                 self._users.signal(lambda: self._context.interrupt())
 
-    def _sync(self, seq: Seq, evaluated: list[int]) -> None:
+    def _sync(self, seq: ContextSequence, evaluated: list[int]) -> None:
         # After an eval of `evaluated`, whatever became of it: the core holds them all (done,
         # even if a KeyboardInterrupt arrived the moment the call returned) or none (a failed
         # eval leaves the cache as it was); should it ever keep part, forget the ids past what
@@ -487,7 +487,7 @@ class Model(VocabMixin, _native.Closeable):
         """
         return self._eval_one(self._seq0, tokens, logits, out)
 
-    def _eval_one(self, seq: Seq, tokens, logits: str, out: np.ndarray | None) -> np.ndarray:
+    def _eval_one(self, seq: ContextSequence, tokens, logits: str, out: np.ndarray | None) -> np.ndarray:
         mode = logits_mode(logits)
         toks = _args.token_ids("tokens", tokens, self.n_vocab)
         n = toks.shape[0]
@@ -510,7 +510,7 @@ class Model(VocabMixin, _native.Closeable):
         self._call(seq, run)
         return out.reshape(-1)[:rows * self.n_vocab].reshape(rows, self.n_vocab)
 
-    def decode(self, parts: Sequence[tuple[Seq, Sequence[int] | np.ndarray, str]],
+    def decode(self, parts: Sequence[tuple[ContextSequence, Sequence[int] | np.ndarray, str]],
                out: np.ndarray | None = None) -> list[np.ndarray]:
         """Evaluates the tokens of several sequences in one batch: parts are (sequence, tokens,
         logits) with logits "all", "last", "none" or an int n (the rows of its last n tokens: a
@@ -542,7 +542,7 @@ class Model(VocabMixin, _native.Closeable):
             r += k
         return res
 
-    def decode_batch(self, tokens: Sequence[int] | np.ndarray, seqs: Sequence["Seq | Sequence[Seq]"],
+    def decode_batch(self, tokens: Sequence[int] | np.ndarray, seqs: Sequence["ContextSequence | Sequence[ContextSequence]"],
                      logits: Sequence[bool] | np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """psl_context_decode: token i joins the sequence seqs[i] (or each of a list of them: a
         token several sequences share, a node of a token tree, attending as the first; see
@@ -555,7 +555,7 @@ class Model(VocabMixin, _native.Closeable):
             raise InvalidArgumentError(f"{n} tokens but {len(lists)} sequence entries")
         for ss in lists:
             for s in ss:
-                if not isinstance(s, Seq) or s.model is not self:
+                if not isinstance(s, ContextSequence) or s.model is not self:
                     raise InvalidArgumentError("decode_batch() takes sequences of this model")
         flag = np.ones(n, np.int8) if logits is None else np.asarray(logits, bool).astype(np.int8)
         if flag.shape != (n,):
@@ -564,7 +564,7 @@ class Model(VocabMixin, _native.Closeable):
         seq_id = np.array([s.id for ss in lists for s in ss], np.int32)
         rows = int(flag.sum())
         out = check_out(out, rows, self.n_vocab)
-        evaluated: dict[Seq, list[int]] = {}
+        evaluated: dict[ContextSequence, list[int]] = {}
         for t, ss in zip(toks.tolist(), lists):
             for s in ss:
                 evaluated.setdefault(s, []).append(t)
@@ -679,7 +679,7 @@ class Model(VocabMixin, _native.Closeable):
         the n_vocab logits of the token after it; the cache is unchanged."""
         return self._mtp_draft(self._seq0, token, step, out)
 
-    def _mtp_draft(self, seq: Seq, token: int, step: int, out: np.ndarray | None) -> np.ndarray:
+    def _mtp_draft(self, seq: ContextSequence, token: int, step: int, out: np.ndarray | None) -> np.ndarray:
         token = _args.integer("token", token, -_args.INT32_MAX - 1)
         step = _args.integer("step", step, -_args.INT32_MAX - 1)
         if out is None:
@@ -690,7 +690,7 @@ class Model(VocabMixin, _native.Closeable):
                    else c.seq_mtp_draft(seq.id, token, step, out))
         return out
 
-    def _mtp_draft_nodes(self, seq: Seq, tokens, parents, out: np.ndarray | None) -> np.ndarray:
+    def _mtp_draft_nodes(self, seq: ContextSequence, tokens, parents, out: np.ndarray | None) -> np.ndarray:
         toks = np.ascontiguousarray(tokens, np.int32)
         par = np.ascontiguousarray(parents, np.int32)
         if toks.ndim != 1 or par.shape != toks.shape or not len(toks):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Sequence as Seq
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def check_out(out: np.ndarray | None, rows: int, n_vocab: int) -> np.ndarray:
     return out
 
 
-def common_prefix(a: Seq[int], b: Seq[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -52,7 +52,7 @@ def common_prefix(a: Seq[int], b: Seq[int]) -> int:
     return i
 
 
-class Sequence:
+class ContextSequence:
     """One sequence of a Model's context: its tokens, evaluated and rolled back on their own.
     Calls run one at a time with the Model's other calls (its lock). interrupt() stops an eval
     of this sequence (and only of it) now or, if none runs, the next one; a batch that carries
@@ -67,7 +67,7 @@ class Sequence:
         self._sent = False                   # passed to the core during the running call
 
     def __repr__(self) -> str:
-        return f"<Sequence {self.id} of {self.model.path!r}: {len(self._cache_ids)} tokens>"
+        return f"<ContextSequence {self.id} of {self.model.path!r}: {len(self._cache_ids)} tokens>"
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -90,7 +90,7 @@ class Sequence:
         return self.model.n_ctx
 
     # -- evaluation -------------------------------------------------------------------------
-    def eval(self, tokens: Seq[int] | np.ndarray, logits: str = "all", out: np.ndarray | None = None) -> np.ndarray:
+    def eval(self, tokens: Sequence[int] | np.ndarray, logits: str = "all", out: np.ndarray | None = None) -> np.ndarray:
         """Model.eval for this sequence: tokens at positions [n_past, n_past + n)."""
         return self.model._eval_one(self, tokens, logits, out)
 
@@ -107,7 +107,7 @@ class Sequence:
         """Empties this sequence."""
         self.truncate(0)
 
-    def reuse_prefix(self, ids: Seq[int]) -> int:
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
         """Truncates the sequence to its longest common prefix with ids; returns its length
         (the tokens of ids that need no evaluation)."""
         def run(c) -> int:
@@ -117,7 +117,7 @@ class Sequence:
             return i
         return self.model._call(self, run, interruptible=False)
 
-    def copy_from(self, src: "Sequence", n: int) -> None:
+    def copy_from(self, src: "ContextSequence", n: int) -> None:
         """This sequence becomes the first n tokens of src (psl_context_seq_copy: the KV cells are
         shared, not copied; a hybrid's recurrent state is copied). A token tree's branches start
         this way (speculation/tree/verify.py)."""
@@ -155,7 +155,7 @@ class Sequence:
         """Gives the sequence back to the Model (its tokens stay for later prompts)."""
         self.model._pool.release(self)
 
-    def __enter__(self) -> "Sequence":
+    def __enter__(self) -> "ContextSequence":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -168,22 +168,22 @@ class SequencePool:
     def __init__(self, model: Any, n_seq: int):
         self.model, self.n_seq = model, n_seq
         self.limit = n_seq                    # sequences a lease may take (1 while a draft head is attached)
-        self._seqs: dict[int, Sequence] = {}
+        self._seqs: dict[int, ContextSequence] = {}
         self._cv = threading.Condition(threading.Lock())
 
-    def get(self, seq_id: int) -> Sequence:
+    def get(self, seq_id: int) -> ContextSequence:
         seq_id = _args.integer("seq_id", seq_id, 0, self.n_seq - 1)
         with self._cv:
             s = self._seqs.get(seq_id)
             if s is None:
-                s = self._seqs[seq_id] = Sequence(self.model, seq_id)
+                s = self._seqs[seq_id] = ContextSequence(self.model, seq_id)
             return s
 
-    def all(self) -> list[Sequence]:
+    def all(self) -> list[ContextSequence]:
         with self._cv:
             return list(self._seqs.values())
 
-    def lease(self, prompt: Seq[int] | None, wait: bool = True, stop=None) -> Sequence | None:
+    def lease(self, prompt: Sequence[int] | None, wait: bool = True, stop=None) -> ContextSequence | None:
         """A free sequence, the one whose cache shares most of prompt (see the module's
         docstring); None when all are leased and not wait, else waits for one (stop(): gives up
         with EvaluationInterrupted)."""
@@ -210,12 +210,12 @@ class SequencePool:
             i = cands[0]
             s = self._seqs.get(i)
             if s is None:
-                s = self._seqs[i] = Sequence(self.model, i)
+                s = self._seqs[i] = ContextSequence(self.model, i)
             s.leased = True
             s.last_used = next(_clock)
         return s
 
-    def spare(self, n: int) -> list[Sequence]:
+    def spare(self, n: int) -> list[ContextSequence]:
         """Up to n free sequences, leased now without waiting, the empty ones first (so that
         what idle sequences hold for later prompts is kept while it can be): a token tree's
         branches for one round (speculation/tree/verify.py), released after it."""
@@ -228,13 +228,13 @@ class SequencePool:
             for i in free[:max(0, n)]:
                 s = self._seqs.get(i)
                 if s is None:
-                    s = self._seqs[i] = Sequence(self.model, i)
+                    s = self._seqs[i] = ContextSequence(self.model, i)
                 s.leased = True
                 s.last_used = next(_clock)
                 out.append(s)
         return out
 
-    def lease_id(self, seq_id: int, stop=None) -> Sequence:
+    def lease_id(self, seq_id: int, stop=None) -> ContextSequence:
         """Sequence seq_id, leased once it is free (stop(): gives up with EvaluationInterrupted)."""
         s = self.get(seq_id)
         with self._cv:
@@ -248,7 +248,7 @@ class SequencePool:
             s.last_used = next(_clock)
         return s
 
-    def release(self, s: Sequence) -> None:
+    def release(self, s: ContextSequence) -> None:
         with self._cv:
             s.leased = False
             s.last_used = next(_clock)
@@ -259,13 +259,13 @@ class SequencePool:
         with self._cv:
             self._cv.notify_all()
 
-    def idle(self) -> list[Sequence]:
+    def idle(self) -> list[ContextSequence]:
         """Sequences nobody holds that hold tokens, least recently used first."""
         with self._cv:
             return sorted((s for s in self._seqs.values() if not s.leased and s._cache_ids),
                           key=lambda s: s.last_used)
 
-    def best_source(self, prompt: Seq[int], exclude: Sequence) -> tuple[Sequence | None, int]:
+    def best_source(self, prompt: Sequence[int], exclude: ContextSequence) -> tuple[ContextSequence | None, int]:
         """The sequence (other than exclude) sharing the longest prefix with prompt, and its length."""
         best, n = None, 0
         for s in self.all():

@@ -17,12 +17,13 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from contextlib import ExitStack
 from typing import Any, Iterator, Sequence
 
 from ..engine.chat_template import ChatPrompt
-from ..engine.model import DRAFT_OPTIONS
 from ..engine.model import Model as _EngineModel
 from ..errors import InvalidArgumentError
+from ..generation.drafts import open_draft
 from ..generation.generate import stream_generate
 from .openai_shapes import FINISH, chat_logprobs, completion_logprobs
 
@@ -184,8 +185,8 @@ class LlamaMethods:
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
 
 
-class Model(LlamaMethods, _EngineModel):
-    """pyllamaspec's Model (engine.model.Model: eval, tokenize, chat templates, ...) with
+class Llama(LlamaMethods, _EngineModel):
+    """pyllamaspec.Model, also exported as Llama: the engine's Model (engine.model.Model: eval, tokenize, chat templates, ...) with
     llama-cpp-python's methods and constructor arguments: ``Model(model_path=..., n_ctx=...,
     draft_model=..., chat_format=..., seed=..., verbose=...)``. draft_model: a path, a Model,
     "ngram" (prompt lookup, llama-cpp-python's LlamaPromptLookupDecoding) or "mtp"; it speculates
@@ -200,11 +201,12 @@ class Model(LlamaMethods, _EngineModel):
         self.model_path = self.path
         self.chat_format = CHAT_FORMATS.get(chat_format, chat_format)
         self.seed = seed
-        self._own_draft = None
-        if isinstance(draft_model, (str, os.PathLike)) and draft_model not in ("ngram", "mtp"):
-            draft_model = self._own_draft = _EngineModel(draft_model, n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                                         **DRAFT_OPTIONS)
-        self.draft_model = draft_model
+        self._drafts = ExitStack()                # a draft opened from a path is this Model's to close
+        try:
+            self.draft_model = open_draft(draft_model, self, self._drafts, n_ctx=self.n_ctx, n_threads=self.n_threads)
+        except BaseException:
+            self.close()
+            raise
         if verbose:
             from ..engine._native import set_verbose
             set_verbose(True)
@@ -216,11 +218,11 @@ class Model(LlamaMethods, _EngineModel):
                 warnings.warn(f"use_mlock: cannot lock the model in RAM: {why}")
 
     def close(self) -> None:
-        if getattr(self, "_own_draft", None) is not None:
-            self._own_draft.close()
+        if getattr(self, "_drafts", None) is not None:
+            self._drafts.close()
         super().close()
 
 
-Llama = Model
+Model = Llama
 
 __all__ = ["Model", "Llama", "LlamaMethods"]

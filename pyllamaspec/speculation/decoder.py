@@ -33,7 +33,7 @@ from ..engine import _args
 from ..engine.grammar import Grammar
 from ..engine.head import DraftHead
 from ..engine.model import Model
-from ..engine.sequence import Sequence
+from ..engine.sequence import ContextSequence
 from ..engine.sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 from ..errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .cost_model import DraftPolicy
@@ -171,7 +171,7 @@ class Decoder:
         self.tree = TreeVerifier(target, self.t_sampler)
         self.policy.tree_whole_branches = self.tree.hybrid
         self.seq: list[int] = []
-        self.tseq: Sequence | None = None        # the target's sequence this generation holds
+        self.tseq: ContextSequence | None = None        # the target's sequence this generation holds
         # prompt tokens the target has not evaluated yet (prefill's target_later): the first
         # round evaluates them before its own batch (a batch round: in the same evaluation)
         self.pending: np.ndarray | None = None
@@ -181,7 +181,7 @@ class Decoder:
         """The draft model the drafter evaluates, if it has one."""
         return self.drafter.draft_model if self.drafter is not None else None
 
-    def sequences(self) -> list[Sequence]:
+    def sequences(self) -> list[ContextSequence]:
         """The model sequences this generation holds (the target's, a draft model's)."""
         d = self.drafter.draft_seq if self.drafter is not None else None
         return [s for s in (self.tseq, d) if s is not None]

@@ -32,7 +32,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..engine.model import Model
-    from ..engine.sequence import Sequence
+    from ..engine.sequence import ContextSequence
     from .cost_model import DraftPolicy
 
 
@@ -69,7 +69,7 @@ class Eval:
     """An evaluation a drafter needs: tokens appended to a model sequence, logits "last" or
     "none"; its result is the logits rows. Those of several drafters on one model run as one
     Model.decode."""
-    seq: "Sequence"
+    seq: "ContextSequence"
     tokens: np.ndarray
     logits: str = "last"
     out: np.ndarray | None = None
@@ -108,7 +108,7 @@ class Drafter(ABC):
     key: str = ""
     draft_model: "Model | None" = None
     cost_per_round: bool = False   # a draft costs one pass whatever its length (DraftPolicy.per_round)
-    draft_seq: "Sequence | None" = None     # the draft model's sequence this generation holds
+    draft_seq: "ContextSequence | None" = None     # the draft model's sequence this generation holds
     # the target sequences it can follow at once: 1 for a draft head (the core keeps its
     # features for the target's sequence 0 only), refused in batched generation / parallel slots
     max_sequences: int = 1 << 30
@@ -119,13 +119,13 @@ class Drafter(ABC):
         sequence: the one holding most of the prompt, or an empty one when fresh), before
         anything is evaluated, waiting while none is free (stop() gives up)."""
 
-    def prefill(self, prompt: list[int], target: "Sequence | None" = None, fresh: bool = False) -> int:
+    def prefill(self, prompt: list[int], target: "ContextSequence | None" = None, fresh: bool = False) -> int:
         """Prepares for a generation after `prompt` (whose last token the first round feeds) in
         the target's sequence `target`; returns how many prompt tokens it reused from an
         earlier generation (fresh: none)."""
         return 0
 
-    def prefill_later(self, prompt: list[int], target: "Sequence | None" = None, fresh: bool = False) -> int:
+    def prefill_later(self, prompt: list[int], target: "ContextSequence | None" = None, fresh: bool = False) -> int:
         """prefill() where the next rounds are not expected to draft (a batch decoding plainly):
         a drafter with a model of its own may leave the prompt to its catch-up (drafts then see
         less of it; the output is the target's either way)."""

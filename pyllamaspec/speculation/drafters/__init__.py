@@ -17,7 +17,7 @@ from ..drafter import NO_DRAFT, Draft, Drafter
 from .chain import ChainDrafter
 from .dflash import DflashDrafter
 from .eagle3 import Eagle3Drafter
-from .model import ModelDrafter
+from .model import DraftModelDrafter
 from .mtp import MtpDrafter
 from .ngram.lookup import NgramDrafter
 from .ngram.cache import NgramCacheDrafter
@@ -25,7 +25,7 @@ from .ngram.map import NgramMapDrafter
 from .ngram.mod import NgramModDrafter
 from .ngram.simple import NgramSimpleDrafter
 
-__all__ = ["Draft", "Drafter", "NO_DRAFT", "ModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
+__all__ = ["Draft", "Drafter", "NO_DRAFT", "DraftModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
            "DflashDrafter", "AssistantDrafter", "ChainDrafter", "make_drafter", "spec_types_of"]
 
 _HEAD_NAMES = {"eagle3": "an EAGLE-3", "dflash": "a DFlash"}
@@ -88,7 +88,7 @@ def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: Draf
     if kind == "draft-simple":
         if not isinstance(draft, Model):
             raise InvalidArgumentError(f"draft-simple drafts with a draft model: give one (-md), got {draft!r}")
-        return ModelDrafter(draft, sampling, params, eog, target)
+        return DraftModelDrafter(draft, sampling, params, eog, target)
     head_kind = "eagle3" if kind == "draft-eagle3" else "dflash"
     if not isinstance(draft, DraftHead) or draft.kind != head_kind:
         got = f"a {draft.kind} head" if isinstance(draft, DraftHead) else repr(draft)

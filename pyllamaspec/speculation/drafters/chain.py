@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..drafter import NO_DRAFT, Draft, Drafter
 
 if TYPE_CHECKING:
-    from ...engine.sequence import Sequence
+    from ...engine.sequence import ContextSequence
     from ...engine.model import Model
     from ..cost_model import DraftPolicy
 
@@ -38,7 +38,7 @@ class ChainDrafter(Drafter):
         return max(d.max_draft for d in self.drafters)
 
     @property
-    def draft_seq(self) -> "Sequence | None":
+    def draft_seq(self) -> "ContextSequence | None":
         return next((d.draft_seq for d in self.drafters if d.draft_seq is not None), None)
 
     @property
@@ -49,7 +49,7 @@ class ChainDrafter(Drafter):
         for d in self.drafters:
             d.open(prompt, fresh, stop)
 
-    def prefill(self, prompt: list[int], target: "Sequence | None" = None, fresh: bool = False) -> int:
+    def prefill(self, prompt: list[int], target: "ContextSequence | None" = None, fresh: bool = False) -> int:
         return max(d.prefill(prompt, target, fresh) for d in self.drafters)
 
     def propose(self, seq: list[int], k_cap: int, policy: "DraftPolicy", constraint=None) -> Draft:

@@ -43,7 +43,7 @@ def _common_ids(target: Model, n: int, eog: frozenset[int]) -> np.ndarray | None
     return cached[1]
 
 
-class ModelDrafter(TreeSampledDrafter):
+class DraftModelDrafter(TreeSampledDrafter):
     """Drafts with a draft Model (a chain, or a token tree: tree/sampled.py); see the module's
     docstring."""
 

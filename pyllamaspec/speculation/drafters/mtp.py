@@ -22,7 +22,7 @@ import numpy as np
 
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...engine.sequence import Sequence
+from ...engine.sequence import ContextSequence
 from ...errors import UnsupportedModelError
 from ..params import DraftParams
 from ..drafter import Call
@@ -36,7 +36,7 @@ class MtpTree(TreeBuilder):
     """A tree's nodes evaluated by the MTP block of the target's sequence tseq: the root is the
     round's step 0 (MTP node 0), each node grown the next MTP node, a child of its parent's."""
 
-    def __init__(self, tseq: Sequence, sampler, greedy: bool, rng: np.random.Generator, eog: frozenset[int]):
+    def __init__(self, tseq: ContextSequence, sampler, greedy: bool, rng: np.random.Generator, eog: frozenset[int]):
         super().__init__(sampler, greedy, rng, eog)
         self.tseq = tseq
         self.mtp_node = {-1: 0}              # tree node -> its MTP draft node

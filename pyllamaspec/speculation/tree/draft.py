@@ -6,7 +6,7 @@ sequences, the MTP drafter (mtp.py) in its target's MTP block.
 Where the nodes live in the draft model's cache: the root (the text's last token) is evaluated
 in the drafter's own sequence; a node's first evaluated child continues its parent's sequence,
 every other one a spare sequence that starts as a copy of the parent's path (shared KV cells,
-Sequence.copy_from). After verification, keep() makes the drafter's sequence hold the accepted
+ContextSequence.copy_from). After verification, keep() makes the drafter's sequence hold the accepted
 path and gives the spares back.
 
 The chain's draft (every first child, to the full depth) is always in the tree, so that a tree
@@ -30,7 +30,7 @@ import numpy as np
 
 from ...engine.model import Model
 from ...engine.sampling import top_softmax
-from ...engine.sequence import Sequence
+from ...engine.sequence import ContextSequence
 from ..drafter import Draft
 
 
@@ -175,19 +175,19 @@ class TreeBuilder(ABC):
 class TreeDraft(TreeBuilder):
     """One round's tree in a draft model's sequences (see the module's docstring)."""
 
-    def __init__(self, model: Model, main: Sequence, sampler, greedy: bool, rng: np.random.Generator,
+    def __init__(self, model: Model, main: ContextSequence, sampler, greedy: bool, rng: np.random.Generator,
                  eog: frozenset[int]):
         super().__init__(sampler, greedy, rng, eog)
         self.model, self.main = model, main
-        self.spares: list[Sequence] = []
-        self.node_seq: dict[int, tuple[Sequence, int]] = {}    # an evaluated node: where its path is
+        self.spares: list[ContextSequence] = []
+        self.node_seq: dict[int, tuple[ContextSequence, int]] = {}    # an evaluated node: where its path is
         self.root_n = 0
 
     def build(self, first: int, shape: TreeShape, row0: np.ndarray) -> Draft:
         self.root_n = len(self.main._cache_ids)
         return super().build(first, shape, row0)
 
-    def _path_seq(self, node: int) -> tuple[Sequence, int]:
+    def _path_seq(self, node: int) -> tuple[ContextSequence, int]:
         """A draft sequence holding the path to node (root: the drafter's own), and its length."""
         return (self.main, self.root_n) if node < 0 else self.node_seq[node]
 

@@ -2,7 +2,7 @@
 
 A tree draft (drafter.py: tokens, parents; parents before children) is scored in ONE
 target call: every root-to-leaf path gets a spare sequence of the target that starts as a copy
-of the generation's sequence (Sequence.copy_from: shared KV cells), and each node is put in the
+of the generation's sequence (ContextSequence.copy_from: shared KV cells), and each node is put in the
 batch once, in the sequences of all the branches through it: it attends as the first of them,
 to its ancestors and the text (csrc/engine/batch.h: a tree attention mask for free). A hybrid
 target (a recurrent state per sequence), or one whose MTP block is enabled (its hidden rows by
@@ -35,7 +35,7 @@ import numpy as np
 
 from ...engine.model import Model
 from ...engine.sampling import Sampler
-from ...engine.sequence import Sequence
+from ...engine.sequence import ContextSequence
 from ..drafter import Draft
 from .draft import children
 
@@ -103,8 +103,8 @@ class TreeVerifier:
 
     def __init__(self, target: Model, sampler: Sampler):
         self.target, self.sampler = target, sampler
-        self.branches: list[Sequence] = []
-        self.leaf_seq: dict[int, Sequence] = {}
+        self.branches: list[ContextSequence] = []
+        self.leaf_seq: dict[int, ContextSequence] = {}
         self.rows = 0
         self.kept: list[int] = []      # the nodes of the branch kept by the last round
 
@@ -128,7 +128,7 @@ class TreeVerifier:
         self.branches = got
         return draft
 
-    def score(self, tseq: Sequence, last: int, draft: Draft) -> np.ndarray:
+    def score(self, tseq: ContextSequence, last: int, draft: Draft) -> np.ndarray:
         """The target's rows for the tree: row 0 the root's (scoring its children), row i + 1
         node i's. The branches hold the text and the tree afterwards."""
         lv = leaves(draft.parents)
@@ -154,7 +154,7 @@ class TreeVerifier:
                     toks.append(last if node < 0 else t[node])
                     seqs.append(s)
             return toks, seqs, node_row
-        through: list[list[Sequence]] = [[] for _ in range(draft.n)]
+        through: list[list[ContextSequence]] = [[] for _ in range(draft.n)]
         for leaf, s in zip(lv, self.branches):
             for node in path_of(draft.parents, leaf):
                 through[node].append(s)
@@ -167,7 +167,7 @@ class TreeVerifier:
         tokens, parents = (np.ascontiguousarray(a, np.int32) for a in (draft.tokens, draft.parents))
         return self.sampler.verify_tree(p, tokens, parents, draft.q)
 
-    def finish(self, tseq: Sequence, draft: Draft, path: list[int], n_past: int) -> TreeRound:
+    def finish(self, tseq: ContextSequence, draft: Draft, path: list[int], n_past: int) -> TreeRound:
         """The generation's sequence takes the text and the accepted path; the branches go."""
         lv = list(self.leaf_seq)
         deepest = path[-1] if path else -1
