@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pyllamaspec.frontends.cli import args as cli_args
+from pyllamaspec.frontends.flags import args as cli_args
 from pyllamaspec.errors import PyllamaspecError
 
 cli = importlib.import_module("pyllamaspec.frontends.cli.main")    # the package exports main() as `main`

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from pyllamaspec.frontends.cli import args as cli_args
-from pyllamaspec.frontends.cli.checks import Setup, check_drafters, ineffective_flags
+from pyllamaspec.frontends.flags import args as cli_args
+from pyllamaspec.frontends.flags.checks import Setup, check_drafters, ineffective_flags
 from pyllamaspec.errors import PyllamaspecError
 
 cli = importlib.import_module("pyllamaspec.frontends.cli.main")    # the package exports main() as `main`

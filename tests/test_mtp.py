@@ -183,7 +183,7 @@ def test_model_without_mtp_is_refused(files):
 
 
 def test_cli_spec_type_draft_mtp(files):
-    from pyllamaspec.frontends.cli import args as cli_args
+    from pyllamaspec.frontends.flags import args as cli_args
     from pyllamaspec.errors import PyllamaspecError
     a = cli_args.parse_args(cli_args.build_parser(), ["-m", "t", "--spec-type", "draft-mtp"])
     cli_args.resolve_spec_type(a)

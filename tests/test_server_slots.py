@@ -83,7 +83,7 @@ def test_np_per_slot_context(smollm2_path):
 
 def test_one_slot_with_spec_tree_verifies_trees(smollm2_path, draft_path):
     """-np 1 --spec-tree: the context holds the tree's spare sequences beside the slot
-    (cli.launch.sequences_for), so rounds verify trees (the timings say how many); before, one
+    (flags.launch.sequences_for), so rounds verify trees (the timings say how many); before, one
     slot meant one sequence and every tree shrank to its first branch, silently."""
     s = Server(["-m", str(smollm2_path), "-md", str(draft_path), "-np", "1", "--spec-tree", *MODEL_FLAGS,
                 *DRAFT_FLAGS])

@@ -489,7 +489,7 @@ def test_greedy_tree_gemma3_up_to_small_margins(gemma3_path):
 
 def test_cli_spec_tree_gives_a_hybrid_its_branches(synth_dir):
     """A hybrid target holds one sequence by default (a recurrent state ring each): --spec-tree
-    asks for a tree's spare sequences too (cli.launch.sequences_for), so the CLI really verifies
+    asks for a tree's spare sequences too (flags.launch.sequences_for), so the CLI really verifies
     trees on it; without them every tree shrank to its first branch (0 tree rounds)."""
     import subprocess
     import sys

@@ -24,11 +24,11 @@ from ...errors import PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ...generation.generate import iter_generate
-from .args import build_parser, parse_args
+from ..flags.args import build_parser, parse_args
 from .conversation import CTRL_C, run_conversation
-from .checks import Setup, ineffective_flags
+from ..flags.checks import Setup, ineffective_flags
 from .compare import Run, alternate, report, warm_up
-from .launch import DEFAULT_PROMPT, open_models, process_escapes, resolve_models, settings_from_args  # noqa: F401
+from ..flags.launch import DEFAULT_PROMPT, open_models, process_escapes, resolve_models, settings_from_args  # noqa: F401
 
 GREEN, RESET = "\033[32m", "\033[0m"
 

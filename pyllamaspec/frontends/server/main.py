@@ -19,7 +19,7 @@ from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli.args import Parser, add_model_args, add_resource_args, add_sampling_args, add_speculation_args
+    from ..flags.args import Parser, add_model_args, add_resource_args, add_sampling_args, add_speculation_args
     ap = Parser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args):
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ...errors import PyllamaspecError
-    from ..cli.args import parse_args
-    from ..cli.launch import open_models, resolve_models, settings_from_args
+    from ..flags.args import parse_args
+    from ..flags.launch import open_models, resolve_models, settings_from_args
     from ...speculation.drafters import spec_types_of
     from .app import create_app
     from .native_routes import Options

@@ -1,5 +1,5 @@
 """From flags to loaded models, shared by the CLI and the server (which parse the same flags,
-cli/args.py): the models' paths (-m / -hf / --demo), the sampling and drafting settings, and the
+flags/args.py): the models' paths (-m / -hf / --demo), the sampling and drafting settings, and the
 target and its draft opened (generation/drafts.py decides what a draft file is)."""
 from __future__ import annotations
 
