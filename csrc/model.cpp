@@ -1,9 +1,9 @@
 // GGUF → hyper-parameters + weights in backend buffers (mmap'd on the CPU).
 #include "model.h"
 
-#include "engine/compute_thread.h"
 #include "error.h"
-#include "memory/huge_pages.h"
+#include "host/compute_thread.h"
+#include "host/huge_pages.h"
 #include "vocab/vocab.h"
 
 #include "ggml-alloc.h"

@@ -251,6 +251,17 @@ def test_bad_eval_arguments(synth_model):
             m.eval([1, 2], out=np.empty((1, 64), np.float32))
 
 
+def test_eval_without_a_buffer_only_for_no_rows(synth_model):
+    """The C API has no buffer of its own: NULL is for an eval that asks for no logits."""
+    from pyllamaspec.engine._native import ffi, lib
+    with Model(synth_model(dtype="F32"), n_ctx=16) as m:
+        ctx, toks = m._context._ctx, ffi.new("int32_t[]", [1, 2])
+        assert lib.psl_context_eval(ctx, toks, 2, lib.PSL_LOGITS_LAST, ffi.NULL, 0) == lib.PSL_ERR_INVALID_ARGUMENT
+        assert m.n_past == 0
+        assert lib.psl_context_eval(ctx, toks, 2, lib.PSL_LOGITS_NONE, ffi.NULL, 0) == lib.PSL_OK
+        assert m.n_past == 2
+
+
 def test_fuzz_corrupted_headers(synth_model, tmp_path):
     """Random byte damage in the header, metadata and tensor table: an exception or a working
     model, never a crash. Runs in a child process so that a crash is reported, with its seed."""

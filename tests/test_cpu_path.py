@@ -135,7 +135,7 @@ def test_evaluations_on_other_threads_share_one_openmp_team(smollm2_path):
     team of its own, and once all teams' threads outnumber the cores every barrier sleeps in the
     kernel after 100 spins (decoding from the server's worker thread ran 1.8x slower than from
     the loading thread). Evaluations from two more threads add those two threads and no team
-    (engine/compute_thread.h); each thread opening its own region would add a worker per team."""
+    (host/compute_thread.h); each thread opening its own region would add a worker per team."""
     env = dict(os.environ, PYLLAMASPEC_THREAD_CAP="0")      # 2 threads whatever the machine's load
     out = subprocess.run([sys.executable, "-c", _TEAMS, str(smollm2_path)], env=env, capture_output=True, text=True,
                          timeout=300)

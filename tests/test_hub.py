@@ -179,10 +179,8 @@ def test_split_resolves_to_its_first_part(cache):
     check(p, cache, repo, "Q8_0/big-Q8_0-00001-of-00003.gguf")
     for k in (2, 3):
         assert (p.parent / f"big-Q8_0-0000{k}-of-00003.gguf").is_file()
-    # the same for --hf-file naming any part; allow_split is still accepted (and ignored)
+    # the same for --hf-file naming any part
     p = hub.resolve(repo, "Q8_0/big-Q8_0-00002-of-00003.gguf", cache_dir=cache, offline=True)
-    check(p, cache, repo, "Q8_0/big-Q8_0-00001-of-00003.gguf")
-    p = hub.resolve(repo + ":Q8_0", cache_dir=cache, offline=True, allow_split=False)
     check(p, cache, repo, "Q8_0/big-Q8_0-00001-of-00003.gguf")
 
 

@@ -207,6 +207,29 @@ def test_no_cpp_include_circles():
     assert cycles(include_graph()) == []
 
 
+# The model level of csrc/ (ARCHITECTURE.md): the loader (model, error: the top-level files) and
+# the folders beside and below it. Every other folder reads the model, so none is included here.
+CPP_MODEL_LEVEL = {"", "host", "gguf", "vocab"}
+
+
+def model_level_violations(graph: dict[str, set[str]]) -> list[str]:
+    def folder(unit: str) -> str:
+        return unit.split("/")[0] if "/" in unit else ""
+    return sorted(f"{u} includes {d}" for u, deps in graph.items() if folder(u) in CPP_MODEL_LEVEL
+                  for d in deps if folder(d) not in CPP_MODEL_LEVEL)
+
+
+def test_model_level_includes_no_folder_above_it():
+    assert model_level_violations(include_graph()) == []
+
+
+def test_model_level_check_catches_an_upward_include():
+    assert model_level_violations({"model": {"error", "host/huge_pages", "engine/compute_thread"},
+                                   "vocab/vocab": {"memory/kv_cache", "gguf/gguf_file"},
+                                   "engine/context": {"model", "memory/kv_cache"}}) == [
+        "model includes engine/compute_thread", "vocab/vocab includes memory/kv_cache"]
+
+
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
     return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
 

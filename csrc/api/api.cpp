@@ -51,8 +51,6 @@ extern "C" {
 
 const char * psl_last_error(void) { return last_error(); }
 
-const char * psl_version(void) { return PSL_VERSION; }
-
 // Like llama.cpp's system info: the ggml it was built from, then each compiled backend with
 // its features ("CPU : AVX2 = 1 | ...") and each accelerator device.
 const char * psl_system_info(void) {
@@ -314,18 +312,7 @@ void psl_context_reset_perf(psl_context * ctx) {
     if (ctx) ctx->perf = psl_perf{0.0, 0, 0, ctx->perf.n_threads_last};
 }
 
-psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab) {
-    return guard([&] {
-        PSL_REQUIRE(ctx, PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
-        if (data) *data = const_cast<float *>(ctx->logits.data());
-        if (n_rows) *n_rows = ctx->logits.empty() ? 0 : ctx->n_rows;
-        if (n_vocab) *n_vocab = ctx->model->hp.n_vocab;
-    });
-}
-
 int32_t psl_context_n_past(const psl_context * ctx) { return ctx ? ctx->mem->n_past() : 0; }
-
-int32_t psl_context_n_ctx(const psl_context * ctx) { return ctx ? ctx->params.n_ctx : 0; }
 
 int32_t psl_context_max_rollback(const psl_context * ctx) {
     if (!ctx) return 0;

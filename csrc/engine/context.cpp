@@ -1,12 +1,12 @@
 // A context: the KV cache, the backend scheduler and eval(tokens) → logits, split into
 // graphs of at most n_batch tokens.
 #include "engine/context.h"
-#include "engine/compute_thread.h"
 #include "engine/head.h"
 #include "engine/mtp.h"
 #include "engine/thread_budget.h"
 
 #include "error.h"
+#include "host/compute_thread.h"
 #include "models/common/graph_common.h"
 
 #include "ggml-cpu.h"
@@ -429,18 +429,13 @@ bool psl_context::one_seq_per_graph() const { return mem->rs() != nullptr || mtp
 void psl_context::decode(const psl_batch & batch, float * out, int64_t out_cap) {
     const int32_t n_vocab = model->hp.n_vocab;
     const Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
-    if (out) {
-        if (out_cap < (int64_t) b.n_out * n_vocab) {
-            fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
-                 (long long) b.n_out * n_vocab);
-        }
-    } else {
-        logits.resize((size_t) b.n_out * n_vocab);
-        out = logits.data();
+    // NULL is a buffer for no rows (a prompt's prefill)
+    if (!out && b.n_out > 0) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL, %d rows requested", b.n_out);
+    if (out && out_cap < (int64_t) b.n_out * n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
+             (long long) b.n_out * n_vocab);
     }
-    n_rows = 0;
     run(b, false, out);
-    n_rows = b.n_out;
 }
 
 void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {

@@ -42,8 +42,6 @@ struct psl_context {
     // The current graph is reused, allocation included, while these stay the same.
     int32_t graph_tokens = -1, graph_kv = -1, graph_mode = -1, graph_rows = -1, graph_fa = -1;
 
-    std::vector<float> logits;               // used when the caller gives no buffer
-    int32_t n_rows = 0;
     psl::GraphInputs inputs;                 // host buffers of the graph inputs
     std::atomic<bool> interrupt{false};
     bool catch_sigint = false;               // SIGINT interrupts a running eval

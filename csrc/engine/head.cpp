@@ -2,8 +2,8 @@
 // its target, the features a target batch leaves (what is computed: head.h).
 #include "engine/head.h"
 
-#include "engine/compute_thread.h"
 #include "error.h"
+#include "host/compute_thread.h"
 #include "model.h"
 
 #include <algorithm>

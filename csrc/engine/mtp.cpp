@@ -2,8 +2,8 @@
 // the architecture's, models/qwen35.cpp).
 #include "engine/mtp.h"
 
-#include "engine/compute_thread.h"
 #include "error.h"
+#include "host/compute_thread.h"
 #include "model.h"
 
 #include <algorithm>

@@ -5,9 +5,9 @@
 // repacking / AMX buffer when the full head was loaded into one (those kernels sum in another
 // order than plain vec_dot). A repacked copy holds its rows rounded up to a tile multiple, the
 // rest zero, and takes whole uploads only (ggml converts a tensor to its layout in one piece).
-#include "engine/compute_thread.h"
 #include "engine/context.h"
 #include "error.h"
+#include "host/compute_thread.h"
 
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"

@@ -127,16 +127,6 @@ void split_layers(psl_model & m, const psl_model_params & params) {
 
 using namespace psl;
 
-const char * psl_model_device_name(const psl_model * m, int32_t i) {
-    if (!m || !m->dev_cpu || i < 0) return nullptr;
-    if (!m->split_devs.empty()) {
-        return (size_t) i < m->split_devs.size() ? ggml_backend_dev_name(m->split_devs[i]) : nullptr;
-    }
-    std::vector<ggml_backend_dev_t> devs = m->offload_devices();
-    devs.push_back(m->dev_cpu);
-    return (size_t) i < devs.size() ? ggml_backend_dev_name(devs[i]) : nullptr;
-}
-
 const char * psl_model_layer_device(const psl_model * m, int32_t il) {
     if (!m || !m->dev_cpu || il < -1 || il >= m->hp.n_layer) return nullptr;
     return ggml_backend_dev_name(il < 0 ? m->output_device() : m->layer_device(il));

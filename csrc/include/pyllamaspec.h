@@ -50,7 +50,6 @@ typedef struct psl_detok   psl_detok;
 /* ---- library ---- */
 /* Last error of this thread, "" if none. Valid until the next failing call on this thread. */
 PSL_API const char * psl_last_error(void);
-PSL_API const char * psl_version(void);
 /* Compiled backends and CPU features, e.g. "CPU: AVX2 F16C FMA ... | CUDA: 1 device". */
 PSL_API const char * psl_system_info(void);
 /* Route ggml's log to stderr (true) or keep it quiet (false, the default). */
@@ -69,8 +68,9 @@ typedef struct psl_model_params {
                              * never used (a draft's full head) never take memory                  */
     const char *  rpc_servers;    /* "host:port,host:port": ggml RPC servers the layers spread over *
                                    * with the local devices (NULL or "" = none); see psl_rpc_*     */
-    const float * tensor_split;   /* with rpc_servers: the share of the layers of each device, in   *
-                                   * psl_model_device_name's order (NULL = by free memory)          */
+    const float * tensor_split;   /* with rpc_servers: the share of the layers of each device, the  *
+                                   * servers' ones first, then the local ones, the CPU last (NULL = *
+                                   * by free memory)                                               */
     int32_t       n_tensor_split; /* entries in tensor_split                                         */
     bool    deterministic;  /* batch-invariant numerics: a row's logits do not depend on how many  *
                              * rows or sequences share its evaluation (weights in the file's       *
@@ -111,9 +111,7 @@ typedef struct psl_model_info {
 } psl_model_info;
 
 PSL_API psl_status psl_model_get_info(const psl_model * model, psl_model_info * out);
-/* Devices the model's layers may live on, in split order (RPC servers' devices first, then the
- * local ones, the CPU last); NULL past the end. The device of layer il (-1: the output head). */
-PSL_API const char * psl_model_device_name(const psl_model * model, int32_t i);
+/* The device of layer il (-1: the output head); NULL out of range. */
 PSL_API const char * psl_model_layer_device(const psl_model * model, int32_t il);
 /* Which ggml kernels multiply the model's weights, one line per weight type and buffer, e.g.
  * "q4_K x168 CPU_REPACK: repacked (...)" or "q4_1 x210 CPU: 1 token: vec_dot q4_1 x q8_1; batched:
@@ -192,10 +190,10 @@ PSL_API int32_t    psl_max_threads(void);
 
 /* Evaluates tokens[0..n) at positions [n_past, n_past + n), causally over the cache, and
  * appends them to it; batches longer than n_batch are split. The logits of the requested rows
- * (psl_logits_mode) are written row-major, rows x n_vocab float32, to `out` when it is not
- * NULL (out_cap = its size in floats; too small gives PSL_ERR_BUFFER_TOO_SMALL before any
- * work), else to the context's own buffer, read with psl_context_logits. On failure the cache
- * is as it was before the call. */
+ * (psl_logits_mode) are written row-major, rows x n_vocab float32, to `out` (out_cap = its size
+ * in floats; too small gives PSL_ERR_BUFFER_TOO_SMALL before any work; NULL is allowed only when
+ * no rows are requested, else PSL_ERR_INVALID_ARGUMENT). On failure the cache is as it was
+ * before the call. */
 PSL_API psl_status psl_context_eval(psl_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_mode,
                                     float * out, int64_t out_cap);
 /* Evaluates tokens as psl_context_eval does (appended to the cache, n_batch splitting, the same
@@ -226,9 +224,9 @@ typedef struct psl_batch {
  * positions <= its own (llama.cpp's convention). Each sequence's tokens, in batch order, must
  * continue it: positions n_past, n_past + 1, ... (else PSL_ERR_INVALID_ARGUMENT); a hybrid model
  * takes one sequence per token (else PSL_ERR_UNSUPPORTED). The rows of the flagged tokens are
- * written in batch order, rows x n_vocab, to out (out_cap floats; NULL: the context's buffer,
- * psl_context_logits). PSL_ERR_CONTEXT_FULL when a sequence would pass n_ctx or the cells are
- * all taken. On failure every sequence is as it was before the call. */
+ * written in batch order, rows x n_vocab, to out (out_cap floats; NULL only when no token is
+ * flagged). PSL_ERR_CONTEXT_FULL when a sequence would pass n_ctx or the cells are all taken. On
+ * failure every sequence is as it was before the call. */
 PSL_API psl_status psl_context_decode(psl_context * ctx, const psl_batch * batch, float * out, int64_t out_cap);
 /* Tokens in sequence seq (0 for an id out of range). */
 PSL_API int32_t    psl_context_seq_n_past(const psl_context * ctx, int32_t seq);
@@ -260,10 +258,7 @@ PSL_API psl_status psl_context_seq_mtp_draft(psl_context * ctx, int32_t seq, int
 PSL_API psl_status psl_context_seq_mtp_draft_nodes(psl_context * ctx, int32_t seq, int32_t n, const int32_t * tokens,
                                                    const int32_t * parents, float * logits, int64_t out_cap);
 
-/* The context's own logits buffer after an eval with out == NULL. Valid until the next eval. */
-PSL_API psl_status psl_context_logits(const psl_context * ctx, float ** data, int32_t * n_rows, int32_t * n_vocab);
 PSL_API int32_t    psl_context_n_past(const psl_context * ctx);
-PSL_API int32_t    psl_context_n_ctx(const psl_context * ctx);
 /* Keeps the first n_keep tokens of the cache, in O(1): the rollback speculation needs. A
  * hybrid model's recurrent state (qwen35) rolls back exactly, in O(1) by up to
  * psl_context_max_rollback tokens past the end; further back, the next eval first replays the

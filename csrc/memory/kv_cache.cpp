@@ -1,5 +1,5 @@
 #include "memory/kv_cache.h"
-#include "memory/huge_pages.h"
+#include "host/huge_pages.h"
 
 #include "error.h"
 #include "model.h"

@@ -1,5 +1,5 @@
 """Where a model's weights live on the CPU: mapped from the file, or read into memory backed by
-transparent huge pages (csrc/memory/huge_pages.h).
+transparent huge pages (csrc/host/huge_pages.h).
 
 Decoding reads every weight once per token. Mapped pages are 4 KiB (the page cache of a regular
 file is not collapsed into huge pages on request); memory read in asks for 2 MiB pages, and

@@ -278,9 +278,6 @@ class Detokenizer(_native.Closeable):
             self._check(self._lib.psl_detok_push(self._d, token, self._text, self._len))
             return self._result()
 
-    def push_many(self, tokens: Iterable[int]) -> str:
-        return "".join(self.push(t) for t in tokens)
-
     def flush(self) -> str:
         """Returns the bytes held back (an incomplete character), as text."""
         with self._excl:

@@ -448,7 +448,7 @@ def _offline_hint(repo_id: str, filename: str | None = None, quant: str | None =
 
 def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = None,
             progress: bool = True, cache_dir: str | os.PathLike | None = None,
-            allow_split: bool = True, token: str | bool | None = None) -> pathlib.Path:
+            token: str | bool | None = None) -> pathlib.Path:
     """Local path of the GGUF named by ``spec`` (``user/repo[:QUANT]``) or, with ``hf_file``, of
     that file of ``user/repo``; downloaded into the Hugging Face cache first when needed.
 
@@ -456,7 +456,6 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
     network. ``progress``: show huggingface_hub's download progress bar. ``cache_dir``: the hub
     cache (default: :func:`hub_cache_dir`). For a split model every part is downloaded and the first
     returned (what :class:`~pyllamaspec.Model` loads; the other parts lie beside it).
-    ``allow_split``: accepted for compatibility and ignored (split models once needed it).
     ``token``: passed to huggingface_hub (default: its own, e.g. ``HF_TOKEN`` or ``hf auth login``).
 
     Online, the repository is listed with ``HfApi().list_repo_files``; if the Hub cannot be reached

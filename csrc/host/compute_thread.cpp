@@ -1,5 +1,5 @@
 // The process's compute thread (compute_thread.h).
-#include "engine/compute_thread.h"
+#include "host/compute_thread.h"
 
 #include "ggml-cpu.h"
 

@@ -1,5 +1,5 @@
 // Transparent huge pages for host buffers (huge_pages.h).
-#include "memory/huge_pages.h"
+#include "host/huge_pages.h"
 
 #include <cstdint>
 #include <cstdlib>
