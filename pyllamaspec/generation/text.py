@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.sampling import TokenLogprobs
+from ..structured.tools.base import held_back   # a stop string is held back as a tool-call marker is
 
 
 @dataclass
@@ -16,17 +17,6 @@ class Piece:
     token: int
     from_draft: bool
     logprobs: TokenLogprobs | None = None
-
-
-def held_back(text: str, stops: list[str]) -> int:
-    """Length of the longest suffix of text that could still grow into a stop string."""
-    best = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:n]):
-                best = n
-                break
-    return best
 
 
 class TextOutput:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from ..gbnf_text import format_literal
 from ..json_schema import SchemaConverter
@@ -147,8 +147,9 @@ def first_of(text: str, markers: tuple[str, ...], start: int = 0) -> int:
     return min(found) if found else len(text)
 
 
-def held_back(text: str, markers: tuple[str, ...]) -> int:
-    """Length of the longest suffix of text that is the start of a marker (it may become one)."""
+def held_back(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of text that is the start of a marker (it may become one):
+    a tool-call marker, or a stop string (generation/text.py)."""
     best = 0
     for m in markers:
         for n in range(min(len(m) - 1, len(text)), best, -1):
