@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             for reuse in ((True, False) if i % 2 == 0 else (False, True)):     # alternate the order
                 runs[reuse].append(one_chat(m, reuse, a.n_predict))
     print(f"{path}, {a.threads} threads, {a.n_predict} tokens per answer, medians of {a.rounds}")
-    # the two conversations can part at a near tie (see README: batch sizes), hence both lengths
+    # the two conversations can part at a near tie (see docs/python-api.md: the prompt cache), hence both lengths
     print("turn | reuse: prompt, evaluated, ms | no reuse: prompt, evaluated, ms")
     for t in range(len(QUESTIONS)):
         med = {k: statistics.median(r[t][2] for r in v) * 1e3 for k, v in runs.items()}

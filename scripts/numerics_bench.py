@@ -1,5 +1,5 @@
-"""What our numerical choices buy and cost, measured in one run (the README's "KV cache types"
-and "Deterministic numerics"):
+"""What our numerical choices buy and cost, measured in one run (docs/speculation.md's "KV cache
+types" and "Deterministic numerics"; the numbers are in docs/benchmarks.md):
 
     python scripts/numerics_bench.py kv  [--models smollm2,gemma3] [--rounds 3] [-t 2]
     python scripts/numerics_bench.py det [--models smollm2,gemma3] [--rounds 3] [-t 2]

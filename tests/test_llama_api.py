@@ -88,7 +88,7 @@ def test_mlx_shapes(smollm2_path):
 
 
 def test_closed_model_says_so(smollm2_path):
-    """Issue 27, 7: the README says any call after close() raises ModelClosedError; generate()
+    """Issue 27, 7: the docs say any call after close() raises ModelClosedError; generate()
     raised a plain InvalidArgumentError."""
     from pyllamaspec import ModelClosedError
     m = Model(smollm2_path, n_ctx=64)

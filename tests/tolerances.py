@@ -16,7 +16,7 @@ difference later tokens inherit. So the spreads sit below those steps: 1.1e-4 wi
 6.9e-3 where MXFP4 experts quantize their input to Q8_0.
 
 GPU backends: llama.cpp's own CUDA results differ from the CPU fixtures by what
-`measured["cuda"]` holds where it was measured (README, GPU: SmolLM2 on an H100,
+`measured["cuda"]` holds where it was measured (docs/benchmarks.md, on a GPU: SmolLM2 on an H100,
 scripts/gpu_check.sh); where no GPU spread was measured the comparison is skipped with the command
 that measures it, rather than passed with a number nobody measured.
 """
@@ -71,7 +71,7 @@ QWEN35 = {"a": Spread({"cpu": 3.21e-5}, SUMMATION_FLOOR), "b": Spread({"cpu": 2.
 MTP = {"a": Spread({"cpu": 2.69e-4}, SUMMATION_FLOOR), "b": Spread({"cpu": 2.74e-4}, SUMMATION_FLOOR)}
 
 # ---- real models against gen_shared_*: |dlogit| over llama.cpp's top-5 ids, batched prompt rows ----
-# CUDA: llama.cpp b11434's CUDA build against the CPU fixture, SmolLM2 Q4_1 on an H100 (README).
+# CUDA: llama.cpp b11434's CUDA build against the CPU fixture, SmolLM2 Q4_1 on an H100 (docs/benchmarks.md).
 
 
 @dataclass(frozen=True)

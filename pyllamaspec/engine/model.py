@@ -94,7 +94,7 @@ class Model(VocabMixin, _native.Closeable):
 
     type_k / type_v: the KV cache's types ("f16", "f32", "auto", "q8_0", ...): f16, the default,
     answers as llama.cpp does; f32 attends faster on a CPU but may part from it; "auto": f32 where
-    the cache is in CPU memory and takes at most 512 MiB (README, "KV cache types"). self.memory
+    the cache is in CPU memory and takes at most 512 MiB (docs/speculation.md, "KV cache types"). self.memory
     says what was chosen. deterministic=True (CPU only): a row's logits do not depend on how many
     rows or sequences share its evaluation, so greedy speculation equals plain greedy decoding
     (ggml's reference kernels: self.kernels; slower).
@@ -771,7 +771,7 @@ class Model(VocabMixin, _native.Closeable):
     def perf(self, reset: bool = False) -> dict[str, float]:
         """Wall time spent inside the core's eval (seconds), calls and tokens since the last reset,
         and the CPU threads the last eval ran with (n_threads_last: fewer than n_threads while
-        other processes keep the cores busy, see README)."""
+        other processes keep the cores busy, see docs/building.md)."""
         with self._excl:
             return self._context.perf(bool(reset))
 

@@ -1,6 +1,6 @@
 # PYLLAMASPEC_CPU: which instruction sets ggml's CPU kernels use, as one flag. ggml's results differ
 # between them (its kernels sum in other orders: tests/tolerances.py has the measured spreads), so
-# the suite is run with each (README, Building). native: -march=native (the default); portable:
+# the suite is run with each (docs/building.md). native: -march=native (the default); portable:
 # ggml's own default without GGML_NATIVE (x86-64: AVX2, FMA, F16C, BMI2); avx2 and avx512: those
 # exactly; generic: no SIMD beyond the architecture's baseline (x86-64: SSE2; ARM: armv8-a).
 

@@ -141,7 +141,7 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--deterministic", action="store_true",
                    help="batch-invariant numerics: a sequence's logits do not depend on how many tokens or "
                         "sequences share its evaluation, so speculation and -np N give plain decoding's greedy "
-                        "output token for token (CPU only; slower: the README's \"Deterministic numerics\")")
+                        "output token for token (CPU only; slower: docs/speculation.md, \"Deterministic numerics\")")
     g.add_argument("--repack", dest="repack", action="store_true", default=True,
                    help="repack the weights for the CPU's kernels (the default)")
     g.add_argument("-nr", "--no-repack", dest="repack", action="store_false",
@@ -250,6 +250,6 @@ def warn_gpu_layers(a: argparse.Namespace) -> None:
         if n != 0 and not gpu_available():
             print(f"warning: no usable GPU found, {flag} option will be ignored\n"
                   "warning: one possible reason is that pyllamaspec was built without GPU support "
-                  "(see README: Building)", file=sys.stderr)
+                  "(see docs/building.md)", file=sys.stderr)
     if not gpu_available():
         a.n_gpu_layers = a.n_gpu_layers_draft = 0
