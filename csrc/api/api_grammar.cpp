@@ -20,16 +20,49 @@ Grammar & grammar_of(psl_grammar * g) {
     return *g;
 }
 
+GrammarLimits limits_of(const psl_grammar_limits * l) {
+    GrammarLimits out;
+    if (!l) return out;
+    if (l->max_rules < 0 || l->max_depth < 0 || l->max_elements < 0 || l->max_stacks < 0 || l->max_set < 0 ||
+        l->max_set_storage < 0 || l->timeout_ms < 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "grammar limits must be >= 0 (0: no bound)");
+    }
+    out.max_rules = (uint32_t) l->max_rules;
+    out.max_depth = (uint32_t) l->max_depth;
+    out.max_elements = (uint64_t) l->max_elements;
+    out.max_stacks = (uint32_t) l->max_stacks;
+    out.max_set = (uint32_t) l->max_set;
+    out.max_set_storage = (uint64_t) l->max_set_storage;
+    out.timeout_ms = l->timeout_ms;
+    out.cancel = l->cancel;
+    return out;
+}
+
 }  // namespace
 
 extern "C" {
 
+psl_grammar_limits psl_grammar_default_limits(void) {
+    const GrammarLimits d;
+    psl_grammar_limits l;
+    l.max_rules = (int32_t) d.max_rules;
+    l.max_depth = (int32_t) d.max_depth;
+    l.max_elements = (int64_t) d.max_elements;
+    l.max_stacks = (int32_t) d.max_stacks;
+    l.max_set = (int32_t) d.max_set;
+    l.max_set_storage = (int64_t) d.max_set_storage;
+    l.timeout_ms = (int32_t) d.timeout_ms;
+    l.cancel = nullptr;
+    return l;
+}
+
 psl_status psl_grammar_new(const psl_model * model, const char * text, size_t len, const char * root,
-                           psl_grammar ** out) {
+                           const psl_grammar_limits * limits, psl_grammar ** out) {
     return guard([&] {
         if (!out) fail(PSL_ERR_INVALID_ARGUMENT, "out is NULL");
         *out = nullptr;
         if (!text && len) fail(PSL_ERR_INVALID_ARGUMENT, "text is NULL");
+        const GrammarLimits lim = limits_of(limits);
         std::shared_ptr<const Vocab> vocab;
         if (model) {
             if (!model->vocab) fail(PSL_ERR_NO_VOCAB, "a grammar needs the model's tokenizer, which this model lacks");
@@ -49,8 +82,8 @@ psl_status psl_grammar_new(const psl_model * model, const char * text, size_t le
         };
         Gbnf g;
         const uint32_t start = parse_gbnf(std::string_view(text ? text : "", len), root ? root : "root", token_of,
-                                          vocab ? vocab->n_tokens() : -1, g);
-        *out = new psl_grammar(g, start, vocab ? TokenTable::of(vocab) : nullptr);
+                                          vocab ? vocab->n_tokens() : -1, lim, g);
+        *out = new psl_grammar(g, start, vocab ? TokenTable::of(vocab) : nullptr, lim);
     });
 }
 
@@ -89,6 +122,14 @@ psl_status psl_grammar_allows(psl_grammar * g, int32_t id, bool * allowed) {
 }
 
 bool psl_grammar_may_end(const psl_grammar * g) { return g && g->may_end(); }
+
+psl_status psl_grammar_dead_end(psl_grammar * g, bool * dead_end) {
+    return guard([&] {
+        Grammar & gr = grammar_of(g);
+        if (!dead_end) fail(PSL_ERR_INVALID_ARGUMENT, "dead_end is NULL");
+        *dead_end = gr.dead_end();
+    });
+}
 
 psl_status psl_grammar_forced(psl_grammar * g, char * buf, size_t cap, size_t * n_out) {
     return guard([&] {

@@ -23,7 +23,8 @@ bool is_end_of_sequence(const GElem & e) { return e.type == GType::END || e.type
 
 class Parser {
 public:
-    Parser(const char * text, const TokenLookup & token_of) : begin_(text), token_of_(token_of) {}
+    Parser(const char * text, const TokenLookup & token_of, const GrammarLimits & limits)
+        : begin_(text), token_of_(token_of), limits_(limits) {}
 
     Gbnf run() {
         const char * pos = space(begin_, true);
@@ -34,7 +35,10 @@ public:
 private:
     const char * begin_;
     const TokenLookup & token_of_;
+    const GrammarLimits & limits_;
     Gbnf g_;
+    uint32_t depth_ = 0;          // parentheses open now
+    uint64_t n_elements_ = 0;     // elements in the rules set so far
 
     [[noreturn]] void error(const char * at, const std::string & what) const {
         int line = 1, col = 1;
@@ -54,18 +58,36 @@ private:
              near.empty() ? " (end of input)" : " near '", near.c_str(), near.empty() ? "" : "'");
     }
 
-    uint32_t symbol(const std::string & name) {
-        auto it = g_.symbols.emplace(name, (uint32_t) g_.symbols.size()).first;
-        return it->second;
+    void check_n_rules(const char * at) const {
+        if (limits_.max_rules && g_.symbols.size() >= limits_.max_rules) {
+            error(at, "more than " + std::to_string(limits_.max_rules) + " rules (max_rules), repetitions expanded");
+        }
     }
 
-    uint32_t fresh_symbol(const std::string & base) {
+    void check_n_elements(const char * at, uint64_t more) const {
+        if (limits_.max_elements && n_elements_ + more > limits_.max_elements) {
+            error(at, "more than " + std::to_string(limits_.max_elements) +
+                      " grammar elements (max_elements), repetitions expanded");
+        }
+    }
+
+    uint32_t symbol(const std::string & name, const char * at) {
+        auto it = g_.symbols.find(name);
+        if (it != g_.symbols.end()) return it->second;
+        check_n_rules(at);
+        return g_.symbols.emplace(name, (uint32_t) g_.symbols.size()).first->second;
+    }
+
+    uint32_t fresh_symbol(const std::string & base, const char * at) {
+        check_n_rules(at);
         const uint32_t id = (uint32_t) g_.symbols.size();
         g_.symbols[base + '_' + std::to_string(id)] = id;
         return id;
     }
 
-    void set_rule(uint32_t id, GRule r) {
+    void set_rule(uint32_t id, GRule r, const char * at) {
+        check_n_elements(at, r.size());
+        n_elements_ += r.size();
         if (g_.rules.size() <= id) g_.rules.resize(id + 1);
         g_.rules[id] = std::move(r);
     }
@@ -175,7 +197,7 @@ private:
         const char * end = name_end(src);
         const char * pos = space(end, false);
         const std::string name(src, (size_t) (end - src));
-        const uint32_t id = symbol(name);
+        const uint32_t id = symbol(name, src);
         if (!(pos[0] == ':' && pos[1] == ':' && pos[2] == '=')) error(pos, "expecting ::=");
         pos = alternates(space(pos + 3, true), name, id, false);
         if (*pos == '\r') {
@@ -196,7 +218,7 @@ private:
             pos = sequence(space(pos + 1, true), name, r, nested);
         }
         r.push_back({GType::END, 0});
-        set_rule(id, std::move(r));
+        set_rule(id, std::move(r), pos);
         return pos;
     }
 
@@ -241,16 +263,22 @@ const char * Parser::sequence(const char * src, const std::string & name, GRule 
             pos = space(next, nested);
         } else if (is_word(c)) {
             const char * end = name_end(pos);
-            const uint32_t ref = symbol(std::string(pos, (size_t) (end - pos)));
+            const uint32_t ref = symbol(std::string(pos, (size_t) (end - pos)), pos);
             pos = space(end, nested);
             s.last_start = r.size();
             s.n_prev_rules = 1;
             r.push_back({GType::RULE_REF, ref});
         } else if (c == '(') {
+            // groups are read by recursion: their depth is what bounds the parser's stack
+            if (limits_.max_depth && depth_ >= limits_.max_depth) {
+                error(pos, "parentheses nested deeper than " + std::to_string(limits_.max_depth) + " (max_depth)");
+            }
             pos = space(pos + 1, true);
             const size_t n_before = g_.symbols.size();
-            const uint32_t sub = fresh_symbol(name);
+            const uint32_t sub = fresh_symbol(name, pos);
+            ++depth_;
             pos = alternates(pos, name, sub, true);
+            --depth_;
             s.n_prev_rules = std::max<uint64_t>(1, g_.symbols.size() - n_before);
             s.last_start = r.size();
             r.push_back({GType::RULE_REF, sub});
@@ -339,6 +367,8 @@ void Parser::repeat(Seq & s, const char * at, const std::string & name, uint64_t
     if (s.n_prev_rules * total > MAX_REPETITION) {
         error(at, "the repetitions multiply into more than 2000 rules (reduce the repetitions or the rule's size)");
     }
+    const uint64_t n_copies = (lo > 0 ? lo - 1 : 0) + (unbounded ? 1 : hi - lo);
+    check_n_elements(at, r.size() + n_copies * (item.size() + 3));   // before anything is copied
     if (lo == 0) {
         r.resize(s.last_start);
     } else {
@@ -348,11 +378,11 @@ void Parser::repeat(Seq & s, const char * at, const std::string & name, uint64_t
     uint32_t last = 0;
     for (uint64_t i = 0; i < n_opt; ++i) {
         GRule opt(item);
-        const uint32_t id = fresh_symbol(name);
+        const uint32_t id = fresh_symbol(name, at);
         if (i > 0 || unbounded) opt.push_back({GType::RULE_REF, unbounded ? id : last});
         opt.push_back({GType::ALT, 0});
         opt.push_back({GType::END, 0});
-        set_rule(id, std::move(opt));
+        set_rule(id, std::move(opt), at);
         last = id;
     }
     if (n_opt > 0) r.push_back({GType::RULE_REF, last});
@@ -367,7 +397,9 @@ std::string name_of(const Gbnf & g, uint32_t id) {
 }
 
 // llama.cpp's test: a rule is left-recursive when it can reach itself through leftmost
-// nonterminals, skipping nonterminals that may derive the empty string.
+// nonterminals, skipping nonterminals that may derive the empty string (an empty alternative
+// of their own). A depth-first search on an explicit stack (a chain of 100,000 rules must not
+// exhaust the thread's stack); rules already searched are not searched again.
 struct LeftRecursion {
     const Gbnf & g;
     std::vector<bool> visited, in_progress, may_be_empty;
@@ -375,12 +407,17 @@ struct LeftRecursion {
     explicit LeftRecursion(const Gbnf & gr)
         : g(gr), visited(gr.rules.size()), in_progress(gr.rules.size()), may_be_empty(gr.rules.size()) {}
 
-    bool from(size_t i) {
-        if (in_progress[i]) return true;
+    struct Frame {
+        uint32_t rule;
+        uint32_t pos = 0;          // the element looked at next
+        bool leftmost = true;      // it starts an alternative, but for empty-deriving rules
+        bool returning = false;    // the rule at pos has just been searched
+    };
+
+    void enter(uint32_t i, std::vector<Frame> & st) {
         in_progress[i] = true;
-        const GRule & r = g.rules[i];
         bool at_start = true;
-        for (const GElem & e : r) {
+        for (const GElem & e : g.rules[i]) {
             if (is_end_of_sequence(e)) {
                 if (at_start) {
                     may_be_empty[i] = true;
@@ -391,17 +428,39 @@ struct LeftRecursion {
                 at_start = false;
             }
         }
-        bool leftmost = true;
-        for (const GElem & e : r) {
-            if (e.type == GType::RULE_REF && leftmost) {
-                if (from(e.value)) return true;
-                if (!may_be_empty[e.value]) leftmost = false;
-            } else {
-                leftmost = is_end_of_sequence(e);
+        st.push_back(Frame{i});
+    }
+
+    // Whether a left recursion is reachable from rule i.
+    bool from(uint32_t i) {
+        std::vector<Frame> st;
+        enter(i, st);
+        while (!st.empty()) {
+            Frame & f = st.back();
+            const GRule & r = g.rules[f.rule];
+            if (f.pos == r.size()) {
+                in_progress[f.rule] = false;
+                visited[f.rule] = true;
+                st.pop_back();
+                continue;
             }
+            const GElem & e = r[f.pos];
+            if (e.type == GType::RULE_REF && f.leftmost) {
+                if (!f.returning) {
+                    if (in_progress[e.value]) return true;
+                    if (!visited[e.value]) {
+                        f.returning = true;
+                        enter(e.value, st);   // f may move: not used again before the loop
+                        continue;
+                    }
+                }
+                f.returning = false;
+                if (!may_be_empty[e.value]) f.leftmost = false;
+            } else {
+                f.leftmost = is_end_of_sequence(e);
+            }
+            ++f.pos;
         }
-        in_progress[i] = false;
-        visited[i] = true;
         return false;
     }
 };
@@ -421,7 +480,7 @@ void check(const Gbnf & g, int32_t n_tokens) {
         }
     }
     LeftRecursion lr(g);
-    for (size_t i = 0; i < g.rules.size(); ++i) {
+    for (uint32_t i = 0; i < (uint32_t) g.rules.size(); ++i) {
         if (!lr.visited[i] && lr.from(i)) {
             fail(PSL_ERR_INVALID_ARGUMENT, "grammar: rule '%s' is left-recursive (not supported)", name_of(g, (uint32_t) i).c_str());
         }
@@ -431,10 +490,10 @@ void check(const Gbnf & g, int32_t n_tokens) {
 }  // namespace
 
 uint32_t parse_gbnf(std::string_view text, const std::string & root, const TokenLookup & token_of,
-                    int32_t n_tokens, Gbnf & out) {
+                    int32_t n_tokens, const GrammarLimits & limits, Gbnf & out) {
     if (text.find('\0') != std::string_view::npos) fail(PSL_ERR_INVALID_ARGUMENT, "grammar: the text contains a NUL byte");
     const std::string src(text);   // NUL-terminated: the reader looks one byte ahead
-    out = Parser(src.c_str(), token_of).run();
+    out = Parser(src.c_str(), token_of, limits).run();
     if (out.rules.empty()) fail(PSL_ERR_INVALID_ARGUMENT, "grammar: no rules");
     check(out, n_tokens);
     const auto it = out.symbols.find(root);

@@ -32,8 +32,8 @@ void put_utf8(uint32_t cp, std::string & out) {
 
 }  // namespace
 
-Grammar::Grammar(const Gbnf & g, uint32_t root, std::shared_ptr<const TokenTable> tokens)
-    : stacks_(g, root), tokens_(std::move(tokens)), state_{stacks_.initial(), Utf8Partial{}} {}
+Grammar::Grammar(const Gbnf & g, uint32_t root, std::shared_ptr<const TokenTable> tokens, const GrammarLimits & limits)
+    : stacks_(g, root, limits), tokens_(std::move(tokens)), state_{stacks_.initial(), Utf8Partial{}} {}
 
 const TokenTable & Grammar::table() const {
     if (!tokens_) fail(PSL_ERR_INVALID_ARGUMENT, "grammar: made without a vocabulary (a syntax check only)");
@@ -84,10 +84,14 @@ bool Grammar::allows_from(State st, int32_t token) {
     return ends_ok(set, tail);
 }
 
-bool Grammar::allows(int32_t token) { return allows_from(state_, token); }
+bool Grammar::allows(int32_t token) {
+    if (allows_from(state_, token)) return true;
+    // at a dead end the mask allows the end-of-generation tokens
+    return token >= 0 && token < table().n_tokens && table().kind[(size_t) token] == TokenTable::EOG && dead_end();
+}
 
 bool Grammar::accept(int32_t token) {
-    if (!allows_from(state_, token)) return false;
+    if (!allows(token)) return false;
     const TokenTable & t = table();
     if (t.kind[(size_t) token] == TokenTable::EOG) {   // the grammar has ended; the state stays
         history_.push_back(state_);
@@ -117,19 +121,28 @@ void Grammar::rewind(int32_t n) {
     history_.resize(history_.size() - (size_t) n);
 }
 
-void Grammar::mask(uint8_t * out, int32_t n) {
+const Grammar::Cached & Grammar::cached_mask() {
     const TokenTable & t = table();
-    const size_t m = (size_t) std::min(n, t.n_tokens);
-    std::memset(out, 0, (size_t) std::max(n, 0));
     auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Cached & c) { return c.state == state_; });
-    if (hit == cache_.end()) {
-        if (cache_.size() == MASK_CACHE) cache_.erase(cache_.begin());
-        cache_.push_back(Cached{state_, std::vector<uint8_t>((size_t) t.n_tokens, 0)});
-        compute_mask(cache_.back().mask.data());
-        hit = cache_.end() - 1;
+    if (hit != cache_.end()) return *hit;
+    if (cache_.size() == MASK_CACHE) cache_.erase(cache_.begin());
+    Cached c{state_, std::vector<uint8_t>((size_t) t.n_tokens, 0)};
+    compute_mask(c.mask.data());
+    if (std::find(c.mask.begin(), c.mask.end(), 1) == c.mask.end()) {
+        c.dead_end = true;
+        for (int32_t id : t.eog) c.mask[(size_t) id] = 1;
     }
-    std::memcpy(out, hit->mask.data(), m);
+    cache_.push_back(std::move(c));
+    return cache_.back();
 }
+
+void Grammar::mask(uint8_t * out, int32_t n) {
+    const size_t m = (size_t) std::min(n, table().n_tokens);
+    std::memset(out, 0, (size_t) std::max(n, 0));
+    std::memcpy(out, cached_mask().mask.data(), m);
+}
+
+bool Grammar::dead_end() { return cached_mask().dead_end; }
 
 void Grammar::compute_mask(uint8_t * out) {
     const TokenTable & t = table();

@@ -24,7 +24,7 @@ namespace psl {
 class Grammar {
 public:
     // tokens: the vocabulary's table; null for a grammar that is only checked (no state queries).
-    Grammar(const Gbnf & g, uint32_t root, std::shared_ptr<const TokenTable> tokens);
+    Grammar(const Gbnf & g, uint32_t root, std::shared_ptr<const TokenTable> tokens, const GrammarLimits & limits);
 
     bool allows(int32_t token);
     // out[id] = 1 where the token is allowed now, for ids < n (ids past the vocabulary: 0).
@@ -34,8 +34,12 @@ public:
     // Back to the state before the last n accepted tokens.
     void rewind(int32_t n);
     int32_t n_accepted() const { return (int32_t) history_.size(); }
-    // An end-of-generation token is allowed now.
+    // The grammar is complete here: an end-of-generation token is allowed.
     bool may_end() const { return stacks_.set(state_.set).may_end; }
+    // No token of the vocabulary continues the text here (a grammar whose language the
+    // vocabulary cannot spell, or a dead end after some tokens): the mask then allows the
+    // end-of-generation tokens, so that a generation ends instead of failing.
+    bool dead_end();
     // The text every continuation starts with, up to max_bytes (whole characters): empty where
     // the grammar branches, may end, or expects a token element.
     std::string forced(size_t max_bytes);
@@ -55,6 +59,7 @@ private:
     struct Cached {
         State state;
         std::vector<uint8_t> mask;
+        bool dead_end = false;
     };
     std::vector<Cached> cache_;
 
@@ -63,6 +68,7 @@ private:
     bool ends_ok(uint32_t set, Utf8Partial tail);
     void walk(uint32_t node, uint32_t set, uint8_t * out);
     void compute_mask(uint8_t * out);
+    const Cached & cached_mask();
 };
 
 }  // namespace psl

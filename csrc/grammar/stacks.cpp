@@ -4,6 +4,8 @@
 #include "error.h"
 
 #include <algorithm>
+#include <chrono>
+#include <unordered_set>
 
 namespace psl {
 
@@ -15,9 +17,14 @@ bool is_char_elem(GType t) {
     return t == GType::CHAR || t == GType::CHAR_NOT || t == GType::CHAR_ANY;
 }
 
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
-Stacks::Stacks(const Gbnf & g, uint32_t root) {
+Stacks::Stacks(const Gbnf & g, uint32_t root, const GrammarLimits & limits) : limits_(limits) {
+    if (limits_.timeout_ms > 0) deadline_ns_ = now_ns() + limits_.timeout_ms * 1000000;
     for (const GRule & r : g.rules) {
         rule_start_.push_back((uint32_t) elems_.size());
         elems_.insert(elems_.end(), r.begin(), r.end());
@@ -51,6 +58,19 @@ Stacks::Stacks(const Gbnf & g, uint32_t root) {
         ++p;
     }
     initial_ = intern(std::move(start));
+    deadline_ns_ = 0;            // compiled: the time limit and the cancel were the compile's
+    limits_.cancel = nullptr;
+}
+
+// Called for every stack made and state interned: the compile's time limit and cancel (checked
+// every 1024 calls, as a clock read costs more than the work between).
+void Stacks::tick() {
+    if ((++ticks_ & 1023) != 0 || (!deadline_ns_ && !limits_.cancel)) return;
+    if (limits_.cancel && *limits_.cancel) fail(PSL_ERR_INTERRUPTED, "grammar: compiling was cancelled");
+    if (deadline_ns_ && now_ns() > deadline_ns_) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "grammar: compiling took more than %lld ms (timeout_ms): the grammar is too "
+             "complex (nested repetitions multiply the parser's states)", (long long) limits_.timeout_ms);
+    }
 }
 
 uint32_t Stacks::push(uint32_t parent, uint32_t pos) {
@@ -58,7 +78,11 @@ uint32_t Stacks::push(uint32_t parent, uint32_t pos) {
     auto it = node_index_.find(key);
     if (it != node_index_.end()) return it->second;
     const uint32_t id = (uint32_t) nodes_.size();
-    if (id == UINT32_MAX) fail(PSL_ERR_OUT_OF_MEMORY, "grammar: too many parser stacks");
+    if ((limits_.max_stacks && id > limits_.max_stacks) || id == UINT32_MAX) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "grammar: more than %u parser stacks (max_stacks): the grammar is too complex "
+             "(nested repetitions multiply the parser's states)", limits_.max_stacks);
+    }
+    tick();
     nodes_.push_back(Node{pos, parent});
     advanced_.emplace_back();
     succ_.emplace_back();
@@ -71,12 +95,13 @@ uint32_t Stacks::push(uint32_t parent, uint32_t pos) {
 // stack shows a terminal or is empty. Stacks seen once are not expanded again.
 const std::vector<uint32_t> & Stacks::advance(uint32_t stack) {
     if (!advanced_[stack].empty()) return advanced_[stack];
-    std::vector<uint32_t> out, todo{stack}, seen;
+    std::vector<uint32_t> out, todo{stack};
+    std::unordered_set<uint32_t> seen;     // a set: 200,000 alternatives are one rule's
     while (!todo.empty()) {
         const uint32_t s = todo.back();
         todo.pop_back();
-        if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
-        seen.push_back(s);
+        tick();
+        if (!seen.insert(s).second) continue;
         if (s == EMPTY_STACK || elems_[nodes_[s].pos].type != GType::RULE_REF) {
             out.push_back(s);
             continue;
@@ -113,6 +138,16 @@ uint32_t Stacks::intern(std::vector<uint32_t> stacks) {
     stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
     auto it = set_index_.find(stacks);
     if (it != set_index_.end()) return it->second;
+    if (limits_.max_set && stacks.size() > limits_.max_set) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "grammar: more than %u parser stacks at once (max_set; %zu here): the grammar "
+             "is too complex", limits_.max_set, stacks.size());
+    }
+    set_storage_ += stacks.size();
+    if (limits_.max_set_storage && set_storage_ > limits_.max_set_storage) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "grammar: its parser states hold more than %llu stacks (max_set_storage): the "
+             "grammar is too complex", (unsigned long long) limits_.max_set_storage);
+    }
+    tick();
     const uint32_t id = (uint32_t) sets_.size();
     Set s;
     s.stacks = stacks;

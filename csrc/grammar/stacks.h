@@ -21,7 +21,9 @@ public:
     static constexpr uint32_t EMPTY_STACK = 0;   // the stack with nothing left: the grammar may end
     static constexpr uint32_t NO_SET = 0;        // the empty set: nothing matches
 
-    Stacks(const Gbnf & g, uint32_t root);
+    // Fails (PSL_ERR_INVALID_ARGUMENT naming the limit) where the first state passes limits, or
+    // past its time (PSL_ERR_INTERRUPTED on a cancel); at run time the size limits still hold.
+    Stacks(const Gbnf & g, uint32_t root, const GrammarLimits & limits);
 
     // The set the grammar starts in (the root's alternatives, advanced).
     uint32_t initial() const { return initial_; }
@@ -74,7 +76,12 @@ private:
     std::map<std::vector<uint32_t>, uint32_t> set_index_;
     std::unordered_map<uint64_t, uint32_t> moves_;  // (set, code point) -> set
     uint32_t initial_ = NO_SET;
+    GrammarLimits limits_;
+    uint64_t set_storage_ = 0;                      // stack ids held by sets_
+    int64_t deadline_ns_ = 0;                       // while compiling (0: none)
+    uint32_t ticks_ = 0;
 
+    void tick();
     uint32_t push(uint32_t parent, uint32_t pos);
     bool end_of_seq(uint32_t pos) const { return elems_[pos].type == GType::END || elems_[pos].type == GType::ALT; }
     const std::vector<uint32_t> & advance(uint32_t stack);

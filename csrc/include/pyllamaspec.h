@@ -456,12 +456,29 @@ PSL_API psl_status psl_vocab_draft_ids(const psl_model * model, int32_t n, int32
  * starts with. Not thread-safe: one grammar per generation. */
 typedef struct psl_grammar psl_grammar;
 
-/* Parses GBNF text[0..len) with start rule `root` (NULL: "root") for model's vocabulary. model
- * NULL: only checks the grammar's syntax (a <text> token reference is not looked up; the
- * handle answers nothing else).
+/* What a grammar may cost: a text from a client must not exhaust the stack, the memory or the
+ * time of the process. 0 in a field: no bound. Compiling past a limit fails with
+ * PSL_ERR_INVALID_ARGUMENT naming it; the size limits hold at run time too (a mask or an accept
+ * that passes one fails the same way). */
+typedef struct psl_grammar_limits {
+    int32_t max_rules;             /* rules, repetitions expanded (default 100000)                  */
+    int32_t max_depth;             /* nested parentheses (default 1000)                             */
+    int64_t max_elements;          /* grammar elements, repetitions expanded (default 4194304)      */
+    int32_t max_stacks;            /* distinct parser stacks, ever (default 262144)                 */
+    int32_t max_set;               /* parser stacks alive at once, in one state (default 65536)     */
+    int64_t max_set_storage;       /* stack ids held by all the states met, ever (default 8388608)  */
+    int32_t timeout_ms;            /* compiling: parsing, checks and the first state (default 1000) */
+    const int32_t * cancel;        /* when another thread sets *cancel nonzero, compiling stops
+                                    * with PSL_ERR_INTERRUPTED (NULL: none)                         */
+} psl_grammar_limits;
+PSL_API psl_grammar_limits psl_grammar_default_limits(void);
+
+/* Parses GBNF text[0..len) with start rule `root` (NULL: "root") for model's vocabulary, within
+ * limits (NULL: the defaults). model NULL: only checks the grammar's syntax (a <text> token
+ * reference is not looked up; the handle answers nothing else).
  * A bad grammar fails with PSL_ERR_INVALID_ARGUMENT naming the problem, its line and column. */
 PSL_API psl_status psl_grammar_new(const psl_model * model, const char * text, size_t len, const char * root,
-                                   psl_grammar ** out);
+                                   const psl_grammar_limits * limits, psl_grammar ** out);
 PSL_API void       psl_grammar_free(psl_grammar * g);
 /* Accepts ids[0..n) in order while the grammar allows them; *n_accepted = how many it took (the
  * state is after those). */
@@ -474,6 +491,10 @@ PSL_API psl_status psl_grammar_mask(psl_grammar * g, uint8_t * allowed, int32_t 
 PSL_API psl_status psl_grammar_allows(psl_grammar * g, int32_t id, bool * allowed);
 /* Whether an end-of-generation token is allowed now (the grammar may end here). */
 PSL_API bool       psl_grammar_may_end(const psl_grammar * g);
+/* *dead_end = no token of the vocabulary continues the text here (the grammar's language needs
+ * characters no token spells, or a dead end after some tokens): the mask then allows the
+ * end-of-generation tokens, so that a generation ends there instead of failing. */
+PSL_API psl_status psl_grammar_dead_end(psl_grammar * g, bool * dead_end);
 /* The bytes every continuation starts with, at most cap (whole characters): none where the
  * grammar branches, may end, or expects a token element. */
 PSL_API psl_status psl_grammar_forced(psl_grammar * g, char * buf, size_t cap, size_t * n_out);

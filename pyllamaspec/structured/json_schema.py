@@ -232,7 +232,9 @@ class SchemaConverter:
             rule += " ("
             if required:
                 rule += ' "," space ( '
-            rule += " | ".join(self.optional_chain(optional[i:], False, kv, name) for i in range(len(optional)))
+            rests = self.rest_rules(optional, kv, name)
+            rule += " | ".join(self.optional_first(optional[i], kv) + (" " + rests[i + 1] if i + 1 < len(optional) else "")
+                               for i in range(len(optional)))
             if required:
                 rule += " )"
             rule += " )?"
@@ -245,19 +247,24 @@ class SchemaConverter:
                else self.add_rule(sub + "-k", self.not_strings(names)))
         return self.add_rule(sub + "-kv", key + ' ":" space ' + value)
 
-    def optional_chain(self, keys: list[str], first_optional: bool, kv: dict[str, str], name: str) -> str:
-        if not keys:
-            return ""
-        k = keys[0]
-        comma = '( "," space ' + kv[k] + " )"
-        if first_optional:
-            out = comma + ("*" if k == "*" else "?")
-        else:
-            out = kv[k] + (" " + comma + "*" if k == "*" else "")
-        if len(keys) > 1:
-            rest = self.optional_chain(keys[1:], True, kv, name)
-            out += " " + self.add_rule(name + ("-" if name else "") + k + "-rest", rest)
-        return out
+    # llama.cpp writes the optional properties k_i..k_n as k_i's pair, then a `k_i-rest` rule:
+    # k_(i+1)'s pair, optional, then k_(i+1)'s rest rule, and so on (recursively, one chain per
+    # starting property). The rest rules are the same for every start, so they are made once,
+    # last first (the order llama.cpp's recursion adds them in, which decides their names).
+    @staticmethod
+    def optional_first(k: str, kv: dict[str, str]) -> str:
+        return kv[k] + (' ( "," space ' + kv[k] + " )*" if k == "*" else "")
+
+    def rest_rules(self, keys: list[str], kv: dict[str, str], name: str) -> list[str]:
+        """rests[j]: the rule name of the chain from keys[j] on, keys[j] optional (j >= 1)."""
+        rests = [""] * (len(keys) + 1)
+        for j in range(len(keys) - 1, 0, -1):
+            k = keys[j]
+            body = '( "," space ' + kv[k] + " )" + ("*" if k == "*" else "?")
+            if j + 1 < len(keys):
+                body += " " + rests[j + 1]
+            rests[j] = self.add_rule(name + ("-" if name else "") + keys[j - 1] + "-rest", body)
+        return rests
 
     def not_strings(self, strings: list[str]) -> str:
         """A JSON string that is none of `strings`: a trie of them, each node allowing any other

@@ -19,6 +19,11 @@ ANY, REF, ANY_OF, ALL_OF, CONST, ENUM, NULL, BOOLEAN, NUMBER, INTEGER, STRING, A
 
 FORMATS = {"date": "date", "time": "time", "date-time": "date-time"}
 
+# Schemas nested deeper than this are refused: the reader and the converter recurse once per
+# level (a few Python frames each), and a client's schema must not reach the interpreter's
+# recursion limit. Real schemas nest a few levels, generated ones a few dozen.
+MAX_DEPTH = 128
+
 
 @dataclass(eq=False)
 class Node:
@@ -92,6 +97,7 @@ class SchemaReader:
         self.root = root
         self.refs: dict[str, Node | None] = {}
         self.pending: list[Node] = []
+        self.depth = 0
 
     def read(self) -> Node:
         node = self.node(self.root, "#")
@@ -190,6 +196,15 @@ class SchemaReader:
         return node
 
     def node(self, schema: Any, path: str) -> Node:
+        if self.depth >= MAX_DEPTH:
+            _fail(path[:200] + ("..." if len(path) > 200 else ""), f"nested deeper than {MAX_DEPTH} levels")
+        self.depth += 1
+        try:
+            return self._node(schema, path)
+        finally:
+            self.depth -= 1
+
+    def _node(self, schema: Any, path: str) -> Node:
         if not isinstance(schema, dict):
             _fail(path, "schema must be an object")
         if "$ref" in schema:

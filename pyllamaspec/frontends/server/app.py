@@ -132,7 +132,8 @@ class Routes:
 
     async def _generate(self, request: Request, parse) -> Response:
         try:
-            req: GenRequest = parse(await _body(request), self.worker.target.n_ctx)
+            # parsing converts JSON schemas to grammars: work a client sizes, so not on the event loop
+            req: GenRequest = await run_in_threadpool(parse, await _body(request), self.worker.target.n_ctx)
             job = await run_in_threadpool(self.worker.prepare, req, asyncio.get_running_loop())
         except APIError as e:
             return error_response(e)
