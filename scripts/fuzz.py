@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Structure-aware fuzzer of pyllamaspec's GGUF loading and tokenizer, through the Python API.
 
-    python scripts/fuzz.py [--kind gguf|tokenizer|both] [--cases N] [--seconds S] [--jobs J]
+    python scripts/fuzz.py [--kind gguf|tokenizer|grammar|both|all] [--cases N] [--seconds S] [--jobs J]
                            [--seed K] [--save DIR] [--timeout T] [--batch B]
     python scripts/fuzz.py --replay FINDING.json|FILE.gguf
     python scripts/fuzz.py --kind gguf --seed K --case I         (one case again, by number)
@@ -13,6 +13,10 @@ retyped; vocabularies damaged) and byte by byte (flips, truncation); each file i
 Model (then evaluated) or a Tokenizer. tokenizer: text of many scripts, invalid UTF-8, special
 token fragments and long runs through tokenize / detokenize / streaming detokenization on the
 real models' tokenizers, with out-of-range ids; plain text must come back byte for byte.
+grammar: GBNF text and JSON schemas as a client may send them (issue 48's hostile cases at random
+sizes, random grammars and schemas, mutated), compiled on a real vocabulary and followed for a
+few tokens, each within a time and a memory bound (fuzz_grammar.py). both: gguf and tokenizer;
+all: every kind.
 
 Isolation without a Python start-up per case: the parent imports pyllamaspec and loads the
 tokenizers once, then forks a child per batch of cases. A child that dies (a signal, an exit
@@ -92,7 +96,7 @@ class Context:
             kinds = ["tokenizer"] if args.replay.endswith(".json") else []
         if "gguf" in kinds:
             self._gguf_seeds()
-        if "tokenizer" in kinds:
+        if "tokenizer" in kinds or "grammar" in kinds:
             self._tokenizers()
 
     def _real_models(self):
@@ -127,6 +131,9 @@ class Context:
             import fuzz_gguf
             data, target, what = fuzz_gguf.make_case(rng, self.seeds)
             return {"kind": "gguf", "target": target, "what": what, "data_b64": base64.b64encode(data).decode()}
+        if kind == "grammar":
+            import fuzz_grammar
+            return fuzz_grammar.make_case(rng, sorted(self.toks))
         import fuzz_tok
         return fuzz_tok.make_case(rng, sorted(self.toks), self.n_vocab)
 
@@ -143,6 +150,9 @@ def run_case(ctx: Context, case: dict) -> str:
     try:
         if case["kind"] == "gguf":
             _run_gguf(ctx, case)
+        elif case["kind"] == "grammar":
+            import fuzz_grammar
+            fuzz_grammar.run_case(case, ctx.toks[case["model"]])
         else:
             fuzz_tok.run_case(case, ctx.toks[case["model"]])
         return "ok"
@@ -446,7 +456,7 @@ def _replay_jobs(path: str) -> list[Job]:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=("gguf", "tokenizer", "both"), default="both")
+    ap.add_argument("--kind", choices=("gguf", "tokenizer", "grammar", "both", "all"), default="both")
     ap.add_argument("--cases", type=int, default=None, help="cases in all (default 1000 unless --seconds)")
     ap.add_argument("--seconds", type=float, default=None, help="stop starting cases after this long")
     ap.add_argument("--jobs", type=int, default=1, help="children at a time")
@@ -464,8 +474,8 @@ def parse_args(argv=None):
     ap.add_argument("--self-test", choices=("crash", "hang", "exception"), default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.case is not None:
-        if a.kind == "both":
-            ap.error("--case needs --kind gguf or --kind tokenizer")
+        if a.kind in ("both", "all"):
+            ap.error("--case needs one --kind: gguf, tokenizer or grammar")
         a.start, a.cases, a.batch = a.case, 1, 1
     if a.cases is None:
         a.cases = 10**12 if a.seconds is not None else 1000
@@ -479,7 +489,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     _sanitizer_reexec()
     a = parse_args(argv)
-    kinds = ["gguf", "tokenizer"] if a.kind == "both" else [a.kind]
+    kinds = {"both": ["gguf", "tokenizer"], "all": ["gguf", "tokenizer", "grammar"]}.get(a.kind, [a.kind])
     ctx = Context(a, kinds)
     try:
         fz = Fuzzer(ctx, a, kinds, _replay_jobs(a.replay) if a.replay else None)

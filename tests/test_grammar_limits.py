@@ -146,8 +146,15 @@ def test_many_optional_properties_convert_without_recursion():
 
 
 def test_lone_surrogate_is_a_grammar_error():
+    """JSON allows "\ud800"; UTF-8 does not: a GrammarError, where it was a UnicodeEncodeError (a 500)."""
     with pytest.raises(GrammarError, match="not valid Unicode"):
         check_grammar('root ::= "\ud800"')
+    with pytest.raises(GrammarError, match="not valid Unicode"):
+        json_schema_to_grammar({"type": "string", "pattern": "^a\ud800$"})
+    # found by scripts/fuzz.py --kind grammar: enum values sorted by their UTF-8 bytes
+    g = json_schema_to_grammar({"allOf": [{"enum": ["\ud800", "a"]}, {"enum": ["\ud800", "b"]}]})
+    with pytest.raises(GrammarError, match="not valid Unicode"):
+        check_grammar(g)
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +228,32 @@ def test_server_refuses_hostile_grammars_fast_and_stays_up(smollm2_path):
         assert code == 200 and body["choices"][0]["text"] == "ok"
     finally:
         s.stop()
+
+
+def test_limit_passed_at_run_time_ends_that_generation_with_its_error(smollm2):
+    """A grammar whose states multiply only after some text compiles (its first state is small),
+    then passes max_stacks in a mask: the grammar stops at a dead end (only end-of-generation
+    allowed) and its generation ends with a GrammarError naming the limit, instead of failing
+    the round (which in the server carries other requests) or pinning the thread."""
+    from pyllamaspec.engine.sampling import SamplingParams
+    from pyllamaspec.generation.lifecycle import Generation, run_alone
+    from pyllamaspec.speculation.decoder import DraftParams
+    text = 'root ::= n0\nn0 ::= n1{0,300}\nn1 ::= n2{0,300}\nn2 ::= "x"{2,300}'
+    lim = GrammarLimits(max_stacks=5000)
+    g = Grammar(text, smollm2, limits=lim)
+    x = smollm2.tokenize("x", add_special=False)
+    for _ in range(4):
+        if g.failure:
+            break
+        g.mask()
+        g.accept(x)
+    assert g.failure and "max_stacks" in g.failure
+    m = g.mask()
+    assert m[smollm2.eos_token] and g.dead_end and m.sum() <= 8     # the end-of-generation tokens only
+    assert not g.allows(x[0])
+
+    gen = Generation(smollm2.tokenize("hi"), smollm2, None, sampling=SamplingParams(temperature=0.0),
+                     draft=DraftParams(), max_tokens=16, stop=[], grammar=Grammar(text, smollm2, limits=lim))
+    with pytest.raises(GrammarError, match="max_stacks"):
+        list(run_alone(gen))
+    assert set(smollm2.detokenize(gen.result["tokens"])) <= {"x"}

@@ -123,6 +123,10 @@ psl_status psl_grammar_allows(psl_grammar * g, int32_t id, bool * allowed) {
 
 bool psl_grammar_may_end(const psl_grammar * g) { return g && g->may_end(); }
 
+const char * psl_grammar_failure(const psl_grammar * g) {
+    return g && !g->failure().empty() ? g->failure().c_str() : nullptr;
+}
+
 psl_status psl_grammar_dead_end(psl_grammar * g, bool * dead_end) {
     return guard([&] {
         Grammar & gr = grammar_of(g);

@@ -35,6 +35,21 @@ void put_utf8(uint32_t cp, std::string & out) {
 Grammar::Grammar(const Gbnf & g, uint32_t root, std::shared_ptr<const TokenTable> tokens, const GrammarLimits & limits)
     : stacks_(g, root, limits), tokens_(std::move(tokens)), state_{stacks_.initial(), Utf8Partial{}} {}
 
+template <typename F> auto Grammar::bounded(F && step, decltype(step()) if_failed) -> decltype(step()) {
+    if (failed()) return if_failed;
+    stacks_.begin_op();
+    try {
+        auto out = step();
+        stacks_.end_op();
+        return out;
+    } catch (const Error & e) {     // only the stacks' limits throw here
+        stacks_.end_op();
+        failure_ = e.what();
+        cache_.clear();
+        return if_failed;
+    }
+}
+
 const TokenTable & Grammar::table() const {
     if (!tokens_) fail(PSL_ERR_INVALID_ARGUMENT, "grammar: made without a vocabulary (a syntax check only)");
     return *tokens_;
@@ -85,14 +100,19 @@ bool Grammar::allows_from(State st, int32_t token) {
 }
 
 bool Grammar::allows(int32_t token) {
-    if (allows_from(state_, token)) return true;
-    // at a dead end the mask allows the end-of-generation tokens
-    return token >= 0 && token < table().n_tokens && table().kind[(size_t) token] == TokenTable::EOG && dead_end();
+    const TokenTable & t = table();
+    const bool eog = token >= 0 && token < t.n_tokens && t.kind[(size_t) token] == TokenTable::EOG;
+    if (bounded([&] { return allows_from(state_, token); }, false)) return true;
+    return eog && dead_end();      // at a dead end the mask allows the end-of-generation tokens
 }
 
 bool Grammar::accept(int32_t token) {
     if (!allows(token)) return false;
     const TokenTable & t = table();
+    if (failed()) {                 // only an end-of-generation token gets here
+        history_.push_back(state_);
+        return true;
+    }
     if (t.kind[(size_t) token] == TokenTable::EOG) {   // the grammar has ended; the state stays
         history_.push_back(state_);
         return true;
@@ -102,10 +122,12 @@ bool Grammar::accept(int32_t token) {
     decode_piece(t.piece(token), state_.partial, cps, tail);
     // llama.cpp's accept: token elements take the id; character classes take the characters
     // (a stack that meets a token element halfway through them is dropped)
-    const uint32_t by_id = stacks_.after_token(state_.set, token);
-    uint32_t by_chars = stacks_.char_part(state_.set);
-    for (size_t i = 0; i < cps.size() && by_chars != Stacks::NO_SET; ++i) by_chars = stacks_.after_char(by_chars, cps[i]);
-    const uint32_t next = stacks_.unite(by_id, by_chars);
+    const uint32_t next = bounded([&] {
+        const uint32_t by_id = stacks_.after_token(state_.set, token);
+        uint32_t by_chars = stacks_.char_part(state_.set);
+        for (size_t i = 0; i < cps.size() && by_chars != Stacks::NO_SET; ++i) by_chars = stacks_.after_char(by_chars, cps[i]);
+        return stacks_.unite(by_id, by_chars);
+    }, Stacks::NO_SET);
     if (next == Stacks::NO_SET) return false;
     history_.push_back(state_);
     state_ = State{next, tail};
@@ -127,7 +149,7 @@ const Grammar::Cached & Grammar::cached_mask() {
     if (hit != cache_.end()) return *hit;
     if (cache_.size() == MASK_CACHE) cache_.erase(cache_.begin());
     Cached c{state_, std::vector<uint8_t>((size_t) t.n_tokens, 0)};
-    compute_mask(c.mask.data());
+    if (!bounded([&] { compute_mask(c.mask.data()); return true; }, false)) std::fill(c.mask.begin(), c.mask.end(), 0);
     if (std::find(c.mask.begin(), c.mask.end(), 1) == c.mask.end()) {
         c.dead_end = true;
         for (int32_t id : t.eog) c.mask[(size_t) id] = 1;
@@ -189,6 +211,10 @@ void Grammar::walk(uint32_t node, uint32_t set, uint8_t * out) {
 }
 
 std::string Grammar::forced(size_t max_bytes) {
+    return bounded([&] { return forced_from_state(max_bytes); }, std::string());
+}
+
+std::string Grammar::forced_from_state(size_t max_bytes) {
     std::string out;
     if (state_.partial.n_remain != 0) return out;
     uint32_t set = state_.set;

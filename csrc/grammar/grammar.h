@@ -40,6 +40,9 @@ public:
     // vocabulary cannot spell, or a dead end after some tokens): the mask then allows the
     // end-of-generation tokens, so that a generation ends instead of failing.
     bool dead_end();
+    // Why the grammar stopped at run time (a limit passed in a mask or an accept), else empty.
+    // It then stands at a dead end: the generation ends there, and its caller says why.
+    const std::string & failure() const { return failure_; }
     // The text every continuation starts with, up to max_bytes (whole characters): empty where
     // the grammar branches, may end, or expects a token element.
     std::string forced(size_t max_bytes);
@@ -62,6 +65,11 @@ private:
         bool dead_end = false;
     };
     std::vector<Cached> cache_;
+    std::string failure_;
+
+    // Runs a step on the stacks with the run-time bounds: a limit passed marks the grammar failed.
+    template <typename F> auto bounded(F && step, decltype(step()) if_failed) -> decltype(step());
+    bool failed() const { return !failure_.empty(); }
 
     const TokenTable & table() const;
     bool allows_from(State st, int32_t token);
@@ -69,6 +77,7 @@ private:
     void walk(uint32_t node, uint32_t set, uint8_t * out);
     void compute_mask(uint8_t * out);
     const Cached & cached_mask();
+    std::string forced_from_state(size_t max_bytes);
 };
 
 }  // namespace psl

@@ -65,11 +65,12 @@ Stacks::Stacks(const Gbnf & g, uint32_t root, const GrammarLimits & limits) : li
 // Called for every stack made and state interned: the compile's time limit and cancel (checked
 // every 1024 calls, as a clock read costs more than the work between).
 void Stacks::tick() {
-    if ((++ticks_ & 1023) != 0 || (!deadline_ns_ && !limits_.cancel)) return;
+    if ((++ticks_ & 1023) != 0 || (!deadline_ns_ && !limits_.cancel)) return;   // the clock costs more
     if (limits_.cancel && *limits_.cancel) fail(PSL_ERR_INTERRUPTED, "grammar: compiling was cancelled");
     if (deadline_ns_ && now_ns() > deadline_ns_) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "grammar: compiling took more than %lld ms (timeout_ms): the grammar is too "
-             "complex (nested repetitions multiply the parser's states)", (long long) limits_.timeout_ms);
+        fail(PSL_ERR_INVALID_ARGUMENT, "grammar: %s took more than %lld ms (timeout_ms): the grammar is too "
+             "complex (nested repetitions multiply the parser's states)", initial_ == NO_SET ? "compiling" : "one step",
+             (long long) limits_.timeout_ms);
     }
 }
 
@@ -192,6 +193,7 @@ uint32_t Stacks::after_char(uint32_t set, uint32_t cp) {
     std::vector<uint32_t> next;
     const std::vector<uint32_t> stacks = sets_[set].stacks;   // a copy: successors may grow sets_
     for (uint32_t s : stacks) {
+        tick();
         if (is_char_top(s) && match_char(nodes_[s].pos, cp)) {
             const auto & succ = successors(s);
             next.insert(next.end(), succ.begin(), succ.end());
@@ -267,6 +269,10 @@ uint32_t Stacks::single_char(uint32_t pos) const {
         if (elems_[pos + 1].value != e.value || elems_[pos + 2].type == GType::CHAR_ALT) return UINT32_MAX;
     }
     return e.value;
+}
+
+void Stacks::begin_op() {
+    deadline_ns_ = limits_.timeout_ms > 0 ? now_ns() + limits_.timeout_ms * 1000000 : 0;
 }
 
 void Stacks::trim() {

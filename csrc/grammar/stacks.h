@@ -58,6 +58,10 @@ public:
 
     // Drops the memo of moves when it grows past a bound (a long generation's states differ).
     void trim();
+    // At run time each operation (a mask, an accept) gets the compile's time limit of its own:
+    // a grammar whose states multiply only later fails there instead of pinning its thread.
+    void begin_op();
+    void end_op() { deadline_ns_ = 0; }
 
 private:
     struct Node {

@@ -495,6 +495,10 @@ PSL_API bool       psl_grammar_may_end(const psl_grammar * g);
  * characters no token spells, or a dead end after some tokens): the mask then allows the
  * end-of-generation tokens, so that a generation ends there instead of failing. */
 PSL_API psl_status psl_grammar_dead_end(psl_grammar * g, bool * dead_end);
+/* Why the grammar stopped at run time, or NULL: a mask or an accept passed one of its limits
+ * (its states multiplied, or one step took past timeout_ms). It then stands at a dead end (only
+ * end-of-generation tokens allowed), so that its generation ends and its caller says why. */
+PSL_API const char * psl_grammar_failure(const psl_grammar * g);
 /* The bytes every continuation starts with, at most cap (whole characters): none where the
  * grammar branches, may end, or expects a token element. */
 PSL_API psl_status psl_grammar_forced(psl_grammar * g, char * buf, size_t cap, size_t * n_out);

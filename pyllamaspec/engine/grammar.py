@@ -152,6 +152,13 @@ class Grammar:
         _native.check(lib.psl_grammar_dead_end(self._g, self._ok))
         return bool(self._ok[0])
 
+    @property
+    def failure(self) -> str | None:
+        """Why the grammar stopped at run time (a mask or an accept passed one of its limits), or
+        None. It then stands at a dead end: its generation ends there with this as its error."""
+        msg = lib.psl_grammar_failure(self._g)
+        return None if msg == ffi.NULL else ffi.string(msg).decode("utf-8", "replace")
+
     def forced(self, max_bytes: int = 64) -> bytes:
         """The bytes every continuation starts with (none where the grammar branches)."""
         buf = ffi.new("char[]", max(1, max_bytes))

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 from ..engine.cancel import Cancel
 from ..engine.model import Model
 from ..engine.sampling import SamplingParams
-from ..errors import EvaluationInterrupted, InvalidArgumentError, RpcError
+from ..errors import EvaluationInterrupted, GrammarError, InvalidArgumentError, RpcError
 from ..speculation.batch import BatchRound
 from ..speculation.decoder import Decoder, DraftParams
 from .text import Piece, TextOutput
@@ -54,6 +54,7 @@ class Generation:
         self.out: TextOutput | None = None
         self.t0: float | None = None
         self.done = False
+        self.error: BaseException | None = None  # why it ended, where its own grammar stopped it
 
     def need(self) -> int:
         """Cells it may take at most (in the target and a draft model alike)."""
@@ -135,7 +136,13 @@ class Generation:
 
     def take(self, new: list[tuple[int, bool]]) -> list[Piece]:
         lps = self.dec.round_logprobs if self.out.logprobs is not None else None
-        return self.out.push(new, lps)
+        pieces = self.out.push(new, lps)
+        g = self.dec.constraint.grammar
+        failure = g.failure if g is not None else None
+        if failure and self.error is None:       # a limit passed at run time: this generation only
+            self.error = GrammarError(failure)
+            self.out.finish("stop")
+        return pieces
 
     def end(self, ok: bool = True) -> list[Piece]:
         """Finishes it: the text held back, the statistics, the caches trimmed to what went out,
@@ -255,5 +262,7 @@ def run_alone(g: Generation) -> Iterator[Piece]:
             if not sched.running:
                 break
             sched.step(emit)
+        if g.error is not None:
+            raise g.error
     finally:
         g.end(ok=False)                          # nothing when it ended already

@@ -205,7 +205,9 @@ class SchemaConverter:
             else:
                 add(child, True)
         if enum_counts:
-            common = [lit for lit in sorted(enum_counts, key=str.encode) if enum_counts[lit] == len(node.children)]
+            # in UTF-8 byte order, as llama.cpp's std::set (a lone surrogate sorts too: Grammar refuses it)
+            common = [lit for lit in sorted(enum_counts, key=lambda x: x.encode("utf-8", "surrogatepass"))
+                      if enum_counts[lit] == len(node.children)]
             if common:
                 return self.add_rule(rule_name, "(" + " | ".join(common) + ")")
         props = [(n, s, n in required) for n, s, _ in props]

@@ -177,6 +177,10 @@ class SchemaReader:
         if "pattern" in schema:
             if not isinstance(schema["pattern"], str):
                 _fail(path, "pattern must be a string")
+            try:
+                schema["pattern"].encode("utf-8")
+            except UnicodeEncodeError:
+                _fail(path, "pattern is not valid Unicode text (a lone surrogate)")
             node.pattern = schema["pattern"]
         node.format = _format(schema, path)
         node.min_length = _count(schema, "minLength", path, 0)

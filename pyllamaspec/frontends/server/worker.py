@@ -401,7 +401,7 @@ class Worker:
             if job.req.stream:        # a whole answer's handler waits for "done" only: no wake-up per round
                 job.emit("piece", p)
         if g.done:
-            self._finish(job)
+            self._finish(job, error=g.error)
 
     def _finish(self, job: Job, error: BaseException | None = None) -> None:
         if job in self._running:
