@@ -155,3 +155,54 @@ def test_one_token_prompt_has_no_made_up_rate(smollm2_path):
     assert p.returncode == 0, p.stderr
     line = next(x for x in p.stderr.splitlines() if x.startswith("encoded"))
     assert "t/s" not in line and "encoded    0 tokens (prompt: 1 tokens" in line
+
+
+# issue 46, item 5: the llama-cli flags its users type every day, each accepted (never an error)
+EVERYDAY = [("-ub", "512"), ("-tb", "4"), ("-dev", "CUDA0"), ("--mirostat", "2"), ("--mirostat-lr", "0.1"),
+            ("--mirostat-ent", "5"), ("--typical", "0.9"), ("--lora", "a.gguf"), ("--reasoning-format", "deepseek"),
+            ("--reasoning-budget", "0"), ("--keep", "32"), ("--simple-io",)]
+
+
+@pytest.mark.parametrize("argv", EVERYDAY, ids=lambda x: x[0])
+def test_everyday_llama_cli_flags_accepted_with_a_warning(argv):
+    a = parse(*argv)
+    [m] = ineffective_flags(a, _setup())
+    assert m.startswith(f"{argv[0]} has no effect: "), m
+
+
+def test_everyday_flags_that_ask_for_nothing_warn_nothing():
+    a = parse("--mirostat", "0", "--typical", "1.0", "--reasoning-format", "none", "--reasoning-budget", "-1",
+              "--no-warmup", "--perf", "--no-display-prompt")
+    assert ineffective_flags(a, _setup()) == []
+
+
+def test_interactive_flags_read_as_a_conversation():
+    a = parse("-i")
+    cli._interactive(a)
+    assert a.conversation is True
+    a = parse("--interactive-first", "-p", "You answer in French.")
+    cli._interactive(a)
+    assert a.conversation is True and a.prompt is None and a.system_prompt == "You answer in French."
+    a = parse("-p", "hi")
+    cli._interactive(a)
+    assert a.conversation is None and a.prompt == "hi"
+
+
+def test_no_display_prompt_and_perf(smollm2_path):
+    r = _run("-m", str(smollm2_path), "-no-cnv", "-p", "The capital of France is", "-n", "4", "--temp", "0",
+             "-c", "128", "--no-display-prompt", "--log-disable", "--perf")
+    assert r.returncode == 0, r.stderr
+    assert not r.stdout.startswith("The capital") and r.stdout.strip()
+    assert "decoded" in r.stderr                  # --perf: the timings even with --log-disable
+    r = _run("-m", str(smollm2_path), "-no-cnv", "-p", "The capital of France is", "-n", "4", "--temp", "0",
+             "-c", "128", "--log-disable")
+    assert r.stdout.startswith("The capital of France is") and "decoded" not in r.stderr
+
+
+def test_model_by_its_offline_name(smollm2_path):
+    """Issue 46, item 7: -m smollm2 is the project's offline SmolLM2 (it was "file not found")."""
+    r = _run("-m", "smollm2", "-no-cnv", "-p", "The capital of France is", "-n", "2", "--temp", "0", "-c", "128")
+    assert r.returncode == 0, r.stderr
+    assert f"smollm2 is {smollm2_path.name}" in r.stderr and r.stdout.startswith("The capital of France is")
+    r = _run("-m", "smollm3", "-no-cnv", "-p", "x", "-n", "1")
+    assert r.returncode == 1 and "smollm3" in r.stderr

@@ -85,4 +85,16 @@ def test_demo_flow_with_compare(smollm2_path):
     assert "warming up" in p.stderr and "alternated after a warm-up (2 runs each" in p.stderr
     rows = [line for line in p.stderr.splitlines() if "t/s:" in line]
     assert len(rows) == 2 and all(len(r.split("median")[0].split(":")[1].split()) == 2 for r in rows)
-    assert "speculative / plain: " in p.stderr
+    # a ratio only where some speculative run drafted (else both kinds decoded plainly)
+    assert ("speculative / plain: " in p.stderr) != ("drafted nothing in any run" in p.stderr)
+
+
+def test_no_speed_up_reported_when_nothing_was_drafted():
+    """Issue 46, item 6: two plain runs' ratio is noise, not a result."""
+    import io
+    c = compare.Comparison(plain=[30.0, 31.0], spec=[33.0, 32.0], tokens_per_round=[1.0, 1.0], drafted=[0, 0])
+    compare.report(c, 16, file=(out := io.StringIO()))
+    assert "speculative / plain" not in out.getvalue() and "did not pay on this machine" in out.getvalue()
+    c.drafted = [0, 5]
+    compare.report(c, 16, file=(out := io.StringIO()))
+    assert "speculative / plain: 1." in out.getvalue()

@@ -69,7 +69,8 @@ void Stacks::tick() {
     if (limits_.cancel && *limits_.cancel) fail(PSL_ERR_INTERRUPTED, "grammar: compiling was cancelled");
     if (deadline_ns_ && now_ns() > deadline_ns_) {
         fail(PSL_ERR_INVALID_ARGUMENT, "grammar: %s took more than %lld ms (timeout_ms): the grammar is too "
-             "complex (nested repetitions multiply the parser's states)", initial_ == NO_SET ? "compiling" : "one step",
+             "complex (its parser states multiply: nested repetitions, many alternatives)",
+             initial_ == NO_SET ? "compiling" : "one step",
              (long long) limits_.timeout_ms);
     }
 }
@@ -81,7 +82,7 @@ uint32_t Stacks::push(uint32_t parent, uint32_t pos) {
     const uint32_t id = (uint32_t) nodes_.size();
     if ((limits_.max_stacks && id > limits_.max_stacks) || id == UINT32_MAX) {
         fail(PSL_ERR_INVALID_ARGUMENT, "grammar: more than %u parser stacks (max_stacks): the grammar is too complex "
-             "(nested repetitions multiply the parser's states)", limits_.max_stacks);
+             "(its parser states multiply: nested repetitions, many alternatives)", limits_.max_stacks);
     }
     tick();
     nodes_.push_back(Node{pos, parent});

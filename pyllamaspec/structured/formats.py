@@ -63,7 +63,8 @@ class GrammarSpec:
             if g.accept(ids) != len(ids):
                 raise GrammarError(f"the grammar refuses the generation prompt {self.prefill!r}")
         if g.dead_end:       # later dead ends end the generation (finish "stop"); this one is the request's
-            raise GrammarError("the grammar allows no token of this model's vocabulary at the start of the answer")
+            raise GrammarError(g.failure or "the grammar allows no token of this model's vocabulary at the start "
+                                            "of the answer")
         return g
 
     def reader(self) -> ChatOutput:

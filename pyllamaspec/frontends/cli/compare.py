@@ -27,6 +27,7 @@ class Comparison:
     plain: list[float] = field(default_factory=list)
     spec: list[float] = field(default_factory=list)
     tokens_per_round: list[float] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)      # tokens each speculative run drafted
 
     @property
     def ratio(self) -> float:
@@ -71,7 +72,7 @@ def alternate(run: Run, shown: Stats, n_runs: int) -> Comparison:
     """shown (the speculative run the user watched, after the warm-up) counts as the first
     speculative run; then plain and speculative alternate until each has n_runs, every run
     generating up to as many tokens as the shown one."""
-    c = Comparison(spec=[shown.generate_tps], tokens_per_round=[shown.mean_accepted])
+    c = Comparison(spec=[shown.generate_tps], tokens_per_round=[shown.mean_accepted], drafted=[shown.drafted])
     n = max(1, shown.n_generated)
     with Progress("timing plain and speculative runs alternately", 2 * n_runs - 1, unit="runs") as bar:
         for i in range(n_runs):
@@ -81,6 +82,7 @@ def alternate(run: Run, shown: Stats, n_runs: int) -> Comparison:
                 s = run(True, n, run.sampling.seed + i + 1)
                 c.spec.append(s.generate_tps)
                 c.tokens_per_round.append(s.mean_accepted)
+                c.drafted.append(s.drafted)
                 bar.update(1)
     return c
 
@@ -93,6 +95,11 @@ def report(c: Comparison, n_tokens: int, file=sys.stderr) -> None:
     print(row("plain", c.plain), file=file)
     print(row("speculative", c.spec) + f"   ({statistics.median(c.tokens_per_round):.2f} tokens per round)",
           file=file)
+    if not any(c.drafted):
+        # every "speculative" run decoded plainly: their ratio to the plain runs is noise, not a result
+        print("the cost model drafted nothing in any run: speculation did not pay on this machine for this pair "
+              "(both kinds decoded plainly; no speed-up to report)", file=file)
+        return
     print(f"speculative / plain: {c.ratio:.2f}x (median / median)", file=file)
 
 

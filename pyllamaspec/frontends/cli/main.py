@@ -96,8 +96,9 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
     """Echoes the prompt and streams the answer: (the result dict, whether Ctrl-C stopped it)."""
     max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
     result: dict = {}
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
+    if getattr(a, "display_prompt", True):
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
     interrupted = False
     pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
                            max_tokens=max_tokens, stop=a.stop, result=result,
@@ -124,10 +125,10 @@ def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, samplin
                draft_params: DraftParams, adaptive: bool, compare: bool) -> int:
     """One prompt, streamed, then the summary; with compare, plain and speculative decoding of the
     same, warmed up and alternated (compare.py)."""
-    quiet = a.log_disable
+    quiet = a.log_disable and not a.perf
     run = Run(prompt, target, draft, sampling, draft_params, a.stop, not a.no_special) \
         if compare and draft is not None else None
-    if run is not None:
+    if run is not None and not a.no_warmup:
         if not quiet:
             print("warming up (a short plain and a short speculative run, not timed) ...", file=sys.stderr)
         warm_up(run)
@@ -171,7 +172,25 @@ def _drafter(a: argparse.Namespace, draft):
     return draft
 
 
+def _interactive(a: argparse.Namespace) -> None:
+    """llama-cli's -i / --interactive-first read as a conversation; --interactive-first waits for
+    your first message, so its -p is what llama-cli makes of it, the text before that: here the
+    system message (unless -sys gives one)."""
+    if not (a.interactive or a.interactive_first):
+        return
+    a.conversation = True
+    if a.interactive_first and (a.prompt is not None or a.file):
+        text = _prompt(a, "")
+        if a.system_prompt is None:
+            a.system_prompt = text
+        else:
+            warnings.warn("--interactive-first waits for your first message: -p/-f is not sent (-sys is the "
+                          "system message)")
+        a.prompt, a.file = None, None
+
+
 def run(a: argparse.Namespace) -> int:
+    _interactive(a)
     sampling, draft_params, adaptive = settings_from_args(a)
     if a.verbose:
         from ...engine._native import set_verbose

@@ -153,6 +153,42 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")
 
 
+def add_interactive_args(ap: argparse.ArgumentParser) -> None:
+    """llama-cli's interactive flags (the CLI's only)."""
+    g = ap.add_argument_group("llama-cli's interactive mode")
+    g.add_argument("-i", "--interactive", dest="interactive", action="store_true",
+                   help="llama-cli's interactive mode: here a conversation (-cnv)")
+    g.add_argument("--interactive-first", dest="interactive_first", action="store_true",
+                   help="a conversation (-cnv) that waits for your first message")
+    g.add_argument("--no-display-prompt", dest="display_prompt", action="store_false", default=True,
+                   help="do not echo the prompt before the answer")
+    g.add_argument("--keep", type=int, default=None, help=argparse.SUPPRESS)         # checks.py: no effect
+    g.add_argument("--simple-io", dest="simple_io", action="store_true", help=argparse.SUPPRESS)
+    g.add_argument("--perf", dest="perf", action="store_true", default=None,
+                   help="print the timings at the end (the default here; with --log-disable too)")
+    g.add_argument("--no-perf", dest="perf", action="store_false")
+
+
+def add_accepted_args(ap: argparse.ArgumentParser) -> None:
+    """llama.cpp flags its users type every day that have no counterpart here: accepted, each
+    with a one-line warning saying what happens instead (flags/checks.py), never an error."""
+    g = ap.add_argument_group("llama.cpp flags accepted with a warning (no counterpart here)")
+    g.add_argument("-ub", "--ubatch-size", dest="ubatch_size", type=int, default=None, help=argparse.SUPPRESS)
+    g.add_argument("-tb", "--threads-batch", dest="threads_batch", type=int, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--no-warmup", dest="no_warmup", action="store_true",
+                   help="no warm-up run (here only --compare warms up, and this skips it)")
+    g.add_argument("-dev", "--device", dest="device", default=None, help=argparse.SUPPRESS)
+    g.add_argument("--mirostat", type=int, default=0, help=argparse.SUPPRESS)
+    g.add_argument("--mirostat-lr", dest="mirostat_lr", type=float, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--mirostat-ent", dest="mirostat_ent", type=float, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--typical", dest="typical", type=float, default=1.0, help=argparse.SUPPRESS)
+    g.add_argument("--lora", action="append", default=[], help=argparse.SUPPRESS)
+    g.add_argument("--lora-scaled", dest="lora_scaled", nargs=2, action="append", default=[], help=argparse.SUPPRESS)
+    g.add_argument("--reasoning-format", dest="reasoning_format", choices=["none", "deepseek", "deepseek-legacy", "auto"],
+                   default=None, help=argparse.SUPPRESS)
+    g.add_argument("--reasoning-budget", dest="reasoning_budget", type=int, default=None, help=argparse.SUPPRESS)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with llama.cpp's one-line errors: an unknown flag is named with its closest known
     spelling, not followed by the whole usage block."""
@@ -184,7 +220,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser(description: str | None = None, prog: str = "pyllamaspec") -> Parser:
     ap = Parser(prog=prog, description=description, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    for add in (add_model_args, add_prompt_args, add_conversation_args, add_sampling_args, add_speculation_args, add_resource_args):
+    for add in (add_model_args, add_prompt_args, add_conversation_args, add_interactive_args, add_sampling_args,
+                add_speculation_args, add_resource_args, add_accepted_args):
         add(ap)
     return ap
 

@@ -83,12 +83,43 @@ def _sampling(a: argparse.Namespace, s: Setup) -> list[str]:
     return []
 
 
+# llama.cpp flags with no counterpart here (args.add_accepted_args, add_interactive_args):
+# dest -> (whether the value given asks for something, what happens instead)
+UNSUPPORTED = {
+    "ubatch_size": (lambda v: v is not None, "the batch is evaluated as one ggml graph here (no micro-batches)"),
+    "threads_batch": (lambda v: v is not None, "-t threads evaluate prompts and generated tokens alike"),
+    "device": (lambda v: v is not None, "layers go to the GPU with -ngl; ggml picks the device"),
+    "mirostat": (lambda v: v != 0, "mirostat sampling is not supported: sampling stays temp / top-k / top-p / min-p"),
+    "mirostat_lr": (lambda v: v is not None, "mirostat sampling is not supported"),
+    "mirostat_ent": (lambda v: v is not None, "mirostat sampling is not supported"),
+    "typical": (lambda v: v != 1.0, "locally typical sampling is not supported: sampling stays temp / top-k / "
+                                    "top-p / min-p"),
+    "lora": (bool, "LoRA adapters are not supported: the base model runs without the adapter"),
+    "lora_scaled": (bool, "LoRA adapters are not supported: the base model runs without the adapter"),
+    "reasoning_format": (lambda v: v not in (None, "none"), "a reasoning block stays in the answer's text (it is "
+                                                            "not split into reasoning_content yet)"),
+    "reasoning_budget": (lambda v: v not in (None, -1), "the thinking block is not bounded yet"),
+    "keep": (lambda v: v is not None, "the context is never shifted here: a full context ends the answer"),
+    "simple_io": (bool, "the input is read line by line already"),
+}
+
+
+def unsupported_flags(a: argparse.Namespace) -> list[str]:
+    """One message per llama.cpp flag given that asks for what has no counterpart here."""
+    return [f"{f} has no effect: {why}" for dest, (asks, why) in UNSUPPORTED.items()
+            if (f := _flag(a, dest)) and asks(getattr(a, dest, None))]
+
+
+def _unsupported(a: argparse.Namespace, s: Setup) -> list[str]:
+    return unsupported_flags(a)
+
+
 def ineffective_flags(a: argparse.Namespace, s: Setup) -> list[str]:
     """One message per flag given that has no effect in this run."""
     out: list[str] = []
-    for check in (_no_drafter, _no_draft_model, _conversation, _context, _sampling):
+    for check in (_no_drafter, _no_draft_model, _conversation, _context, _sampling, _unsupported):
         out += check(a, s)
     return out
 
 
-__all__ = ["Setup", "check_drafters", "ineffective_flags"]
+__all__ = ["Setup", "check_drafters", "ineffective_flags", "unsupported_flags"]

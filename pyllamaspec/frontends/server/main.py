@@ -19,10 +19,11 @@ from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..flags.args import Parser, add_model_args, add_resource_args, add_sampling_args, add_speculation_args
+    from ..flags.args import (Parser, add_accepted_args, add_model_args, add_resource_args, add_sampling_args,
+                              add_speculation_args)
     ap = Parser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args):
+    for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args, add_accepted_args):
         add(ap)
     add_native_args(ap)
     g = ap.add_argument_group("server")
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     auto = a.parallel == -1
     n_parallel = 4 if auto else a.parallel            # llama-server's auto: 4 slots, one shared context
     kv_unified = auto if a.kv_unified is None else a.kv_unified
+    from ..flags.checks import unsupported_flags
+    for w in unsupported_flags(a):
+        print(f"warning: {w}", file=sys.stderr)
     try:
         sampling, draft_params, _ = settings_from_args(a)
         if a.verbose:
