@@ -87,6 +87,41 @@ def test_mlx_shapes(smollm2_path):
         model.close()
 
 
+def test_mlx_sampler_processors_and_response_fields(smollm2_path):
+    """Issue 46, item 4: make_sampler / make_logits_processors as mlx-lm names them, and the
+    response fields mlx-lm code reads (generation_tps, prompt_tps, peak_memory, ...)."""
+    from pyllamaspec.errors import InvalidArgumentError
+    from pyllamaspec.mlx import generate, load, make_logits_processors, make_sampler, stream_generate
+    model, tok = load(smollm2_path, **KW)
+    try:
+        prompt = tok.apply_chat_template(Q, add_generation_prompt=True)
+        rs = list(stream_generate(model, tok, prompt, max_tokens=6, sampler=make_sampler(temp=0.0)))
+        last = rs[-1]
+        assert last.finish_reason in ("length", "stop") and last.generation_tokens == last.stats.n_generated
+        assert last.generation_tps > 0 and last.prompt_tps > 0 and last.prompt_tokens == len(prompt)
+        assert 0.01 < last.peak_memory < 64 and all(r.generation_tokens == i + 1 for i, r in enumerate(rs[:-1]))
+        greedy = pyllamaspec.generate(prompt, model, max_tokens=6, temperature=0).text
+        assert "".join(r.text for r in rs) == greedy
+        # a sampled run through make_sampler is reproducible by seed, as the core's sampling is
+        s = make_sampler(temp=0.9, top_p=0.9, min_p=0.05, top_k=20)
+        a = generate(model, tok, prompt=prompt, max_tokens=8, sampler=s, seed=3)
+        assert a == pyllamaspec.generate(prompt, model, max_tokens=8, temperature=0.9, top_p=0.9, min_p=0.05,
+                                         top_k=20, seed=3).text
+        # the repetition penalty reaches the core (llama.cpp's, over the context size given)
+        lp = make_logits_processors(repetition_penalty=1.3, repetition_context_size=32)
+        b = generate(model, tok, prompt=prompt, max_tokens=8, logits_processors=[lp])
+        assert b == pyllamaspec.generate(prompt, model, max_tokens=8, temperature=0, repeat_penalty=1.3,
+                                         penalty_last_n=32).text
+        with pytest.raises(InvalidArgumentError, match="xtc_probability"):
+            make_sampler(temp=0.5, xtc_probability=0.5)
+        with pytest.raises(InvalidArgumentError, match="logit_bias"):
+            make_logits_processors(logit_bias={1: 2.0})
+        with pytest.raises(InvalidArgumentError, match="make_sampler"):
+            generate(model, tok, prompt=prompt, max_tokens=2, sampler=lambda x: x)
+    finally:
+        model.close()
+
+
 def test_closed_model_says_so(smollm2_path):
     """Issue 27, 7: the docs say any call after close() raises ModelClosedError; generate()
     raised a plain InvalidArgumentError."""
