@@ -4,6 +4,8 @@ argument names and return dicts), Llama as its name; pyllamaspec.mlx's load / ge
 model first. Each answer equals pyllamaspec's own generate / chat with the same settings."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import pyllamaspec
@@ -60,12 +62,49 @@ def test_create_chat_completion_shape_and_text(llm):
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["choices"][0]["delta"] == {}
 
 
-@pytest.mark.parametrize("kw", [{"grammar": "root ::= a"}, {"logit_bias": {1: 5.0}}, {"mirostat_mode": 2},
-                                {"response_format": {"type": "json_object"}}, {"tools": [{"type": "function"}]}])
+@pytest.mark.parametrize("kw", [{"logit_bias": {1: 5.0}}, {"mirostat_mode": 2}, {"typical_p": 0.5},
+                                {"functions": [{"name": "f"}]}])
 def test_unsupported_options_are_refused_by_name(llm, kw):
     name = next(iter(kw))
     with pytest.raises(InvalidArgumentError, match=name):
         llm.create_chat_completion(messages=Q, max_tokens=2, **kw)
+
+
+def test_constraints_pass_through(llm):
+    """Issue 46, item 3: grammar=, response_format= and tools= reach the engine (they were
+    refused by name although chat() and the server take them)."""
+    from pyllamaspec import LlamaGrammar
+    yes_no = 'root ::= "yes" | "no"'
+    r = llm.create_completion("Is Paris in France? Answer:", max_tokens=4, temperature=0, grammar=yes_no)
+    assert r["choices"][0]["text"] in ("yes", "no")
+    g = LlamaGrammar.from_string(yes_no)
+    r2 = llm.create_chat_completion(messages=Q, max_tokens=4, temperature=0, grammar=g)
+    assert r2["choices"][0]["message"]["content"] in ("yes", "no")
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
+    r3 = llm.create_chat_completion(messages=Q, max_tokens=40, temperature=0,
+                                    response_format={"type": "json_object", "schema": schema})
+    ref = pyllamaspec.chat(Q, llm, llm.draft_model, max_tokens=40, temperature=0,
+                           response_format={"type": "json_object", "schema": schema})
+    assert r3["choices"][0]["message"] == ref.message
+    if r3["choices"][0]["finish_reason"] == "stop":
+        assert "city" in json.loads(r3["choices"][0]["message"]["content"])
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    r4 = llm.create_chat_completion(messages=Q, max_tokens=24, temperature=0, tools=tools, tool_choice="auto")
+    ref = pyllamaspec.chat(Q, llm, llm.draft_model, max_tokens=24, temperature=0, tools=tools, tool_choice="auto")
+    assert r4["choices"][0]["message"] == ref.message
+    with pytest.raises(InvalidArgumentError, match="stream"):
+        llm.create_chat_completion(messages=Q, max_tokens=2, tools=tools, stream=True)
+    assert "root ::=" in LlamaGrammar.from_json_schema(json.dumps(schema)).text
+
+
+def test_llama_cpp_python_methods_and_arguments(smollm2_path):
+    with Model(model_path=smollm2_path, n_ctx=64, flash_attn=True, logits_all=False) as m:
+        assert m.token_eos() == m.eos_token and m.token_bos() == (m.bos_token if m.bos_token is not None else -1)
+        m.create_completion("Hello", max_tokens=2, temperature=0)
+        assert m.n_past > 0
+        m.reset()
+        assert m.n_past == 0
 
 
 def test_create_embedding(llm):

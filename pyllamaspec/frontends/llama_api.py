@@ -9,9 +9,10 @@ stream_generate / chat prompt, speculative when the model was given a ``draft_mo
     out = llm.create_chat_completion(messages=[{"role": "user", "content": "Hi"}], max_tokens=32)
     print(out["choices"][0]["message"]["content"])
 
-Options llama-cpp-python has and this engine does not (grammar, logit_bias, mirostat, tfs_z,
-typical_p, suffix, tools, a JSON response_format, logits processors) are refused by name with
-InvalidArgumentError, never ignored."""
+grammar= (GBNF text or a LlamaGrammar), response_format= (json_object / json_schema) and tools= /
+tool_choice= go through to the engine's constraints (tools: not with stream=True). Options
+llama-cpp-python has and this engine does not (logit_bias, mirostat, tfs_z, typical_p, suffix,
+functions, logits processors) are refused by name with InvalidArgumentError, never ignored."""
 from __future__ import annotations
 
 import os
@@ -25,13 +26,53 @@ from ..engine.model import Model as _EngineModel
 from ..errors import InvalidArgumentError
 from ..generation.drafts import open_draft
 from ..generation.generate import stream_generate
+from ..structured.json_schema import json_schema_to_grammar
+from .chat import chat
 from .openai_shapes import FINISH, chat_logprobs, completion_logprobs
 
 # option -> its values that change nothing (anything else is refused)
 _NEUTRAL = {"suffix": (None, ""), "typical_p": (1, 1.0), "tfs_z": (1, 1.0), "mirostat_mode": (0,),
-            "stopping_criteria": (None,), "logits_processor": (None,), "grammar": (None,), "logit_bias": (None, {}),
-            "functions": (None, []), "function_call": (None,), "tools": (None, []), "tool_choice": (None,),
-            "response_format": (None, {"type": "text"})}
+            "stopping_criteria": (None,), "logits_processor": (None,), "logit_bias": (None, {}),
+            "functions": (None, []), "function_call": (None,)}
+
+
+class LlamaGrammar:
+    """llama-cpp-python's LlamaGrammar: GBNF text (from_string, from_file, or a JSON schema's
+    grammar as llama.cpp converts it), for grammar= of create_completion / create_chat_completion."""
+
+    def __init__(self, text: str):
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidArgumentError("a LlamaGrammar is GBNF text")
+        self.text = text
+
+    @classmethod
+    def from_string(cls, grammar: str, verbose: bool = True) -> "LlamaGrammar":
+        return cls(grammar)
+
+    @classmethod
+    def from_file(cls, file: str | os.PathLike, verbose: bool = True) -> "LlamaGrammar":
+        with open(file, encoding="utf-8") as f:
+            return cls(f.read())
+
+    @classmethod
+    def from_json_schema(cls, json_schema: str, verbose: bool = True) -> "LlamaGrammar":
+        import json
+        return cls(json_schema_to_grammar(json.loads(json_schema) if isinstance(json_schema, str) else json_schema))
+
+
+def _grammar_text(grammar) -> str | None:
+    if grammar is None or isinstance(grammar, str):
+        return grammar or None
+    if isinstance(grammar, LlamaGrammar):
+        return grammar.text
+    raise InvalidArgumentError(f"grammar must be GBNF text or a LlamaGrammar, got {type(grammar).__name__}")
+
+
+def _response_format(rf):
+    """llama-cpp-python's response_format: text (nothing), json_object (any JSON, or its schema)."""
+    if rf is None or (isinstance(rf, dict) and rf.get("type", "text") == "text"):
+        return None
+    return rf
 
 
 # llama-cpp-python's chat_format names for the built-in templates (chat_template.BUILTIN_TEMPLATES)
@@ -55,14 +96,16 @@ class LlamaMethods:
     model_path: str
     draft_model: Any = None
 
+    def _max_tokens(self, max_tokens: int | None) -> int:
+        return max_tokens if max_tokens is not None and max_tokens > 0 else self.n_ctx
+
     def _run(self, prompt, max_tokens: int | None, sampling: dict, stop, logprobs: int | None):
         """stream_generate on this model (and its draft), llama-cpp-python's max_tokens (None or
         <= 0: until the context is full) and stop."""
-        n = max_tokens if max_tokens is not None and max_tokens > 0 else self.n_ctx
         if sampling.get("seed") is None:
             sampling["seed"] = getattr(self, "seed", None)     # the constructor's, as llama-cpp-python
-        return stream_generate(prompt, self, self.draft_model, max_tokens=n, stop=_stops(stop) or None,
-                               logprobs=logprobs, **sampling)
+        return stream_generate(prompt, self, self.draft_model, max_tokens=self._max_tokens(max_tokens),
+                               stop=_stops(stop) or None, logprobs=logprobs, **sampling)
 
     def _head(self, kind: str, model: str | None) -> dict:
         prefix = "chatcmpl-" if kind.startswith("chat") else "cmpl-"
@@ -81,11 +124,10 @@ class LlamaMethods:
         """llama-cpp-python's Llama.create_completion: a text_completion dict (OpenAI's shape), or
         with stream=True an iterator of chunks."""
         _refuse(suffix=suffix, typical_p=typical_p, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
-                stopping_criteria=stopping_criteria, logits_processor=logits_processor, grammar=grammar,
-                logit_bias=logit_bias)
+                stopping_criteria=stopping_criteria, logits_processor=logits_processor, logit_bias=logit_bias)
         sampling = dict(temperature=temperature, top_p=top_p, min_p=min_p, top_k=top_k, seed=seed,
                         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                        repeat_penalty=repeat_penalty)
+                        repeat_penalty=repeat_penalty, grammar=_grammar_text(grammar))
         responses = self._run(prompt, max_tokens, sampling, stop, logprobs)
         head = self._head("text_completion", model)
         prefix = (prompt if isinstance(prompt, str) else self.detokenize(prompt)) if echo else ""
@@ -135,13 +177,18 @@ class LlamaMethods:
         """llama-cpp-python's Llama.create_chat_completion through the model's chat template
         (its GGUF template, or chat_format given to the constructor): a chat.completion dict, or
         with stream=True an iterator of chat.completion.chunk dicts."""
-        _refuse(functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice,
-                typical_p=typical_p, response_format=response_format, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
-                logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
+        _refuse(functions=functions, function_call=function_call, typical_p=typical_p, tfs_z=tfs_z,
+                mirostat_mode=mirostat_mode, logits_processor=logits_processor, logit_bias=logit_bias)
         sampling = dict(temperature=temperature, top_p=top_p, min_p=min_p, top_k=top_k, seed=seed,
                         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                        repeat_penalty=repeat_penalty)
+                        repeat_penalty=repeat_penalty, grammar=_grammar_text(grammar),
+                        response_format=_response_format(response_format))
         n_lp = (top_logprobs or 0) if logprobs else None
+        if tools or tool_choice is not None or (sampling["response_format"] and not stream):
+            if stream:
+                raise InvalidArgumentError("tools with stream=True are not supported by the Llama layer (the "
+                                           "server streams tool calls; pyllamaspec.chat() returns them)")
+            return self._chat_via_engine(messages, tools, tool_choice, sampling, max_tokens, stop, n_lp, model)
         prompt = ChatPrompt.make(messages, getattr(self, "chat_format", None))
         responses = self._run(prompt, max_tokens, sampling, stop, n_lp)
         if stream:
@@ -159,6 +206,35 @@ class LlamaMethods:
         return {**self._head("chat.completion", model), "choices": [choice],
                 "usage": {"prompt_tokens": s.n_prompt, "completion_tokens": s.n_generated,
                           "total_tokens": s.n_prompt + s.n_generated}}
+
+    def _chat_via_engine(self, messages, tools, tool_choice, sampling: dict, max_tokens, stop, n_lp,
+                         model) -> dict:
+        """A chat with tools or a response format: pyllamaspec.chat() reads the answer (tool
+        calls in OpenAI's shape, the JSON alone as the content)."""
+        if sampling.get("seed") is None:
+            sampling["seed"] = getattr(self, "seed", None)
+        r = chat(messages, self, self.draft_model, chat_template=getattr(self, "chat_format", None), tools=tools,
+                 tool_choice=tool_choice, max_tokens=self._max_tokens(max_tokens), stop=_stops(stop) or None,
+                 logprobs=n_lp, **sampling)
+        s = r.stats
+        finish = "tool_calls" if r.tool_calls else FINISH.get(r.finish_reason, "stop")
+        choice = {"index": 0, "message": r.message,
+                  "logprobs": chat_logprobs(r.logprobs, self.token_to_piece) if n_lp is not None else None,
+                  "finish_reason": finish}
+        return {**self._head("chat.completion", model), "choices": [choice],
+                "usage": {"prompt_tokens": s.n_prompt, "completion_tokens": s.n_generated,
+                          "total_tokens": s.n_prompt + s.n_generated}}
+
+    def token_eos(self) -> int:
+        """llama-cpp-python's token_eos() (-1 where the vocabulary has none)."""
+        return -1 if self.eos_token is None else self.eos_token
+
+    def token_bos(self) -> int:
+        return -1 if self.bos_token is None else self.bos_token
+
+    def reset(self) -> None:
+        """llama-cpp-python's reset(): the next call starts from an empty cache."""
+        self.clear()
 
     @staticmethod
     def _chat_chunks(responses, head: dict) -> Iterator[dict]:
@@ -194,9 +270,11 @@ class Llama(LlamaMethods, _EngineModel):
 
     def __init__(self, path: str | os.PathLike | None = None, *, model_path: str | os.PathLike | None = None,
                  draft_model: Any = None, chat_format: str | None = None, seed: int | None = None,
-                 verbose: bool = False, use_mlock: bool = False, **kwargs: Any):
+                 verbose: bool = False, use_mlock: bool = False, flash_attn: bool | None = None,
+                 logits_all: bool = False, **kwargs: Any):
         if (path is None) == (model_path is None):
             raise InvalidArgumentError("give the model's file once: Model(path) or Model(model_path=path)")
+        # flash_attn: attention is ggml's either way; logits_all: eval() gives every row when asked
         super().__init__(path if path is not None else model_path, **kwargs)
         self.model_path = self.path
         self.chat_format = CHAT_FORMATS.get(chat_format, chat_format)
@@ -225,4 +303,4 @@ class Llama(LlamaMethods, _EngineModel):
 
 Model = Llama
 
-__all__ = ["Model", "Llama", "LlamaMethods"]
+__all__ = ["Model", "Llama", "LlamaMethods", "LlamaGrammar"]
