@@ -66,6 +66,12 @@ _lib_path = _library_path()
 ffi = FFI()
 ffi.cdef(_declarations(_header_path(_lib_path).read_text()))
 lib = ffi.dlopen(str(_lib_path))
+# Every function resolved now, not on first use: cffi resolves a function under its own lock, and a
+# garbage collection that runs while a thread holds that lock (parsing a type) may run a finalizer
+# (Model.__del__ -> close -> psl_context_interrupt) that calls a function not yet resolved: the
+# thread then waits for the lock it holds (issue 48). Resolved, a call takes no lock.
+for _name in dir(lib):
+    getattr(lib, _name)
 
 
 def last_error() -> str:
