@@ -118,7 +118,7 @@ def test_hostile_template_is_400_and_sigterm_stops_the_server(smollm2_path):
         code, err = s.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2})
         took = time.perf_counter() - t0
         assert code == 400 and "chat template" in err["error"]["message"] and "longer than" in err["error"]["message"]
-        assert took < 15                                   # the budget is 5 s (a loaded machine: slower)
+        assert took < 15                                   # the budget is 1.5 s (a loaded machine: slower)
         assert s.health()["status"] == "ok"
         t0 = time.perf_counter()
         s.proc.terminate()

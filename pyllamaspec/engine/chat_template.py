@@ -116,8 +116,8 @@ def _strftime_now(fmt: str) -> str:
 # Bounds on one rendering: a template (from a GGUF file or --chat-template) may be hostile or
 # broken, and rendering runs in the server's threads: nested loops, huge string products or
 # deep recursion must end in a ChatTemplateError, soon, not pin a thread or eat the memory.
-RENDER_SECONDS = 5.0
-RENDER_CHARS = 16 << 20        # the text it may produce (a caller may ask for less)
+RENDER_SECONDS = 1.5          # real templates render in milliseconds
+RENDER_CHARS = 16 << 20        # the text it may produce (a caller may ask for less); any string it builds too
 
 
 class _OverBudget(Exception):
@@ -166,24 +166,162 @@ def _sized(x: Any) -> int:
     return len(x) if isinstance(x, (str, list, tuple, bytes)) else 0
 
 
+def pass_eval_context(fn):
+    from jinja2 import pass_eval_context as p
+    return p(fn)
+
+
+def _fits(n: int) -> None:
+    """A string (or list) of n items is about to be built: within the output allowance, else
+    refused before the memory is taken (a template doubling a string 31 times asked for 2 GiB)."""
+    b = getattr(_Budget.local, "budget", None)
+    limit = RENDER_CHARS if b is None else b.chars     # None: jinja folding constants while compiling
+    if n > limit:
+        raise _OverBudget(f"it would build a string of more than {limit} characters")
+
+
+def _str_len(x: Any) -> int:
+    return len(x) if isinstance(x, str) else len(str(x)) if isinstance(x, (int, float, bool)) or x is None else 0
+
+
+def _bounded_concat(parts) -> str:
+    """`a ~ b ~ ...` (jinja's str_join), its size checked first."""
+    parts = [p if isinstance(p, str) else str(p) for p in parts]
+    _fits(sum(len(p) for p in parts))
+    return "".join(parts)
+
+
+# str methods and filters whose result size a template chooses by an argument: checked before
+# they run (name -> the size of the result, from the string and the arguments)
+def _width(s: str, width: Any = 0, *_: Any, **__: Any) -> int:
+    return max(len(s), width) if isinstance(width, int) else len(s)
+
+
+def _replaced(s: str, old: Any = "", new: Any = "", count: Any = -1, *_: Any, **__: Any) -> int:
+    if not isinstance(old, str) or not isinstance(new, str):
+        return len(s)
+    n = (len(s) + 1) if old == "" else s.count(old)
+    if isinstance(count, int) and count >= 0:
+        n = min(n, count)
+    return len(s) + n * max(0, len(new) - len(old))
+
+
+def _indented(s: str, width: Any = 4, *_: Any, **__: Any) -> int:
+    w = width if isinstance(width, int) else len(width) if isinstance(width, str) else 4
+    return len(s) + (s.count("\n") + 1) * max(0, w)
+
+
+SIZED_STR_METHODS = {"center": _width, "ljust": _width, "rjust": _width, "zfill": _width,
+                     "replace": _replaced, "expandtabs": lambda s, t=8, *a, **k: len(s) * max(1, t if isinstance(t, int) else 8)}
+
+
+def _format_widths(fmt: str) -> int:
+    """The largest field width or precision a format string asks for ("%1000000000s", "{:>1e9}")."""
+    import re
+    return max((int(m) for m in re.findall(r"(\d{4,})", fmt)), default=0)
+
+
+def _bounded_filter(name: str, fn, size):
+    def f(*args, **kwargs):
+        _fits(size(*args, **kwargs))
+        return fn(*args, **kwargs)
+    f.__name__ = name
+    for attr in ("jinja_pass_arg",):           # keep how jinja passes the context / environment
+        if hasattr(fn, attr):
+            setattr(f, attr, getattr(fn, attr))
+    return f
+
+
+@pass_eval_context
+def _join(ctx: Any, value: Any, d: Any = "", attribute: Any = None) -> str:
+    """jinja's join, its size checked first (the items taken once: a range is a generator here)."""
+    from jinja2.filters import do_join
+    items = value if isinstance(value, str) else list(value)
+    _fits(sum(_str_len(x) for x in items) + _str_len(d) * len(items))
+    return do_join(ctx, items, d, attribute)
+
+
+def _wrapped(env: Any, s: Any, width: Any = 79, break_long_words: bool = True, wrapstring: Any = None,
+             *_: Any, **__: Any) -> int:
+    w = width if isinstance(width, int) and width > 0 else 1
+    return _str_len(s) * (1 + (len(wrapstring) if isinstance(wrapstring, str) else 1)) // w + _str_len(s)
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    """jinja's lipsum, its size bounded (lipsum(200000) took 15 s)."""
+    from jinja2.utils import generate_lorem_ipsum
+    if not all(isinstance(v, int) for v in (n, min, max)):
+        raise _OverBudget("lipsum takes integers")
+    _fits(n * max * 12)
+    return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
+
+
 @lru_cache(maxsize=32)
 def _compile(source: str):
     import jinja2
+    from jinja2 import filters
+    from jinja2.compiler import CodeGenerator
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    class Gen(CodeGenerator):
+        def visit_Concat(self, node, frame):     # `a ~ b` through _bounded_concat
+            self.write("environment.bounded_concat((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
     class Env(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
+        code_generator_class = Gen
+        intercepted_binops = frozenset({"*", "**", "+", "%"})
+        bounded_concat = staticmethod(_bounded_concat)
 
         def call_binop(self, context, operator, left, right):
             if operator == "*" and isinstance(left, int) != isinstance(right, int):
                 k = left if isinstance(left, int) else right
                 _Budget.tick(max(0, k) * max(_sized(left), _sized(right)))
+            if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                _fits(len(left) + len(right))
+            if operator == "%" and isinstance(left, str):
+                _fits(len(left) + _format_widths(left) + sum(_str_len(x) for x in
+                                                             (right if isinstance(right, tuple) else (right,))))
             if operator == "**" and isinstance(right, int) and abs(right) > 4096:
                 raise _OverBudget(f"power of {right}")
             return super().call_binop(context, operator, left, right)
 
+        def call(__self, __context, __obj, *args, **kwargs):   # noqa: N805 (jinja's signature)
+            owner = getattr(__obj, "__self__", None)
+            size = SIZED_STR_METHODS.get(getattr(__obj, "__name__", ""))
+            if isinstance(owner, str) and size is not None:
+                _fits(size(owner, *args, **kwargs))
+            elif isinstance(owner, str) and getattr(__obj, "__name__", "") == "join" and args:
+                items = args[0] if isinstance(args[0], (list, tuple)) else ()
+                _fits(sum(_str_len(x) for x in items) + len(owner) * len(items))
+            return super().call(__context, __obj, *args, **kwargs)
+
+        def wrap_str_format(self, value):        # "{:>1000000000}".format(...): its widths checked first
+            wrapped = super().wrap_str_format(value)
+            if wrapped is None:
+                return None
+            fmt = value.__self__
+
+            def bounded(*args, **kwargs):
+                _fits(len(fmt) + _format_widths(fmt) + sum(_str_len(x) for x in args)
+                      + sum(_str_len(x) for x in kwargs.values()))
+                return wrapped(*args, **kwargs)
+            return bounded
+
     env = Env(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["center"] = _bounded_filter("center", filters.do_center, _width)
+    env.filters["indent"] = _bounded_filter("indent", filters.do_indent, _indented)
+    env.filters["replace"] = _bounded_filter("replace", filters.do_replace,
+                                             lambda ctx, s, *a, **k: _replaced(str(s), *a, **k))
+    env.filters["format"] = _bounded_filter("format", filters.do_format, lambda s, *a, **k: len(str(s)) + _format_widths(
+        str(s)) + sum(_str_len(x) for x in a) + sum(_str_len(x) for x in k.values()))
+    env.filters["join"] = _join
+    env.filters["wordwrap"] = _bounded_filter("wordwrap", filters.do_wordwrap, _wrapped)
+    env.globals["lipsum"] = _lipsum
     env.globals["range"] = _range
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
