@@ -1,4 +1,4 @@
-"""The checks every architecture of issue 24 passes (tests/test_gemma4.py and its siblings):
+"""The checks every architecture of issue 24 passes (tests/archs/test_gemma4.py and its siblings):
 logits against llama.cpp's fixture (scripts/arch_reference.py) within a tolerance taken from
 llama.cpp's own spread between CPU builds, batched == token by token, rollback at every split
 point, speculative greedy == plain greedy."""
