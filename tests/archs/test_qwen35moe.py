@@ -1,111 +1,16 @@
-"""Qwen3.5 / 3.6 MoE (``qwen35moe``, issue 24) on seeded tiny models (tests/models_qwen35.py with
-experts):
-
-* logits and chained MTP drafts against llama.cpp b11434's (tests/data/reference/
-  qwen35moe_llamacpp.json, scripts/arch_reference.py, regenerated files), within 3x llama.cpp's
-  own AVX-512 / AVX2 spread (tests/arch_checks.py);
-* against the float64 oracle (tests/oracle_qwen35.py: DeltaNet recurrence, gated attention,
-  routing with the gated shared expert), and the oracle with a convention broken lands far off;
-* batched == token by token; the recurrent state rolls back exactly at every split, from its
-  ring and by replay; speculative greedy == plain with a model draft and with the MTP block.
-"""
+"""Qwen3.5 / 3.6 MoE (``qwen35moe``, issue 24): what only it has. Its logits and MTP drafts
+against llama.cpp and the oracle (tests/oracle_qwen35.py), broken conventions, batching, the
+recurrent state's rollback and speculation: test_arch_checks.py's qwen35moe entry. Here: the
+memory it holds (a KV cache and recurrent states), and the cost model on its verification
+curve."""
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
-import arch_checks as ac
-from models_qwen35 import write_qwen35_gguf
-from oracle_qwen35 import Qwen35Oracle
-
-REF = ac.fixture("qwen35moe")
-SYNTH = {
-    "moe": dict(seed=41, n_expert=4),
-    # two k heads for four v heads: which k head a v head reads matters
-    "kv": dict(seed=42, n_expert=8, n_expert_used=3, n_k_heads=2, n_v_heads=4, d_state=8),
-    "mtp": dict(seed=43, n_expert=4, n_nextn=1),
-}
-TOKS = np.random.default_rng(1).integers(0, 64, 14).astype(np.int32)
-
-
-@pytest.fixture(scope="module")
-def ref_files(tmp_path_factory):
-    return ac.regenerate_all(write_qwen35_gguf, REF, tmp_path_factory.mktemp("qwen35moe_ref"))
-
-
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory):
-    return ac.write_all(write_qwen35_gguf, SYNTH, tmp_path_factory.mktemp("qwen35moe"))
-
-
-@pytest.mark.parametrize("name", list(REF))
-def test_matches_llamacpp(ref_files, name):
-    r = ac.compare_with_llamacpp(ref_files[name], REF[name])
-    print(f"qwen35moe/{name} vs llama.cpp: max relative logit difference {r['rel']:.2e} (tolerance {r['tol']:.1e}), "
-          f"argmax agreement {r['agree']}/{r['n']}")
-
-
-def test_mtp_matches_llamacpp(ref_files):
-    r = ac.compare_mtp_with_llamacpp(ref_files["mtp"], REF["mtp"])
-    print(f"qwen35moe MTP vs llama.cpp: max relative difference {r['rel']:.2e} (tolerance {r['tol']:.1e}), "
-          f"argmax {r['agree']}/{r['n']}")
-
-
-@pytest.mark.parametrize("name", list(SYNTH))
-def test_matches_oracle(synth, name):
-    want = Qwen35Oracle(synth[name]).logits(TOKS)
-    with ac.f32_model(synth[name]) as m:
-        assert m.info.arch == "qwen35moe"
-        got = m.eval(TOKS)
-    assert ac.rel_diff(got, want) < 1e-5   # float32 against float64: measured <= 1.9e-6
-    assert (got.argmax(1) == want.argmax(1)).all()
-
-
-@pytest.mark.parametrize("attr,value,name", [("moe_norm", False, "moe"), ("shared_gate", False, "moe"),
-                                             ("head_map", "div", "kv"), ("gate_attn", False, "moe")])
-def test_broken_conventions_are_far(synth, attr, value, name):
-    """Renormalized routing, the shared expert's gate, which k head a v head reads and the
-    attention's output gate each move the logits by > 0.3 relative: far outside the oracle's
-    1e-5 and every llama.cpp tolerance of the fixture."""
-    o = Qwen35Oracle(synth[name])
-    with ac.f32_model(synth[name]) as m:
-        got = m.eval(TOKS)
-    wrong = o.copy()
-    setattr(wrong, attr, value)
-    far = ac.rel_diff(got, wrong.logits(TOKS))
-    print(f"qwen35moe with {attr}={value}: {far:.2e}")
-    ac.assert_far(far, REF)
-
-
-@pytest.mark.parametrize("name", ["moe", "kv"])
-def test_batched_equals_sequential(synth, name):
-    assert ac.batched_vs_sequential(synth[name], TOKS) < 1e-5
-
-
-@pytest.mark.parametrize("snapshots", [None, 2])
-def test_rollback_at_every_split(synth, monkeypatch, snapshots):
-    """From the ring of recurrent states, and (a ring of 2) by replaying the kept tokens."""
-    if snapshots:
-        monkeypatch.setenv("PYLLAMASPEC_RS_SNAPSHOTS", str(snapshots))
-    assert ac.rollback_every_split(synth["kv"]) < 1e-5
-
-
-def test_speculative_greedy_equals_plain(synth, tmp_path):
-    near = tmp_path / "near.gguf"
-    write_qwen35_gguf(near, **{**SYNTH["moe"], "rope_base": 100.0})
-    rates = ac.speculative_greedy(synth["moe"], near, [1, 7, 3, 9, 12, 40])
-    print(f"qwen35moe speculative greedy: acceptance {rates}")
-    assert 0.0 < min(rates) and max(rates) < 1.0
-
-
-def test_mtp_greedy_equals_plain(synth):
-    rates = ac.mtp_greedy_equals_plain(synth["mtp"], [1, 7, 3, 9, 12, 40])
-    print(f"qwen35moe MTP greedy: acceptance {rates}")
+from test_arch_checks import ARCHS, synth  # noqa: F401 (the fixture)
 
 
 def test_memory_holds_kv_and_recurrent_state(synth):
     from pyllamaspec import Model
-    with Model(synth["moe"], n_ctx=256) as m:
+    with Model(synth(ARCHS["qwen35moe"])["moe"], n_ctx=256) as m:
         # the two attention layers of four cache K and V (2 heads of 16, F16) per token; the
         # linear-attention layers keep a fixed state instead
         assert m.memory["kv_bytes"] == m.memory["n_cells"] * 2 * 2 * (2 * 16) * 2
