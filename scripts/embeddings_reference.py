@@ -1,7 +1,7 @@
 """Writes llama.cpp's embeddings of a few texts on the real models to
 tests/data/reference/embeddings_llamacpp.json: llama-server (b11434) started with
 `--embeddings --pooling mean|last`, asked through /v1/embeddings (normalized as it does: Euclidean),
-as a user of llama-server would ask. tests/test_embeddings.py compares Model.embed and the
+as a user of llama-server would ask. tests/engine/test_embeddings.py compares Model.embed and the
 server's /v1/embeddings with them. Not run in CI: it needs a llama.cpp build.
 
     python scripts/embeddings_reference.py /path/to/llama-server [-t 2]

@@ -26,7 +26,7 @@ suite() {
     # stderr alone: a ggml abort's message (which assertion, which CUDA error) reaches the log
     # instead of dying with the test's capture; -rfE --tb=line names each failure and its line.
     PYLLAMASPEC_TEST_GPU_LAYERS=-1 python3 -m pytest -q tests -p no:cacheprovider --capture=sys -rfE --tb=line \
-        --deselect tests/test_install.py --deselect tests/test_build.py --deselect tests/test_offline.py "$@"
+        --deselect tests/project/test_install.py --deselect tests/project/test_build.py --deselect tests/files/test_offline.py "$@"
     rc=$?
 }
 

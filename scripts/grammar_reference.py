@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama.cpp's allowed tokens under GBNF grammars, for tests/data/reference/grammar_masks_llamacpp.json
-(tests/test_grammar.py compares pyllamaspec's masks with it). Not part of CI.
+(tests/engine/test_grammar.py compares pyllamaspec's masks with it). Not part of CI.
 
 For each grammar and each prefix (a text whose tokens the grammar accepts, tokenized by the
 model: some prefixes end inside a UTF-8 character), scripts/llamacpp_grammar.cpp (build line in

@@ -1,6 +1,6 @@
 """Writes llama.cpp's EAGLE-3, DFlash and Gemma 4 assistant draft logits for seeded tiny random
 target + head pairs (tests/models.py, tests/models_gemma4.py, tests/models_heads.py) to
-tests/data/reference/heads_llamacpp.json; tests/test_heads.py
+tests/data/reference/heads_llamacpp.json; tests/speculation/test_heads.py
 regenerates the same files bit for bit (sha256 recorded) and compares its draft steps / blocks.
 Each prompt also records the draft tokens llama.cpp's own driver proposes (common_speculative_draft,
 greedy): the logits are computed by scripts/llamacpp_heads.cpp following that driver's conventions,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama.cpp's GBNF for a corpus of JSON schemas, for tests/data/reference/json_schema_llamacpp.json
-(tests/test_json_schema.py checks that pyllamaspec's converter writes the same text). Not CI.
+(tests/structured/test_json_schema.py checks that pyllamaspec's converter writes the same text). Not CI.
 
 The schemas are written here (SCHEMAS) to reach every branch of llama.cpp's converter: types,
 enums and consts, required and optional properties, additionalProperties, arrays and tuples with

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama-server b11434's greedy answers under GBNF grammars and JSON schemas on the two real
-models, for tests/data/reference/grammar_server_llamacpp.json (tests/test_grammar_server.py).
+models, for tests/data/reference/grammar_server_llamacpp.json (tests/structured/test_grammar_server.py).
 Not part of CI.
 
 For each model it starts llama-server (`--verbose`, so that each answer carries the grammar the

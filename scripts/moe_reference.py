@@ -3,7 +3,7 @@
 Writes each model of MODELS with tests/models_moe.py (a pure function of its arguments), runs
 llama.cpp on the prompts through scripts/llamacpp_logits.cpp (`all` mode: every logit) and
 stores, per model, the writer's arguments, the file's sha256, the prompts and the logits in
-tests/data/reference/moe_llamacpp.json. tests/test_moe.py regenerates each file, checks the
+tests/data/reference/moe_llamacpp.json. tests/archs/test_moe.py regenerates each file, checks the
 sha256 (so the fixture speaks of that very file) and compares our logits. Not run in CI.
 
     g++ -O1 -std=c++17 scripts/llamacpp_logits.cpp -I $LCPP/include -I $LCPP/ggml/include \\

@@ -3,7 +3,7 @@ per-layer sizes (as scripts/qwen35_rollback_cost.py) plus one NextN block, fewer
 8) and a smaller vocabulary (default 32768; the real 248k makes the head, which the MTP step
 shares, a larger part of both). Measured in one run, interleaved, medians: a 1-token target
 eval (with the MTP cache fill, and without: MTP not enabled), a (k+1)-token verify eval, MTP step 0 and a chained step 3, all at the same cache length.
-(Acceptance on a random model means nothing: tests/test_mtp.py prints it for the tiny one.)
+(Acceptance on a random model means nothing: tests/speculation/test_mtp.py prints it for the tiny one.)
 
     PYLLAMASPEC_LIBRARY=... python scripts/mtp_cost.py [--layers 8] [--vocab 32768] [--threads 2] [--reps 30]
 """

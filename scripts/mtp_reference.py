@@ -1,6 +1,6 @@
 """Writes llama.cpp's MTP (NextN) draft logits for seeded tiny random qwen35 models with one MTP
 block (tests/models_qwen35.py, n_nextn=1) to tests/data/reference/qwen35_mtp_llamacpp.json;
-tests/test_mtp.py regenerates the same models bit for bit (sha256 recorded) and compares its
+tests/speculation/test_mtp.py regenerates the same models bit for bit (sha256 recorded) and compares its
 chained draft steps. Not run in CI: it needs a llama.cpp build (b11434: its MTP context type and
 the h_nextn outputs of src/llama-ext.h).
 

@@ -1,5 +1,5 @@
 """Tokens per round of MTP drafts, chain vs token tree at the same depth, on the tiny seeded
-qwen35 model whose MTP block agrees with its trunk part of the time (tests/test_mtp.py
+qwen35 model whose MTP block agrees with its trunk part of the time (tests/speculation/test_mtp.py
 _agreeing): greedy (4 prompts) and T = 1 (4 prompts x 5 seeds), 200 tokens each, the cost model
 off, p_min 0. Counts, not timings. From the repository root (PYLLAMASPEC_LIBRARY set):
     PYTHONPATH=. python scripts/mtp_tree_rounds.py

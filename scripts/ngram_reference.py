@@ -1,5 +1,5 @@
 """Writes the drafts llama.cpp's n-gram kinds propose on recorded token streams to
-tests/data/reference/ngram_llamacpp.json; tests/test_ngram_kinds.py replays the same streams
+tests/data/reference/ngram_llamacpp.json; tests/speculation/test_ngram_kinds.py replays the same streams
 through ours and compares every round's draft. The streams: SmolLM2-135M's greedy answer to a
 code-rewrite request (made here with pyllamaspec, plain decoding; its ids are stored), and a
 seeded synthetic text of repeated phrases (tests/ngram_streams.py). Each round is llama-server's:

@@ -1,5 +1,5 @@
 """Writes llama.cpp's logits for seeded tiny random qwen35 models (tests/models.py's
-write_qwen35_gguf) to tests/data/reference/qwen35_tiny_llamacpp.json; tests/test_qwen35.py
+write_qwen35_gguf) to tests/data/reference/qwen35_tiny_llamacpp.json; tests/archs/test_qwen35.py
 regenerates the same models bit for bit (the file's sha256 is recorded) and compares.
 Not run in CI: it needs a llama.cpp build.
 

@@ -61,13 +61,14 @@ done
 #   of freed blocks (256 MiB) keeps up; --leaks has LeakSanitizer check every allocation of the
 #   core instead (failed loads included: test_core and test_gguf_check make hundreds);
 # * test_tokenizing_alongside_an_eval: waits 60 s for a 1500-token eval, which takes longer here.
-DEFAULT_TESTS=(tests/test_core.py tests/test_gguf_check.py tests/test_tokenizer.py tests/test_tokenizer_round_trip.py
-               tests/test_tokenizer_oracles.py tests/test_reliability.py
-               tests/test_tokenizer_scaling.py tests/test_fuzz.py tests/test_sampler_tree.py -k "not time_grows_linearly"
-               --deselect tests/test_reliability.py::test_failed_loads_leak_nothing
-               --deselect tests/test_reliability.py::test_failed_loads_of_a_truncated_real_model_leak_nothing
-               --deselect tests/test_reliability.py::test_failed_split_loads_leak_nothing
-               --deselect tests/test_reliability.py::test_tokenizing_alongside_an_eval)
+DEFAULT_TESTS=(tests/engine/test_core.py tests/files/test_gguf_check.py tests/engine/test_tokenizer.py
+               tests/engine/test_tokenizer_round_trip.py tests/engine/test_tokenizer_oracles.py
+               tests/engine/test_reliability.py tests/engine/test_tokenizer_scaling.py tests/project/test_fuzz.py
+               tests/engine/test_sampler_tree.py -k "not time_grows_linearly"
+               --deselect tests/engine/test_reliability.py::test_failed_loads_leak_nothing
+               --deselect tests/engine/test_reliability.py::test_failed_loads_of_a_truncated_real_model_leak_nothing
+               --deselect tests/engine/test_reliability.py::test_failed_split_loads_leak_nothing
+               --deselect tests/engine/test_reliability.py::test_tokenizing_alongside_an_eval)
 # Arguments that name no test file or directory are pytest options added to the default files.
 NAMED=0
 for a in ${ARGS[@]+"${ARGS[@]}"}; do [ -e "${a%%::*}" ] && NAMED=1; done

@@ -1,7 +1,7 @@
-"""The checks every architecture of issue 24 passes (tests/test_gemma4.py and its siblings):
-logits against llama.cpp's fixture (scripts/arch_reference.py) within a tolerance taken from
-llama.cpp's own spread between CPU builds, batched == token by token, rollback at every split
-point, speculative greedy == plain greedy."""
+"""The checks every architecture of issue 24 passes (run by tests/archs/test_arch_checks.py, one
+table entry per architecture): logits against llama.cpp's fixture (scripts/arch_reference.py)
+within a tolerance taken from llama.cpp's own spread between CPU builds, batched == token by
+token, rollback at every split point, speculative greedy == plain greedy."""
 from __future__ import annotations
 
 import hashlib

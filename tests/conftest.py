@@ -10,7 +10,13 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+# The helpers here (models.py, oracle.py, ...) import as top-level modules, as scripts/ import
+# them; the test files sit in folders by layer (files/, engine/, ...) and some import another's
+# fixtures or helpers by its basename (from test_server import Server): every folder on the
+# path, whatever subset pytest collects. (Basenames stay unique: pytest's default import mode
+# refuses two test modules of one name.)
+_TESTS = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(_TESTS)] + sorted(str(d) for d in _TESTS.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
 
 import models  # noqa: E402
 from pypi_index import Index  # noqa: E402
@@ -22,7 +28,7 @@ from pypi_index import Index  # noqa: E402
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = _TESTS.parent
 
 _ON_CPU = [False]     # the running test is marked cpu_only
 

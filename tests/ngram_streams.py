@@ -1,5 +1,5 @@
 """Token streams for the n-gram kinds' fixture (scripts/ngram_reference.py,
-tests/test_ngram_kinds.py): a seeded synthetic text of repeated, varied phrases (many ties and
+tests/speculation/test_ngram_kinds.py): a seeded synthetic text of repeated, varied phrases (many ties and
 alternatives after the same n-gram), and a static lookup cache in llama.cpp's file format
 (common_ngram_cache_save: 4 int32 ids of the n-gram, an int32 count of tokens, int32 (token,
 count) pairs), built the way llama-lookup-create builds one (2-grams)."""

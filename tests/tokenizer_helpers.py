@@ -1,4 +1,4 @@
-"""What the tokenizer tests (tests/test_tokenizer*.py) share: the real models' tokenizers as
+"""What the tokenizer tests (tests/engine/test_tokenizer*.py) share: the real models' tokenizers as
 module fixtures and their tokenizer.ggml.* fields read with the gguf package, a writer of
 tokenizer-only GGUF files, a text corpus, and the independent oracles: Hugging Face `tokenizers`
 for BPE under llama.cpp's pre-tokenizer expressions, the `regex` module for the pre-tokenizers

@@ -90,7 +90,7 @@ REAL = {
 # SmolLM2 0.258, chat answers 0.187).
 NEAR_TIE = Spread({"cpu": 0.447}, factor=1.0, floor=0.5)
 
-# Greedy answers under a grammar (tests/test_grammar_server.py) against llama-server's, made with
+# Greedy answers under a grammar (tests/structured/test_grammar_server.py) against llama-server's, made with
 # its native (AVX-512) build: they part at our top-2 margin among the allowed tokens, measured up
 # to 0.302 with our native and AVX2 kernels and 0.514 with the generic ones (Gemma 3, "Describe
 # a cat in JSON.", after 60 identical tokens); our kernels give llama.cpp's own numbers build for

@@ -13,7 +13,7 @@ unreachable, busy or incompatible server is an RpcError naming it, before anythi
 
 What the bound is: a server that dies (process killed, host reset) makes the worker's socket
 fail at once, the worker aborts, and the call raises RpcError as soon as the pipe reports it
-(milliseconds on loopback; tests/test_rpc.py measures it). A server that stops answering without
+(milliseconds on loopback; tests/rpc/test_rpc.py measures it). A server that stops answering without
 closing the connection (a hung host, a cut cable) is caught by ``rpc_timeout``: no single call
 may take longer; the worker is then killed. A call legitimately slower than rpc_timeout (a long
 prompt on a slow link) fails the same way: raise it for such work. After an RpcError the model

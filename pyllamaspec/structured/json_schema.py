@@ -3,7 +3,7 @@ common/json-schema-to-grammar.cpp: the same rule names, the same whitespace rule
 same property order and optional-property chains, `additionalProperties`, enums and consts as
 literals, bounded arrays and strings, integer ranges, ^...$ patterns, string formats, $refs).
 The model picks its own whitespace inside what the grammar allows, so only the same grammar
-gives llama-server's output. tests/test_json_schema.py compares with llama.cpp's own
+gives llama-server's output. tests/structured/test_json_schema.py compares with llama.cpp's own
 conversions (scripts/json_schema_reference.py)."""
 from __future__ import annotations
 

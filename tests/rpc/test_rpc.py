@@ -21,7 +21,7 @@ from pyllamaspec.engine import remote as rpc_mod
 
 pytestmark = pytest.mark.skipif(not rpc_mod.available(), reason="core built without GGML_RPC")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # A lost server must surface within this (it is seen at once on loopback; the slack is for a
 # loaded CI machine). An unreachable one within the probe's timeout.
 FAULT_BOUND_S = 5.0

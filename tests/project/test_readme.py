@@ -6,7 +6,7 @@ and run by the bash block that follows it, as written. ```text blocks are output
 not run; any other language fails the inventory test.
 
 Two things are not run here, in any file, each for a stated reason: `pip install .`
-(tests/test_install.py builds and installs it from empty caches) and `pytest -q tests` (it is this
+(tests/project/test_install.py builds and installs it from empty caches) and `pytest -q tests` (it is this
 suite; .ci/run runs that very line). The ports a block listens on (8080, 50052) are swapped for
 free ones, so that the test cannot collide with another server on the machine.
 
@@ -132,7 +132,7 @@ def test_bash_block(doc, index, code, line, tmp_path, smollm2_path, gemma3_path)
     if _builds_c(doc, line):
         pytest.skip("the C block's build: test_c_block runs it")
     if code.startswith(INSTALL):
-        code = code[len(INSTALL):]                     # the install: tests/test_install.py
+        code = code[len(INSTALL):]                     # the install: tests/project/test_install.py
     code = code.replace("8080", str(_free_port())).replace("50052", str(_free_port()))
     rc, out, err = _run_bash(code, tmp_path)
     assert rc == 0, f"{_name(doc)}:{line}\n{out[-3000:]}\n{err[-5000:]}"

@@ -25,7 +25,7 @@ from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
 from pyllamaspec.generation.generate import generate
 from test_speculative import chi2_pvalue, exact_marginals, sample_first_two
 
-REF = json.loads((pathlib.Path(__file__).parent / "data" / "reference" / "heads_llamacpp.json").read_text())
+REF = json.loads((pathlib.Path(__file__).parents[1] / "data" / "reference" / "heads_llamacpp.json").read_text())
 # The spread between llama.cpp's native (AVX-512 here) and AVX2-only builds, relative to the
 # largest logit: 2.9e-4 at most (the long prompts, the F16 KV caches of target and head;
 # scripts/heads_reference.py records it). Ours against the native build: 0 to 3e-9 here.

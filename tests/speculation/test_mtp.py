@@ -48,7 +48,7 @@ def test_trunk_unchanged_by_mtp(files):
         np.testing.assert_array_equal(m.eval(PROMPT, logits="all"), ref)
 
 
-REF = pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_mtp_llamacpp.json"
+REF = pathlib.Path(__file__).parents[1] / "data" / "reference" / "qwen35_mtp_llamacpp.json"
 
 
 @pytest.mark.parametrize("name", ["a", "b"])

@@ -14,7 +14,7 @@ import pytest
 
 from pyllamaspec import Tokenizer
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 REF = REPO / "tests" / "data" / "reference" / "qwen35_tokenizer_llamacpp.json"
 NAMES = ("ggml-vocab-qwen35.gguf", "ggml-vocab-qwen35.gguf.inp", "ggml-vocab-qwen35.gguf.out")
 

@@ -9,7 +9,7 @@ import pathlib
 import re
 
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 PKG = REPO / "pyllamaspec"
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 100

@@ -20,7 +20,7 @@ from pyllamaspec.engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate, Ch
 from conftest import real_model, reference_dir
 
 REF = json.loads((reference_dir() / "chat_templates_llamacpp.json").read_text())
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 class _FixedNow:

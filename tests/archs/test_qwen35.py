@@ -28,7 +28,7 @@ from models_qwen35 import write_qwen35_gguf
 from pyllamaspec import Model, generate
 from pyllamaspec.errors import EvaluationInterrupted
 
-REF = pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_tiny_llamacpp.json"
+REF = pathlib.Path(__file__).parents[1] / "data" / "reference" / "qwen35_tiny_llamacpp.json"
 
 
 def _fixture() -> dict:

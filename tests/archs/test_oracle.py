@@ -34,7 +34,7 @@ from models import (  # noqa: E402
 from conftest import load_reference  # noqa: E402
 from oracle import LlamaOracle, rope  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _unavailable(msg: str):

@@ -21,7 +21,7 @@ from pyllamaspec.speculation.drafters.ngram.hash_order import CountMap
 from pyllamaspec.speculation.params import DraftParams, NgramMapParams, NgramModParams, NgramParams
 from pyllamaspec.speculation.spec_types import parse
 
-REF = json.loads((pathlib.Path(__file__).parent / "data" / "reference" / "ngram_llamacpp.json").read_text())
+REF = json.loads((pathlib.Path(__file__).parents[1] / "data" / "reference" / "ngram_llamacpp.json").read_text())
 
 
 def ngram_params(params: dict, static: str | None) -> NgramParams:

@@ -17,7 +17,7 @@ import tolerances
 import pyllamaspec
 from pyllamaspec import Model
 
-REF = pathlib.Path(__file__).parent / "data" / "reference" / "moe_llamacpp.json"
+REF = pathlib.Path(__file__).parents[1] / "data" / "reference" / "moe_llamacpp.json"
 
 # models for the oracle and consistency tests: F32 everywhere (exact maths is the judge), and
 # gpt-oss with YaRN and a window of 4 < the 14-token prompt

@@ -70,7 +70,7 @@ def test_greedy_tree_equals_plain(synth_dir, kind):
 
 
 def _qwen35_models(tmp: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
-    ref = json.loads((pathlib.Path(__file__).parent / "data" / "reference" / "qwen35_tiny_llamacpp.json").read_text())
+    ref = json.loads((pathlib.Path(__file__).parents[1] / "data" / "reference" / "qwen35_tiny_llamacpp.json").read_text())
     kw = ref["models"]["a"]["kwargs"]
     t, d = tmp / "qwen35_t.gguf", tmp / "qwen35_near.gguf"
     write_qwen35_gguf(t, **kw)

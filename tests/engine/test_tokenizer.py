@@ -1,7 +1,7 @@
 """The tokenizer (issue 3): llama.cpp's reference tokenizations, vocabulary information and special
 tokens, streaming detokenization, a synthetic SentencePiece vocabulary, files without a tokenizer
 or with malformed metadata, the Unicode table, speed, threads and handles. Round trips and fuzzing:
-tests/test_tokenizer_round_trip.py; the independent oracles: tests/test_tokenizer_oracles.py."""
+tests/engine/test_tokenizer_round_trip.py; the independent oracles: tests/engine/test_tokenizer_oracles.py."""
 from __future__ import annotations
 
 import pathlib
@@ -20,7 +20,7 @@ from pyllamaspec.errors import (InvalidArgumentError, NoVocabularyError, Pyllama
                                 UnsupportedModelError)
 from pyllamaspec.engine.vocab import TokenAttr, Tokenizer, english_sample_text, tokenizer_throughput
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 MODEL_KEYS = {"smollm2": "smollm2-135m-q4_1", "gemma3": "gemma-3-270m-q4_k_m"}
 
 
