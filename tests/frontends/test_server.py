@@ -105,7 +105,8 @@ def draft_path(smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(smollm2_path, draft_path):
-    s = Server(["-m", str(smollm2_path), "-md", str(draft_path), "-a", "smol", *MODEL_FLAGS, *DRAFT_FLAGS])
+    s = Server(["-m", str(smollm2_path), "-md", str(draft_path), "-a", "smol", *MODEL_FLAGS, *DRAFT_FLAGS,
+                "--slots-debug"])                # the tests read /health's counters
     yield s
     assert s.health()["status"] == "ok"          # still healthy after everything
     s.stop()

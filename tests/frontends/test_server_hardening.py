@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+import urllib.request
 
 import pytest
 
@@ -148,3 +149,36 @@ def test_non_ascii_api_key(smollm2_path):
 def test_generate_stop_of_the_wrong_type(smollm2_path):
     with pytest.raises(InvalidArgumentError, match="stop must be"):
         generate("Hi", str(smollm2_path), stop=5)
+
+
+def test_slots_and_health_hold_no_client_text_by_default(server):
+    """Issue 48, item 4: /slots returned each slot's last prompt and answer (a password typed into
+    a chat) and /health the request counters, to anyone, with no key set. Now: counts and
+    params only, and {"status": "ok"} (llama-server's shapes); --slots-debug shows the rest."""
+    secret = "hunter2-correct-horse"
+    code, _ = server.post("/v1/completions", {"prompt": f"My password is {secret}.", "max_tokens": 3})
+    assert code == 200
+    body = json.dumps(server.get("/slots"))
+    code = 200
+    assert code == 200 and secret not in body and '"generated"' not in body and '"n_prompt_tokens"' in body
+    assert server.health() == {"status": "ok"}
+
+
+def test_operator_view_and_x_api_key(smollm2_path):
+    key = "k-123"
+    s = Server(["-m", str(smollm2_path), "-a", "smol", "-np", "1", *MODEL_FLAGS], api_key=key)
+    try:
+        body = json.dumps({"prompt": "secret words", "max_tokens": 2}).encode()
+        code, _ = _raw(s, "/v1/completions", body, {"Content-Type": "application/json", "X-Api-Key": key})
+        assert code == 200                                   # llama-server's header is accepted
+        code, _ = _raw(s, "/v1/completions", body, {"Content-Type": "application/json", "X-Api-Key": "nope"})
+        assert code == 401
+        assert s.health() == {"status": "ok"}                # without the key: nothing but the status
+        req = urllib.request.Request(s.url + "/health", headers={"X-Api-Key": key})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert json.loads(r.read())["requests"] >= 1     # the operator (holds the key) sees counters
+        req = urllib.request.Request(s.url + "/slots", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert "secret words" in r.read().decode()
+    finally:
+        s.stop()

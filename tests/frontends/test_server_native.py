@@ -26,7 +26,7 @@ N_PROBS = 2
 @pytest.fixture(scope="module")
 def srv(smollm2_path, draft_path):
     s = Server(["-m", str(smollm2_path), "-md", str(draft_path), "-a", "smol", *MODEL_FLAGS, *DRAFT_FLAGS,
-                "--temp", "0", "-n", "12", "--metrics", "--embeddings", "--pooling", "mean"])
+                "--temp", "0", "-n", "12", "--metrics", "--embeddings", "--pooling", "mean", "--slots-debug"])
     yield s
     s.stop()
 

@@ -28,7 +28,7 @@ def draft_path(smollm2_path):
 @pytest.fixture(scope="module")
 def server4(smollm2_path, draft_path):
     s = Server(["-m", str(smollm2_path), "-md", str(draft_path), "-a", "smol", "-np", "4", *MODEL_FLAGS,
-                *DRAFT_FLAGS])
+                *DRAFT_FLAGS, "--slots-debug"])
     yield s
     assert s.health()["status"] == "ok"
     s.stop()

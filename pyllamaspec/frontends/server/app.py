@@ -32,9 +32,10 @@ def error_response(e: APIError) -> JSONResponse:
 
 
 class ApiKey:
-    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY`` (401 else).
-    The header's bytes are compared with the key's UTF-8 bytes (what clients send for a key
-    that is not ASCII; decoding the header as Latin-1 first would never match it)."""
+    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY`` or
+    ``X-Api-Key: KEY``, as llama-server (401 else). The header's bytes are compared with the
+    key's UTF-8 bytes (what clients send for a key that is not ASCII; decoding the header as
+    Latin-1 first would never match it)."""
 
     def __init__(self, app, key: str | None):
         self.app, self.key = app, key
@@ -42,14 +43,19 @@ class ApiKey:
     async def __call__(self, scope, receive, send):
         if self.key is None or scope["type"] != "http" or scope["path"] in PUBLIC:
             return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
-        auth = headers.get(b"authorization", b"")
-        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        given = presented_key(scope)
         if not given or not hmac.compare_digest(given, self.key.encode("utf-8")):
-            msg = "missing API key (Authorization: Bearer ...)" if not given else "invalid API key"
+            msg = "missing API key (Authorization: Bearer ... or X-Api-Key)" if not given else "invalid API key"
             resp = error_response(APIError(msg, 401, type="authentication_error", code="invalid_api_key"))
             return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+def presented_key(scope) -> bytes:
+    """The key a request carries: Authorization: Bearer KEY, else X-Api-Key: KEY."""
+    headers = dict(scope["headers"])
+    auth = headers.get(b"authorization", b"")
+    return auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"").strip()
 
 
 class BodyLimit:
@@ -110,11 +116,16 @@ async def _until_disconnect(request: Request) -> None:
 
 
 class Routes:
-    def __init__(self, worker: Worker, alias: str, native: NativeRoutes | None = None):
-        self.worker, self.alias, self.native = worker, alias, native
+    def __init__(self, worker: Worker, alias: str, native: NativeRoutes | None = None, key: str | None = None,
+                 operator: bool = False):
+        self.worker, self.alias, self.native, self.key, self.operator = worker, alias, native, key, operator
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse(self.worker.health())
+        """{"status": "ok"} as llama-server's; the counters for the operator (--slots-debug, or the
+        API key where one is set: /health itself needs none)."""
+        given = presented_key(request.scope) if self.key is not None else b""
+        keyed = bool(given) and hmac.compare_digest(given, self.key.encode("utf-8"))
+        return JSONResponse(self.worker.health(detail=self.operator or keyed))
 
     async def models(self, request: Request) -> Response:
         t = self.worker.target
@@ -234,8 +245,10 @@ def create_app(worker: Worker, alias: str, api_key: str | None = None, options: 
                model_path: str = "", max_body: int = MAX_BODY) -> Starlette:
     """The routes of llama-server: OpenAI's (here) and its own (native_routes.py, /slots and
     /props among them); `options` are its switches (--metrics, --embeddings, --pooling, ...)."""
-    r = Routes(worker, alias)
-    r.native = NativeRoutes(worker, alias, model_path, options or Options(), r._generate)
+    opts = options or Options()
+    opts.keyed = api_key is not None
+    r = Routes(worker, alias, key=api_key, operator=opts.operator)
+    r.native = NativeRoutes(worker, alias, model_path, opts, r._generate)
     routes = [
         Route("/health", r.health, methods=["GET"]), Route("/v1/health", r.health, methods=["GET"]),
         Route("/v1/models", r.models, methods=["GET"]), Route("/models", r.models, methods=["GET"]),

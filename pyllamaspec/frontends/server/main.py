@@ -59,6 +59,10 @@ def add_native_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--metrics", action="store_true", help="serve /metrics (Prometheus text format)")
     g.add_argument("--slots", dest="slots", action="store_true", default=True, help="serve /slots (default: on)")
     g.add_argument("--no-slots", dest="slots", action="store_false")
+    g.add_argument("--slots-debug", dest="slots_debug", action="store_true",
+                   help="the operator's view: /slots shows each slot's prompt and answer, /health the request "
+                        "counters (by default neither: a client's text is its own; with --api-key, a request "
+                        "carrying the key gets this view)")
     g.add_argument("--embedding", "--embeddings", dest="embeddings", action="store_true",
                    help="serve /v1/embeddings and /embedding (the final hidden states, pooled by --pooling)")
     g.add_argument("--pooling", choices=["none", "mean", "last"], default=None,
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
-                           normalize=a.embd_normalize, ui=a.ui)
+                           normalize=a.embd_normalize, ui=a.ui, operator=a.slots_debug)
             app = create_app(worker, alias, key, opts, model_path=target_path, max_body=a.max_body_size)
             what = ("plain decoding" if not types else f"{','.join(types)}"
                     + (f" with {draft_path}" if draft_path and drafter is not None else ""))

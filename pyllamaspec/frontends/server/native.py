@@ -100,9 +100,11 @@ def chunk(req: GenRequest, text: str, tokens: list[int], lps: list[TokenLogprobs
     return out
 
 
-def describe_slot(slot_id: int, n_ctx: int, speculative: bool, busy: bool, task: dict | None) -> dict:
+def describe_slot(slot_id: int, n_ctx: int, speculative: bool, busy: bool, task: dict | None,
+                  text: bool = False) -> dict:
     """One entry of /slots, as llama-server describes a slot: its id, context, whether it is
-    working, and its current (else last) task: prompt, what it generated, its params."""
+    working, and its current (else last) task: counts and params, and with text (the operator's
+    view) its prompt and what it generated."""
     out: dict[str, Any] = {"id": slot_id, "n_ctx": n_ctx, "speculative": speculative, "is_processing": busy}
     if task is not None:
         out.update({"id_task": task["id"], "n_prompt_tokens": task["n_prompt"],
@@ -110,7 +112,9 @@ def describe_slot(slot_id: int, n_ctx: int, speculative: bool, busy: bool, task:
                     "n_prompt_tokens_cache": task["n_cached"], "params": task["params"],
                     "next_token": [{"has_next_token": busy, "has_new_line": "\n" in task["generated"],
                                     "n_remain": task["n_remain"], "n_decoded": task["n_decoded"]}],
-                    "prompt": task["prompt"], "generated": task["generated"]})
+                    })
+        if text:
+            out.update({"prompt": task["prompt"], "generated": task["generated"]})
     return out
 
 

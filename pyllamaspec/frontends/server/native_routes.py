@@ -34,6 +34,8 @@ class Options:
     pooling: str = "none"                 # --pooling (none: only /embedding, per token)
     normalize: int = 2                    # --embd-normalize
     ui: bool = True                       # the chat page at / (--no-webui turns it off)
+    operator: bool = False                # --slots-debug: /slots and /health show prompts, answers, counters
+    keyed: bool = False                   # an API key is set: whoever passed it is the operator
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -200,7 +202,9 @@ class NativeRoutes:
         w = self.worker
         if request.query_params.get("fail_on_no_slot") and w.n_busy >= w.n_slots:
             return _error(APIError("no slot available", 503, type="unavailable_error"))
-        return JSONResponse(w.slots())
+        # a slot's text is its client's (a password typed into a chat): shown to the operator only;
+        # with an API key set, a request that got here carried it
+        return JSONResponse(w.slots(text=self.opts.operator or self.opts.keyed))
 
     async def post_slot(self, request: Request) -> Response:
         return _not_supported("slots action", "--slot-save-path")

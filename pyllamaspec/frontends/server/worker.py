@@ -434,14 +434,18 @@ class Worker:
                 "params": sampling_params(job.sampling, job.draft if self.has_drafter else None, job.max_tokens,
                                           job.req.stream, job.req.logprobs or 0)}
 
-    def slots(self) -> list[dict]:
-        """llama-server's /slots: one object per slot, with its current (else last) request."""
+    def slots(self, text: bool = False) -> list[dict]:
+        """llama-server's /slots: one object per slot, with its current (else last) request
+        (text: its prompt and answer too, the operator's view)."""
         from .native import describe_slot
         busy = {j.slot for j in list(self._running)}
-        return [describe_slot(i, self.n_ctx_slot, self.has_drafter, i in busy, self.last.get(i))
+        return [describe_slot(i, self.n_ctx_slot, self.has_drafter, i in busy, self.last.get(i), text)
                 for i in range(self.n_slots)]
 
-    def health(self) -> dict:
+    def health(self, detail: bool = False) -> dict:
+        """llama-server's /health: {"status": "ok"}; detail (the operator's view): the counters."""
+        if not detail:
+            return {"status": "ok"}
         c = self.counters
         n_run = len(self._running)
         return {"status": "ok", "busy": self.busy, "queued": self.queued, "requests": c.requests,
