@@ -49,13 +49,19 @@ void Mapping::map(int fd, size_t size) {
     size_ = size;
 }
 
-GgufFile::GgufFile(const std::string & path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+// O_NONBLOCK: opening a FIFO for reading would wait for a writer (-m on a named pipe hung); a
+// regular file ignores the flag, and anything else is refused below.
+GgufFile::GgufFile(const std::string & path)
+    : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)) {
     if (fd_.get() < 0) {
         fail(PSL_ERR_IO, "cannot open model file '%s': %s", path.c_str(), strerror(errno));
     }
     struct stat st{};
     if (fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fail(PSL_ERR_IO, "'%s' is not a regular file", path.c_str());
+        const char * what = S_ISFIFO(st.st_mode) ? " (a named pipe)" : S_ISDIR(st.st_mode) ? " (a directory)" :
+                            S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? " (a device)" :
+                            S_ISSOCK(st.st_mode) ? " (a socket)" : "";
+        fail(PSL_ERR_IO, "'%s' is not a regular file%s", path.c_str(), what);
     }
     file_size_ = (size_t) st.st_size;
 

@@ -4,7 +4,9 @@
 
 The flags of llama.cpp's rpc-server (tools/rpc/rpc-server.cpp), which can be run instead: the
 wire protocol is ggml's. One client at a time; no authentication, so it binds to 127.0.0.1
-unless told otherwise. Ctrl-C (or SIGTERM) stops it.
+unless told otherwise. A client may make it allocate buffers of any size before sending data,
+and an idle client blocks all others: ggml's server has no hook to bound either, so serve a
+trusted network only (docs/several-machines.md, "Trust"). Ctrl-C (or SIGTERM) stops it.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ WARNING = """
 WARNING: Host ('{host}') is != '127.0.0.1'
          Never expose the RPC server to an open network!
          This is an experimental feature and is not secure!
+         (any client may allocate any amount of memory here,
+         and one idle client blocks all others)
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 """
 

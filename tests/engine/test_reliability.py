@@ -361,3 +361,20 @@ def test_model_arguments_property(shared_tiny, op, value):
     finally:
         m.set_output_ids(None)
         m.set_threads(1)
+
+
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path, smollm2_path):
+    """Issue 48, item 6: -m pointing at a FIFO hung in open() (waiting for a writer)."""
+    import os
+    import subprocess
+    import sys
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    for code in (f"from pyllamaspec import Model; Model({str(fifo)!r})",
+                 f"from pyllamaspec import Tokenizer; Tokenizer({str(fifo)!r})"):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "not a regular file (a named pipe)" in r.stderr, r.stderr[-500:]
+    for args in (["-m", str(fifo)], ["-m", str(smollm2_path), "-md", str(fifo), "-no-cnv"]):
+        r = subprocess.run([sys.executable, "-m", "pyllamaspec.cli", *args, "-p", "hi", "-n", "1"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "named pipe" in r.stderr, r.stderr[-500:]

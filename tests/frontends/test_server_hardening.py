@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 import urllib.request
 
@@ -182,3 +183,69 @@ def test_operator_view_and_x_api_key(smollm2_path):
             assert "secret words" in r.read().decode()
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def quick(smollm2_path):
+    """A server with a 2 s head deadline (the default is 10 s), so that the tests stay short."""
+    s = Server(["-m", str(smollm2_path), "-a", "smol", "-np", "1", *MODEL_FLAGS, "--head-timeout", "2"])
+    yield s
+    s.stop()
+
+
+def _closed_within(sock, seconds: float) -> float | None:
+    """Seconds until the server closed the connection (None: still open after `seconds`)."""
+    t0 = time.perf_counter()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return time.perf_counter() - t0
+    except socket.timeout:
+        return None
+    except OSError:
+        return time.perf_counter() - t0
+
+
+def test_idle_and_slow_header_connections_are_closed(quick):
+    """Issue 48, item 5: a connection that never sends a request stayed open (200 still open
+    after 60 s); a head trickled a byte at a time was held 60 s."""
+    idle = socket.create_connection(("127.0.0.1", quick.port))
+    took = _closed_within(idle, 10)
+    assert took is not None and 1.5 < took < 5, took
+    slow = socket.create_connection(("127.0.0.1", quick.port))
+    t0, closed = time.perf_counter(), False
+    try:
+        for b in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200:
+            slow.send(bytes([b]))
+            time.sleep(0.25)
+            if time.perf_counter() - t0 > 10:
+                break
+    except OSError:
+        closed = True
+    assert closed or _closed_within(slow, 1) is not None
+    assert time.perf_counter() - t0 < 6
+    # a kept-alive connection gets the same deadline for its next head; a quick client is served
+    c = http.client.HTTPConnection("127.0.0.1", quick.port, timeout=10)
+    for _ in range(2):
+        c.request("GET", "/health")
+        assert c.getresponse().read() == b'{"status":"ok"}'
+
+
+def test_smuggling_shapes_and_huge_headers_are_refused(quick):
+    s = socket.create_connection(("127.0.0.1", quick.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n"
+              b"Content-Type: application/json\r\n\r\n0\r\n\r\n")
+    assert s.recv(64).startswith(b"HTTP/1.1 400")
+    s = socket.create_connection(("127.0.0.1", quick.port), timeout=10)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 60_000 + b"\r\n\r\n")
+    assert s.recv(64).startswith(b"HTTP/1.1 431")
+    assert quick.health() == {"status": "ok"}
+
+
+def test_errors_do_not_echo_large_inputs_and_client_mistakes_are_4xx(quick):
+    code, err = quick.post("/v1/completions", {"prompt": "hi", "max_tokens": 2,
+                                               "logit_bias": {str(i): 1.0 for i in range(200_000)}})
+    assert code == 400 and len(err["error"]["message"]) <= 600     # it echoed the 2.5 MB map
+    code, err = quick.post("/tokenize", {"content": [1, 99_999_999], "with_pieces": True})
+    assert code == 400 and "outside the vocabulary" in err["error"]["message"]    # a 500 before

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .http import MAX_HEAD, HeadCheck
 from .native_routes import NativeRoutes, Options
 from .openai_format import APIError, GenRequest, Shaper, as_api_error as _as_api_error, parse_chat, parse_completion
 from .worker import Job, Worker
@@ -242,7 +243,7 @@ MAX_BODY = 16 << 20       # bytes; --max-body-size
 
 
 def create_app(worker: Worker, alias: str, api_key: str | None = None, options: Options | None = None,
-               model_path: str = "", max_body: int = MAX_BODY) -> Starlette:
+               model_path: str = "", max_body: int = MAX_BODY, max_head: int = MAX_HEAD) -> Starlette:
     """The routes of llama-server: OpenAI's (here) and its own (native_routes.py, /slots and
     /props among them); `options` are its switches (--metrics, --embeddings, --pooling, ...)."""
     opts = options or Options()
@@ -262,7 +263,8 @@ def create_app(worker: Worker, alias: str, api_key: str | None = None, options: 
         yield
         await run_in_threadpool(worker.close)
 
-    return Starlette(routes=routes, middleware=[Middleware(BodyLimit, max_bytes=max_body), Middleware(ApiKey, key=api_key)],
+    return Starlette(routes=routes, middleware=[Middleware(HeadCheck, max_head=max_head),
+                                                Middleware(BodyLimit, max_bytes=max_body), Middleware(ApiKey, key=api_key)],
                      exception_handlers={HTTPException: _http_error, Exception: _server_error}, lifespan=lifespan)
 
 

@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false")
     g.add_argument("--max-body-size", dest="max_body_size", type=int, default=16 << 20, metavar="BYTES",
                    help="requests with a larger body are refused (413) before it is read (default 16 MiB; 0 = no limit)")
+    g.add_argument("--head-timeout", dest="head_timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="a connection must send a whole request head within this long of opening or of its last "
+                        "answer, else it is closed (idle and slow-header connections; default 10, 0 = no limit)")
+    g.add_argument("--max-header-size", dest="max_header_size", type=int, default=16 << 10, metavar="BYTES",
+                   help="requests with larger headers are refused (431; default 16 KiB; 0 = no limit)")
     g.add_argument("-cb", "--cont-batching", action="store_true", default=True,
                    help="continuous batching: always on (llama-server's flag, accepted)")
     g.add_argument("-nocb", "--no-cont-batching", dest="cont_batching", action="store_false",
@@ -153,14 +158,16 @@ def main(argv: list[str] | None = None) -> int:
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
                            normalize=a.embd_normalize, ui=a.ui, operator=a.slots_debug)
-            app = create_app(worker, alias, key, opts, model_path=target_path, max_body=a.max_body_size)
+            app = create_app(worker, alias, key, opts, model_path=target_path, max_body=a.max_body_size,
+                             max_head=a.max_header_size)
             what = ("plain decoding" if not types else f"{','.join(types)}"
                     + (f" with {draft_path}" if draft_path and drafter is not None else ""))
             print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, {n_parallel} slot(s) of "
                   f"{worker.n_ctx_slot}, listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
             # a stream still running at shutdown is cut after 5 s (its generation then stops)
+            from .http import guarded_protocol
             uvicorn.run(app, host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
-                        timeout_graceful_shutdown=5)
+                        timeout_graceful_shutdown=5, http=guarded_protocol(a.head_timeout))
         return 0
     except (PyllamaspecError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

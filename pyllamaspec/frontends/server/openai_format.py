@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...engine.sampling import MAX_LOGPROBS, TokenLogprobs
-from ...errors import ContextFullError, GrammarError, InvalidArgumentError, PyllamaspecError
+from ...errors import (ContextFullError, GrammarError, InvalidArgumentError, ModelClosedError, PyllamaspecError,
+                      TokenOutOfRangeError)
 from ...speculation.decoder import Stats
 from ...structured.formats import GrammarSpec, constraint_spec, tools_spec
 from ...structured.output import ChatOutput, PlainOutput
@@ -44,6 +45,7 @@ class APIError(Exception):
 
     def __init__(self, message: str, status: int = 400, *, param: str | None = None,
                  type: str = "invalid_request_error", code: str | None = None):
+        message = _cut(message)
         super().__init__(message)
         self.message, self.status, self.param, self.type, self.code = message, status, param, type, code
 
@@ -51,12 +53,27 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+MAX_MESSAGE = 600          # characters of an error message: a client's input is never echoed whole
+
+
+def _cut(message: str) -> str:
+    """An error message cut to MAX_MESSAGE characters (a 400 for a 200,000-entry logit_bias
+    echoed the 2.5 MB map back)."""
+    message = str(message)
+    if len(message) <= MAX_MESSAGE:
+        return message
+    return message[:MAX_MESSAGE - 60] + f"... ({len(message)} characters in all)"
+
+
 def as_api_error(e: BaseException) -> APIError:
-    """An exception as the error a client gets."""
+    """An exception as the error a client gets: what the request asked for that cannot be done
+    (a grammar, a template, an argument, a token id) is a 400, the server's own failure a 500."""
     if isinstance(e, APIError):
         return e
     if isinstance(e, ContextFullError):
         return APIError(str(e), 400, code="context_length_exceeded")
+    if isinstance(e, (InvalidArgumentError, TokenOutOfRangeError)) and not isinstance(e, ModelClosedError):
+        return APIError(str(e), 400)
     if isinstance(e, PyllamaspecError):
         return APIError(str(e), 500, type="server_error")
     return APIError(f"internal error: {type(e).__name__}: {e}", 500, type="server_error")
