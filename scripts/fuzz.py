@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Structure-aware fuzzer of pyllamaspec's GGUF loading and tokenizer, through the Python API.
 
-    python scripts/fuzz.py [--kind gguf|tokenizer|grammar|both|all] [--cases N] [--seconds S] [--jobs J]
+    python scripts/fuzz.py [--kind gguf|tokenizer|grammar|template|both|all] [--cases N] [--seconds S] [--jobs J]
                            [--seed K] [--save DIR] [--timeout T] [--batch B]
     python scripts/fuzz.py --replay FINDING.json|FILE.gguf
     python scripts/fuzz.py --kind gguf --seed K --case I         (one case again, by number)
@@ -15,8 +15,10 @@ token fragments and long runs through tokenize / detokenize / streaming detokeni
 real models' tokenizers, with out-of-range ids; plain text must come back byte for byte.
 grammar: GBNF text and JSON schemas as a client may send them (issue 48's hostile cases at random
 sizes, random grammars and schemas, mutated), compiled on a real vocabulary and followed for a
-few tokens, each within a time and a memory bound (fuzz_grammar.py). both: gguf and tokenizer;
-all: every kind.
+few tokens, each within a time and a memory bound (fuzz_grammar.py). template: Jinja chat
+templates (the issue's hostile ones at random sizes, random string-building templates, mutated),
+rendered within a time and a memory bound (fuzz_template.py). both: gguf and tokenizer; all:
+every kind.
 
 Isolation without a Python start-up per case: the parent imports pyllamaspec and loads the
 tokenizers once, then forks a child per batch of cases. A child that dies (a signal, an exit
@@ -134,6 +136,9 @@ class Context:
         if kind == "grammar":
             import fuzz_grammar
             return fuzz_grammar.make_case(rng, sorted(self.toks))
+        if kind == "template":
+            import fuzz_template
+            return fuzz_template.make_case(rng)
         import fuzz_tok
         return fuzz_tok.make_case(rng, sorted(self.toks), self.n_vocab)
 
@@ -153,6 +158,9 @@ def run_case(ctx: Context, case: dict) -> str:
         elif case["kind"] == "grammar":
             import fuzz_grammar
             fuzz_grammar.run_case(case, ctx.toks[case["model"]])
+        elif case["kind"] == "template":
+            import fuzz_template
+            fuzz_template.run_case(case)
         else:
             fuzz_tok.run_case(case, ctx.toks[case["model"]])
         return "ok"
@@ -456,7 +464,7 @@ def _replay_jobs(path: str) -> list[Job]:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=("gguf", "tokenizer", "grammar", "both", "all"), default="both")
+    ap.add_argument("--kind", choices=("gguf", "tokenizer", "grammar", "template", "both", "all"), default="both")
     ap.add_argument("--cases", type=int, default=None, help="cases in all (default 1000 unless --seconds)")
     ap.add_argument("--seconds", type=float, default=None, help="stop starting cases after this long")
     ap.add_argument("--jobs", type=int, default=1, help="children at a time")
@@ -475,7 +483,7 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.case is not None:
         if a.kind in ("both", "all"):
-            ap.error("--case needs one --kind: gguf, tokenizer or grammar")
+            ap.error("--case needs one --kind: gguf, tokenizer, grammar or template")
         a.start, a.cases, a.batch = a.case, 1, 1
     if a.cases is None:
         a.cases = 10**12 if a.seconds is not None else 1000
@@ -489,7 +497,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     _sanitizer_reexec()
     a = parse_args(argv)
-    kinds = {"both": ["gguf", "tokenizer"], "all": ["gguf", "tokenizer", "grammar"]}.get(a.kind, [a.kind])
+    kinds = {"both": ["gguf", "tokenizer"], "all": ["gguf", "tokenizer", "grammar", "template"]}.get(a.kind, [a.kind])
     ctx = Context(a, kinds)
     try:
         fz = Fuzzer(ctx, a, kinds, _replay_jobs(a.replay) if a.replay else None)

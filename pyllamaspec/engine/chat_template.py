@@ -120,8 +120,9 @@ RENDER_SECONDS = 1.5          # real templates render in milliseconds
 RENDER_CHARS = 16 << 20        # the text it may produce (a caller may ask for less); any string it builds too
 
 
-class _OverBudget(Exception):
-    pass
+class _OverBudget(BaseException):
+    """Past a rendering's bounds. A BaseException: no `except Exception` (in a probe, or in
+    jinja's runtime) may swallow it and render on."""
 
 
 class _Budget:
@@ -373,7 +374,10 @@ class ChatTemplate:
     def parallel_tool_calls(self) -> bool:
         """Whether it shows several calls in one assistant message (llama-server's default for
         a request's parallel_tool_calls)."""
-        return supports_parallel_tool_calls(self.source, _compile)
+        try:
+            return supports_parallel_tool_calls(self.source, _compile_bounded)
+        except _OverBudget as e:
+            raise ChatTemplateError(f"chat template ({self.name}) stopped: {e}") from None
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                tools: list | None = None, max_chars: int = RENDER_CHARS, **kwargs: Any) -> str:
@@ -393,12 +397,13 @@ class ChatTemplate:
         variables = dict(bos_token=self.bos_token, eos_token=self.eos_token, datetime=now.strftime("%b %d %Y"),
                          date_string=now.strftime("%d %b %Y"), enable_thinking=True)
         variables.update(kwargs)          # a caller's bos_token etc. win, as in HF
-        if tools is not None or has_tool_messages(msgs):
-            msgs = [template_message(m) for m in msgs]
-            if supports_object_arguments(self.source, _compile):
-                msgs = object_arguments(msgs)
-        msgs = _Ticking(_llamacpp_messages(self.source, msgs))
         try:
+            # the probes of what the template supports render it too: within the same bounds
+            if tools is not None or has_tool_messages(msgs):
+                msgs = [template_message(m) for m in msgs]
+                if supports_object_arguments(self.source, _compile_bounded):
+                    msgs = object_arguments(msgs)
+            msgs = _Ticking(_llamacpp_messages(self.source, msgs))
             text = _bounded_render(_compile(self.source), max_chars, messages=msgs,
                                    add_generation_prompt=add_generation_prompt, **variables)
         except _RaisedByTemplate as e:
@@ -416,6 +421,20 @@ class ChatTemplate:
             head, sep, tail = text.rpartition("<|return|>")
             text = head + "<|end|>" + tail if sep else text
         return text
+
+
+class _BoundedProbe:
+    """A compiled template whose render() keeps the rendering's bounds (chat_tools' probes)."""
+
+    def __init__(self, template):
+        self.template = template
+
+    def render(self, **ctx: Any) -> str:
+        return _bounded_render(self.template, 1 << 20, **ctx)
+
+
+def _compile_bounded(source: str) -> _BoundedProbe:
+    return _BoundedProbe(_compile(source))
 
 
 def _bounded_render(template, max_chars: int, **ctx: Any) -> str:
@@ -455,6 +474,8 @@ def _supports_system_role(source: str) -> bool:
     try:
         out = _bounded_render(_compile(source), 1 << 20, messages=_Ticking(probe), add_generation_prompt=False,
                               bos_token="", eos_token="")
+    except _OverBudget:        # past the bounds on two messages: no conversation renders (not cached)
+        raise
     except (Exception, RecursionError, MemoryError):   # noqa: BLE001 - any failure on the probe: "not supported"
         return False
     return _PROBE_SYSTEM in out

@@ -34,6 +34,19 @@ def test_short_run_is_clean(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
+def test_client_grammars_schemas_and_templates_stay_bounded(tmp_path):
+    """Issue 48, item 7: GBNF text, JSON schemas and chat templates as a client or a GGUF brings
+    them (seeded by the issue's hostile cases), each compile / mask / accept / render within 2 s
+    and 512 MiB of peak RSS (scripts/fuzz_grammar.py, fuzz_template.py), refused or done."""
+    rc, out, c = fuzz("--kind", "grammar", "--cases", "300", "--seed", "7", "--jobs", "2", "--save", str(tmp_path))
+    assert rc == 0 and c["crashes"] == c["hangs"] == c["unexpected"] == 0, out[-3000:]
+    assert re.search(r"grammar: 300 cases \(ok [1-9]\d*, refused [1-9]", out), out[-500:]
+    rc, out, c = fuzz("--kind", "template", "--cases", "300", "--seed", "7", "--jobs", "2", "--save", str(tmp_path))
+    assert rc == 0 and c["crashes"] == c["hangs"] == c["unexpected"] == 0, out[-3000:]
+    assert re.search(r"template: 300 cases \(ok [1-9]\d*, refused [1-9]", out), out[-500:]
+
+
 def test_detects_a_crash_and_pins_it(tmp_path):
     rc, out, c = fuzz("--kind", "tokenizer", "--cases", "10", "--batch", "5", "--self-test", "crash",
                       "--save", str(tmp_path))
