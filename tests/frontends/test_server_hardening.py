@@ -249,3 +249,19 @@ def test_errors_do_not_echo_large_inputs_and_client_mistakes_are_4xx(quick):
     assert code == 400 and len(err["error"]["message"]) <= 600     # it echoed the 2.5 MB map
     code, err = quick.post("/tokenize", {"content": [1, 99_999_999], "with_pieces": True})
     assert code == 400 and "outside the vocabulary" in err["error"]["message"]    # a 500 before
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_one_log_line_per_request_without_its_text(smollm2_path, quiet):
+    """Issue 46, item 7: the server logs each request's counts and timings, as llama-server logs
+    a task's (--log-disable: none); never its text."""
+    s = Server(["-m", str(smollm2_path), "-np", "1", *MODEL_FLAGS] + (["--log-disable"] if quiet else []))
+    try:
+        code, _ = s.post("/v1/completions", {"prompt": "The word is zebra-secret.", "max_tokens": 3})
+        assert code == 200
+    finally:
+        s.stop()
+    out = s.proc.stdout.read()
+    lines = [ln for ln in out.splitlines() if ln.startswith("slot 0 task 1: prompt ")]
+    assert len(lines) == (0 if quiet else 1), out[-2000:]
+    assert "zebra" not in out and (quiet or "generated 3 in" in lines[0])

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false")
     g.add_argument("--max-body-size", dest="max_body_size", type=int, default=16 << 20, metavar="BYTES",
                    help="requests with a larger body are refused (413) before it is read (default 16 MiB; 0 = no limit)")
+    g.add_argument("--log-disable", dest="log_disable", action="store_true",
+                   help="no line per request (by default each request's counts and timings go to stderr, as "
+                        "llama-server logs a task's)")
     g.add_argument("--head-timeout", dest="head_timeout", type=float, default=10.0, metavar="SECONDS",
                    help="a connection must send a whole request head within this long of opening or of its last "
                         "answer, else it is closed (idle and slow-header connections; default 10, 0 = no limit)")
@@ -175,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> int:
-    """`python -m pyllamaspec.server`: main() with warnings logged to stderr."""
-    logging.basicConfig(level=logging.WARNING)
+    """`python -m pyllamaspec.server`: main() with warnings logged to stderr (and a line per
+    request unless --log-disable)."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if "--log-disable" not in sys.argv[1:]:
+        logging.getLogger("pyllamaspec.server").setLevel(logging.INFO)
     return main()

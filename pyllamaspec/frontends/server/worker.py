@@ -162,6 +162,17 @@ class Counters:
         self.draft_rounds += stats.rounds if stats.drafted else 0
 
 
+def task_line(slot: int, task: int, result: dict) -> str:
+    """One line per request, as llama-server logs a task's timings (counts only: no text)."""
+    s = result["stats"]
+    line = (f"slot {slot} task {task}: prompt {s.n_prompt} tokens ({s.n_reused} cached, "
+            f"{s.n_prompt - s.n_reused} evaluated in {1e3 * s.t_prompt:.0f} ms), generated {s.n_generated} in "
+            f"{1e3 * s.t_generate:.0f} ms ({s.generate_tps:.1f} t/s), finish {result.get('finish_reason')}")
+    if s.drafted:
+        line += f", drafted {s.drafted} accepted {s.accepted} ({100 * s.accepted / s.drafted:.0f}%)"
+    return line
+
+
 class Worker:
     """Owns the target and drafter; runs Jobs in n_parallel slots on its own thread."""
 
@@ -417,6 +428,7 @@ class Worker:
         if result.get("stats") is not None:
             job.info["n_cached"] = result["stats"].n_reused
             self.counters.add(result["stats"], len(job.ids), len(result.get("tokens", ())))
+            log.info("%s", task_line(job.slot, job.task, result))
         if result.get("finish_reason") == "cancelled":
             self.counters.cancelled += 1
             self.counters.last_cancel = {
