@@ -43,6 +43,8 @@ public:
     // Why the grammar stopped at run time (a limit passed in a mask or an accept), else empty.
     // It then stands at a dead end: the generation ends there, and its caller says why.
     const std::string & failure() const { return failure_; }
+    // Whether it holds many parser stacks (its memory is worth giving back when it goes).
+    bool large() const { return stacks_.n_stacks() > (1u << 14); }
     // The text every continuation starts with, up to max_bytes (whole characters): empty where
     // the grammar branches, may end, or expects a token element.
     std::string forced(size_t max_bytes);

@@ -62,6 +62,7 @@ public:
     // a grammar whose states multiply only later fails there instead of pinning its thread.
     void begin_op();
     void end_op() { deadline_ns_ = 0; }
+    uint32_t n_stacks() const { return (uint32_t) nodes_.size(); }
 
 private:
     struct Node {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import json
 import logging
@@ -92,8 +93,10 @@ class BodyLimit:
 
 async def _body(request: Request):
     raw = await request.body()
+    request.state.large = len(raw) > 1 << 20
     try:
-        return json.loads(raw)
+        # a body of megabytes takes a while to parse: not on the event loop (/health answers meanwhile)
+        return json.loads(raw) if len(raw) < 1 << 16 else await run_in_threadpool(json.loads, raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(f"the request body is not valid JSON: {e}") from None
     except RecursionError:
@@ -148,6 +151,11 @@ class Routes:
             req: GenRequest = await run_in_threadpool(parse, await _body(request), self.worker.target.n_ctx)
             job = await run_in_threadpool(self.worker.prepare, req, asyncio.get_running_loop())
         except APIError as e:
+            if getattr(request.state, "large", False):
+                # the refused body (megabytes of objects) is held by the error's traceback, a
+                # cycle the collector would reach only much later: reclaimed now
+                e.__traceback__ = None
+                await run_in_threadpool(gc.collect)
             return error_response(e)
         self.worker.submit(job)
         if req.native:                         # llama-server's /completion shapes

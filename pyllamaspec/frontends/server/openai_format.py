@@ -126,8 +126,12 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
 
 
 def _short(v: Any) -> str:
-    """repr(v), shortened: an error message does not echo a huge value."""
-    r = repr(v) if not isinstance(v, int) or abs(v) < 10**30 else f"an integer of {len(str(abs(v)))} digits"
+    """repr(v), shortened: an error message does not echo a huge value (reprlib: a 200,000-entry
+    map is not written out whole first)."""
+    import reprlib
+    if isinstance(v, int) and abs(v) >= 10**30:
+        return f"an integer of {len(str(abs(v)))} digits"
+    r = reprlib.Repr(maxlevel=3, maxdict=6, maxlist=6, maxtuple=6, maxset=6, maxstring=60, maxother=60).repr(v)
     return r if len(r) <= 80 else r[:77] + "..."
 
 
