@@ -131,7 +131,9 @@ def _short(v: Any) -> str:
     import reprlib
     if isinstance(v, int) and abs(v) >= 10**30:
         return f"an integer of {len(str(abs(v)))} digits"
-    r = reprlib.Repr(maxlevel=3, maxdict=6, maxlist=6, maxtuple=6, maxset=6, maxstring=60, maxother=60).repr(v)
+    rp = reprlib.Repr()              # (keyword arguments only from Python 3.12)
+    rp.maxlevel, rp.maxdict, rp.maxlist, rp.maxtuple, rp.maxset, rp.maxstring, rp.maxother = 3, 6, 6, 6, 6, 60, 60
+    r = rp.repr(v)
     return r if len(r) <= 80 else r[:77] + "..."
 
 
