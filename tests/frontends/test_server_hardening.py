@@ -188,7 +188,7 @@ def test_operator_view_and_x_api_key(smollm2_path):
 @pytest.fixture(scope="module")
 def quick(smollm2_path):
     """A server with a 2 s head deadline (the default is 10 s), so that the tests stay short."""
-    s = Server(["-m", str(smollm2_path), "-a", "smol", "-np", "1", *MODEL_FLAGS, "--head-timeout", "2"])
+    s = Server(["-m", str(smollm2_path), "-a", "smol", "-np", "1", *MODEL_FLAGS, "--head-timeout", "2", "-to", "3"])
     yield s
     s.stop()
 
@@ -265,3 +265,15 @@ def test_one_log_line_per_request_without_its_text(smollm2_path, quiet):
     lines = [ln for ln in out.splitlines() if ln.startswith("slot 0 task 1: prompt ")]
     assert len(lines) == (0 if quiet else 1), out[-2000:]
     assert "zebra" not in out and (quiet or "generated 3 in" in lines[0])
+
+
+def test_stalled_body_and_late_head(quick):
+    """A head in time, then a body that stops arriving: -to/--timeout cuts it (uvicorn has no read
+    timeout); part of a head when the deadline passes gets a 408 before the close."""
+    s = socket.create_connection(("127.0.0.1", quick.port))
+    s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"content")
+    took = _closed_within(s, 10)
+    assert took is not None and 2.5 < took < 6, took
+    s = socket.create_connection(("127.0.0.1", quick.port), timeout=10)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    assert s.recv(64).startswith(b"HTTP/1.1 408")

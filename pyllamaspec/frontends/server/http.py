@@ -1,9 +1,10 @@
 """HTTP/1.1 as a public server must speak it (issue 48): a connection gets head_timeout seconds to
 send a whole request head, from when it opens and again after each answer (a connection that
 never sends one, or trickles its headers a byte at a time, is closed: uvicorn times out only the
-idle keep-alive wait, and any byte cancels that); a head of more than max_head bytes is refused
-with 431 (uvicorn's h11 bounds only a head still incomplete); a request with both
-Content-Length and Transfer-Encoding is refused with 400 (RFC 9112 6.3: the framing is
+idle keep-alive wait, and any byte cancels that); a body that stops arriving, or an answer the
+client stops reading, is cut after io_timeout (llama-server's -to); a head of more than max_head
+bytes is refused with 431 (uvicorn's h11 bounds only a head still incomplete); a request with
+both Content-Length and Transfer-Encoding is refused with 400 (RFC 9112 6.3: the framing is
 ambiguous, the root of request smuggling)."""
 from __future__ import annotations
 
@@ -15,48 +16,89 @@ HEAD_TIMEOUT = 10.0        # seconds (llama-server closes a silent connection af
 MAX_HEAD = 16 << 10        # bytes of request line and headers (llama-server's limit is 8 KiB)
 
 
-def guarded_protocol(head_timeout: float = HEAD_TIMEOUT) -> type:
-    """uvicorn's h11 protocol with the head deadline (uvicorn.run(http=...))."""
+REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
-    class Guarded(H11Protocol):
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            self._head_task = None
-            self._arm()
 
-        def _arm(self) -> None:
-            self._disarm()
-            if head_timeout > 0:
-                self._head_task = self.loop.call_later(head_timeout, self._head_overdue)
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with two timers: a whole request head within head_timeout of the
+    connection opening or of its last answer (a part of a head then gets a 408, an idle
+    connection is just closed); and, while the client owes a body or has to read an answer, no
+    stall longer than io_timeout (-to/--timeout, llama-server's read/write timeout). The class
+    attributes are set by guarded_protocol."""
+    head_timeout = HEAD_TIMEOUT
+    io_timeout = 600.0
 
-        def _disarm(self) -> None:
-            task = getattr(self, "_head_task", None)
-            if task is not None:
-                task.cancel()
-                self._head_task = None
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_timer = self._io_timer = None
+        self._head_bytes = 0
+        self._await_head()
 
-        def _head_overdue(self) -> None:
-            self._head_task = None
-            waiting = self.cycle is None or self.cycle.response_complete
-            if waiting and not self.transport.is_closing():
-                self.transport.close()
+    def _await_head(self) -> None:
+        self._cancel("_head_timer")
+        self._head_cycle, self._head_bytes = self.cycle, 0
+        if self.head_timeout > 0:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_late)
 
-        def data_received(self, data: bytes) -> None:
-            before = self.cycle
-            super().data_received(data)
-            if self.cycle is not before:        # a whole head came: the request runs
-                self._disarm()
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.cycle is self._head_cycle and not self.transport.is_closing():
+            if self._head_bytes:              # part of a head: say why (an idle connection just closes)
+                self.transport.write(REQUEST_TIMEOUT)
+            self.transport.close()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm()                     # the next request's head, on a kept-alive connection
+    def _cancel(self, name: str) -> None:
+        t = getattr(self, name, None)
+        if t is not None:
+            t.cancel()
+            setattr(self, name, None)
 
-        def connection_lost(self, exc) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is not None:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self.cycle is not self._head_cycle:        # a whole head came: the request runs
+            self._cancel("_head_timer")
+        self._io_stalled_after(self._body_pending())
 
-    return Guarded
+    def _body_pending(self) -> bool:
+        c = self.cycle
+        return c is not None and c.more_body and not c.disconnected and not self.flow.read_paused
+
+    def _io_stalled_after(self, waiting: bool) -> None:
+        """(Re)arms the read/write timer while the client owes data or has ours to read."""
+        self._cancel("_io_timer")
+        if waiting and self.io_timeout > 0:
+            self._io_timer = self.loop.call_later(self.io_timeout, self._io_late)
+
+    def _io_late(self) -> None:
+        self._io_timer = None
+        if not self.transport.is_closing():
+            self.transport.abort()            # a write buffer never read: dropped, not flushed
+
+    def pause_writing(self) -> None:          # the client stopped reading the answer
+        super().pause_writing()
+        self._io_stalled_after(True)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._io_stalled_after(self._body_pending())
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._cancel("_io_timer")
+        if not self.transport.is_closing():
+            self._await_head()                # the next request's head, on a kept-alive connection
+
+    def connection_lost(self, exc) -> None:
+        self._cancel("_head_timer")
+        self._cancel("_io_timer")
+        super().connection_lost(exc)
+
+
+def guarded_protocol(head_timeout: float = HEAD_TIMEOUT, io_timeout: float = 600.0) -> type:
+    """uvicorn's `http=`: GuardedH11 with these timeouts (0: none)."""
+    return type("GuardedH11", (GuardedH11,), {"head_timeout": head_timeout, "io_timeout": io_timeout})
 
 
 class HeadCheck:
@@ -89,4 +131,4 @@ async def _refuse(send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["guarded_protocol", "HeadCheck", "HEAD_TIMEOUT", "MAX_HEAD"]
+__all__ = ["GuardedH11", "guarded_protocol", "HeadCheck", "HEAD_TIMEOUT", "MAX_HEAD"]

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--head-timeout", dest="head_timeout", type=float, default=10.0, metavar="SECONDS",
                    help="a connection must send a whole request head within this long of opening or of its last "
                         "answer, else it is closed (idle and slow-header connections; default 10, 0 = no limit)")
+    g.add_argument("-to", "--timeout", dest="timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="llama-server's read/write timeout: a request body that stops arriving, or an answer the "
+                        "client stops reading, is cut after this long (default 600; 0 = none)")
     g.add_argument("--max-header-size", dest="max_header_size", type=int, default=16 << 10, metavar="BYTES",
                    help="requests with larger headers are refused (431; default 16 KiB; 0 = no limit)")
     g.add_argument("-cb", "--cont-batching", action="store_true", default=True,
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             import gc
             gc.freeze()     # what start-up made lives as long as the server: collections skip it
             uvicorn.run(app, host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
-                        timeout_graceful_shutdown=5, http=guarded_protocol(a.head_timeout))
+                        timeout_graceful_shutdown=5, http=guarded_protocol(a.head_timeout, a.timeout))
         return 0
     except (PyllamaspecError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
