@@ -222,6 +222,17 @@ def _format_widths(fmt: str) -> int:
     return max((int(m) for m in re.findall(r"(\d{4,})", fmt)), default=0)
 
 
+def _formatted_size(fmt: str, args: tuple, kwargs: dict) -> int:
+    """A bound on what a format makes: its text, the widths written in it, its arguments, and
+    where widths come from the arguments ("%*s", "{:>{w}}") every integer argument as one."""
+    import re
+    values = list(args) + list(kwargs.values())
+    size = len(fmt) + _format_widths(fmt) + sum(_str_len(x) for x in values)
+    if re.search(r"%[-+ #0]*\*|%[^%a-zA-Z]*\.\*|\{[^{}]*\{", fmt):
+        size += sum(x for x in values if isinstance(x, int) and x > 0)
+    return size
+
+
 def _bounded_filter(name: str, fn, size):
     def f(*args, **kwargs):
         _fits(size(*args, **kwargs))
@@ -285,8 +296,7 @@ def _compile(source: str):
             if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
                 _fits(len(left) + len(right))
             if operator == "%" and isinstance(left, str):
-                _fits(len(left) + _format_widths(left) + sum(_str_len(x) for x in
-                                                             (right if isinstance(right, tuple) else (right,))))
+                _fits(_formatted_size(left, right if isinstance(right, tuple) else (right,), {}))
             if operator == "**" and isinstance(right, int) and abs(right) > 4096:
                 raise _OverBudget(f"power of {right}")
             return super().call_binop(context, operator, left, right)
@@ -308,8 +318,7 @@ def _compile(source: str):
             fmt = value.__self__
 
             def bounded(*args, **kwargs):
-                _fits(len(fmt) + _format_widths(fmt) + sum(_str_len(x) for x in args)
-                      + sum(_str_len(x) for x in kwargs.values()))
+                _fits(_formatted_size(fmt, args, kwargs))
                 return wrapped(*args, **kwargs)
             return bounded
 
@@ -318,8 +327,7 @@ def _compile(source: str):
     env.filters["indent"] = _bounded_filter("indent", filters.do_indent, _indented)
     env.filters["replace"] = _bounded_filter("replace", filters.do_replace,
                                              lambda ctx, s, *a, **k: _replaced(str(s), *a, **k))
-    env.filters["format"] = _bounded_filter("format", filters.do_format, lambda s, *a, **k: len(str(s)) + _format_widths(
-        str(s)) + sum(_str_len(x) for x in a) + sum(_str_len(x) for x in k.values()))
+    env.filters["format"] = _bounded_filter("format", filters.do_format, lambda s, *a, **k: _formatted_size(str(s), a, k))
     env.filters["join"] = _join
     env.filters["wordwrap"] = _bounded_filter("wordwrap", filters.do_wordwrap, _wrapped)
     env.globals["lipsum"] = _lipsum

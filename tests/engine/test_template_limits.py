@@ -31,6 +31,10 @@ HOSTILE = {
     "join": "{{ range(100000)|join('x' * 100000) }}",
     "indent": "{% set s = 'a\n' * 100000 %}{{ s|indent(100000) }}",
     "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    # widths given at run time (the sec-py helper's remark; 953 MB each before)
+    "format width argument": "{{ '{:>{w}}'.format('a', w=10**9) }}",
+    "format positional width": "{{ '{0:>{1}}'.format('a', 10**9) }}",
+    "% star width": "{{ '%*s' % (10**9, 'a') }}",
 }
 
 CHILD = textwrap.dedent("""
@@ -65,7 +69,8 @@ def test_the_allowance_is_what_refuses():
     """Negative control: the same constructions within the allowance render as jinja renders them."""
     t = ChatTemplate("{% set s = 'ab' %}" + "{% set s = s ~ s %}" * 4 + "{{ s }}|{{ 'a'|center(5) }}|"
                      "{{ 'x'.ljust(3) }}|{{ '%4s' % 'y' }}|{{ '{:>3}'.format('z') }}|{{ [1, 2]|join('-') }}|"
-                     "{{ 'a\nb'|indent(2) }}|{{ 'aa'|replace('a', 'bc') }}|{{ range(3)|join(',') }}")
-    assert t.render(Q) == "ab" * 16 + "|  a  |x  |   y|  z|1-2|a\n  b|bcbc|0,1,2"
+                     "{{ 'a\nb'|indent(2) }}|{{ 'aa'|replace('a', 'bc') }}|{{ range(3)|join(',') }}|"
+                     "{{ '%d' % 1700000000 }}|{{ '{:>{w}}'.format('q', w=3) }}|{{ '%*s' % (3, 'r') }}")
+    assert t.render(Q) == "ab" * 16 + "|  a  |x  |   y|  z|1-2|a\n  b|bcbc|0,1,2|1700000000|  q|  r"
     with pytest.raises(ChatTemplateError, match="characters"):
         ChatTemplate("{{ 'a'|center(100) }}").render(Q, max_chars=50)
