@@ -8,17 +8,10 @@ exception, a crash or a hang is a finding. A case is a plain dict (saved as JSON
 from __future__ import annotations
 
 import json
-import os
 import random
-import time
 import warnings
 
-TIME_BOUND_S = 2.0          # issue 48: every hostile grammar answers within 2 s (per step here)
-RSS_BOUND_MIB = 512         # growth of the child's peak RSS over its start
-
-
-class Violation(Exception):
-    pass
+from fuzz_bounds import Bounds, Violation, mutate
 
 
 # ---- GBNF ------------------------------------------------------------------------------------------
@@ -81,21 +74,8 @@ def _random_gbnf(rng: random.Random) -> str:
 
 
 def _mutate(rng: random.Random, text: str) -> str:
-    for _ in range(rng.randint(1, 4)):
-        if not text:
-            break
-        i = rng.randrange(len(text))
-        op = rng.randrange(4)
-        if op == 0:
-            text = text[:i] + text[i + 1:]
-        elif op == 1:
-            text = text[:i] + rng.choice("()[]{}|*+?\"\\\n:=-^<>!#\x00\ud800") + text[i:]
-        elif op == 2:
-            j = min(len(text), i + rng.randint(1, 40))
-            text = text[:j] + text[i:j] * rng.randint(2, 50) + text[j:]
-        else:
-            text = text[:i]
-    return text
+    return mutate(rng, text, "()[]{}|*+?\"\\\n:=-^<>!#\x00\ud800", max_ops=4, max_span=40, max_copies=50,
+                  truncate=True)
 
 
 # ---- JSON schemas ------------------------------------------------------------------------------------
@@ -180,34 +160,14 @@ class _Vocab:
         self._model, self._users, self.n_vocab = tok._model, tok._users, n
 
 
-def _peak_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def run_case(case: dict, tok) -> None:
     """Compiles the case's grammar on tokenizer `tok` and follows it for a few tokens (masks,
     accepts); a PyllamaspecError is the caller's to accept. Raises Violation past a bound: each
-    step (the compile, a mask, an accept) within TIME_BOUND_S (the core bounds each by its
-    timeout_ms, 1 s), the child's peak RSS within RSS_BOUND_MIB of its start."""
+    step (the compile, a mask, an accept) within 2 s (the core bounds each by its
+    timeout_ms, 1 s), the child's peak RSS within its bound (fuzz_bounds.py)."""
     from pyllamaspec.engine.grammar import Grammar
     from pyllamaspec.structured.json_schema import json_schema_to_grammar
-    peak0 = _peak_mib()
-    bound = TIME_BOUND_S * (10.0 if os.environ.get("PYLLAMASPEC_FUZZ_LOGS") else 1.0)   # sanitized: slower
-
-    def timed(what: str, fn):
-        t = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            took, grew = time.perf_counter() - t, _peak_mib() - peak0
-            if took > bound:
-                raise Violation(f"{what} took {took:.2f} s (bound {bound:g} s)")
-            if grew > RSS_BOUND_MIB:
-                raise Violation(f"peak RSS grew {grew:.0f} MiB by {what} (bound {RSS_BOUND_MIB} MiB)")
+    bounds = Bounds()
 
     def compile_():
         with warnings.catch_warnings():     # an unsupported pattern accepts any string: a warning, fine
@@ -216,11 +176,11 @@ def run_case(case: dict, tok) -> None:
         return Grammar(text, _Vocab(tok, n))
 
     n = tok.vocab_info.n_tokens
-    g = timed("compiling", compile_)
+    g = bounds.step("compiling", compile_)
     for step in case["steps"]:
-        allowed = timed("a mask", g.mask).nonzero()[0]
+        allowed = bounds.step("a mask", g.mask).nonzero()[0]
         if allowed.size == 0:
             raise Violation("the mask allows no token (a dead end must allow the end-of-generation tokens)")
-        timed("an accept", lambda: g.accept([int(allowed[step % allowed.size]), step % n]))
+        bounds.step("an accept", lambda: g.accept([int(allowed[step % allowed.size]), step % n]))
         if step % 3 == 0 and g.n_accepted:
             g.rewind(1)

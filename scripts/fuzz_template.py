@@ -7,19 +7,12 @@ PyllamaspecError); any other exception, a crash or a hang is a finding.
 """
 from __future__ import annotations
 
-import os
 import random
-import time
 
-TIME_BOUND_S = 2.0          # issue 48: every hostile template answers within 2 s (the budget is 1.5 s)
-RSS_BOUND_MIB = 512
+from fuzz_bounds import Bounds, mutate
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|> {{ x }}"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "é 中文 😀" * 3}]
-
-
-class Violation(Exception):
-    pass
 
 
 def _big(rng: random.Random) -> str:
@@ -69,19 +62,8 @@ def _hostile(rng: random.Random) -> str:
 
 
 def _mutate(rng: random.Random, text: str) -> str:
-    for _ in range(rng.randint(1, 3)):
-        if not text:
-            break
-        i = rng.randrange(len(text))
-        op = rng.randrange(3)
-        if op == 0:
-            text = text[:i] + text[i + 1:]
-        elif op == 1:
-            text = text[:i] + rng.choice(["{%", "%}", "{{", "}}", "~", "*", "|", "(", ")", "'", "\x00", "\ud800"]) + text[i:]
-        else:
-            j = min(len(text), i + rng.randint(1, 30))
-            text = text[:j] + text[i:j] * rng.randint(2, 20) + text[j:]
-    return text
+    return mutate(rng, text, ["{%", "%}", "{{", "}}", "~", "*", "|", "(", ")", "'", "\x00", "\ud800"], max_ops=3,
+                  max_span=30, max_copies=20)
 
 
 def make_case(rng: random.Random) -> dict:
@@ -94,25 +76,9 @@ def make_case(rng: random.Random) -> dict:
     return {"kind": "template", "source": src, "generation_prompt": rng.random() < 0.5}
 
 
-def _peak_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def run_case(case: dict) -> None:
-    """Renders the case's template; a PyllamaspecError (ChatTemplateError) is the caller's to
-    accept. Raises Violation past the time or memory bound."""
+    """Renders the case's template within the bounds (fuzz_bounds.py); a PyllamaspecError
+    (ChatTemplateError) is the caller's to accept."""
     from pyllamaspec.engine.chat_template import ChatTemplate
-    peak0, t0 = _peak_mib(), time.perf_counter()
-    bound = TIME_BOUND_S * (10.0 if os.environ.get("PYLLAMASPEC_FUZZ_LOGS") else 1.0)
-    try:
-        ChatTemplate(case["source"]).render(MESSAGES, add_generation_prompt=case["generation_prompt"])
-    finally:
-        took, grew = time.perf_counter() - t0, _peak_mib() - peak0
-        if took > bound:
-            raise Violation(f"rendering took {took:.2f} s (bound {bound:g} s)")
-        if grew > RSS_BOUND_MIB:
-            raise Violation(f"peak RSS grew {grew:.0f} MiB (bound {RSS_BOUND_MIB} MiB)")
+    Bounds().step("rendering", lambda: ChatTemplate(case["source"]).render(
+        MESSAGES, add_generation_prompt=case["generation_prompt"]))
