@@ -5,10 +5,12 @@
 // For each request (OpenAI messages, tools, tool_choice, parallel_tool_calls) it runs what
 // llama-server runs: common_chat_msgs_parse_oaicompat / common_chat_tools_parse_oaicompat, then
 // common_chat_templates_apply (jinja, reasoning_format "deepseek" and enable_thinking as the
-// server's defaults), and records the prompt, the grammar (lazy or not, its triggers), the
-// generation prompt, the format and the extra stops; then it parses each given model output
-// with the request's parser (common_chat_parse, not partial, tool calls parsed) into the
-// assistant message llama-server would answer (its OpenAI JSON), or the parser's error.
+// server's defaults, or the request's "reasoning_format" and "enable_thinking"), and records the
+// prompt, the grammar (lazy or not, its triggers), the generation prompt, the format, the extra
+// stops and the thinking tags (what --reasoning-budget counts between); then it parses each given
+// model output with the request's parser (common_chat_parse, not partial, tool calls parsed) into
+// the assistant message llama-server would answer (its OpenAI JSON), or the parser's error; and,
+// for "partial_outputs", the partial parse a stream makes of that text so far.
 //
 // Build (LCPP = llama.cpp sources, B = its build dir):
 //   g++ -O1 -std=c++17 scripts/llamacpp_chat_tools.cpp -I $LCPP/include -I $LCPP/ggml/include \
@@ -44,7 +46,8 @@ static ojson run_request(const common_chat_templates * tmpls, const ojson & req)
     if (req.contains("tools")) in.tools = common_chat_tools_parse_oaicompat(common_json::parse(req.at("tools").dump()));
     in.tool_choice = common_chat_tool_choice_parse_oaicompat(req.value("tool_choice", std::string("auto")));
     in.parallel_tool_calls = req.value("parallel_tool_calls", false);
-    in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+    const common_reasoning_format rf = common_reasoning_format_from_name(req.value("reasoning_format", std::string("deepseek")));
+    in.reasoning_format = rf;
     in.enable_thinking = req.value("enable_thinking", true);
     in.add_generation_prompt = req.value("add_generation_prompt", true);
     const common_chat_params p = common_chat_templates_apply(tmpls, in);
@@ -53,9 +56,11 @@ static ojson run_request(const common_chat_templates * tmpls, const ojson & req)
     ojson out = {{"prompt", p.prompt}, {"format", common_chat_format_name(p.format)}, {"grammar", p.grammar},
                  {"grammar_lazy", p.grammar_lazy}, {"grammar_triggers", triggers},
                  {"generation_prompt", p.generation_prompt}, {"additional_stops", p.additional_stops},
-                 {"preserved_tokens", p.preserved_tokens}, {"parsed", ojson::array()}};
+                 {"preserved_tokens", p.preserved_tokens}, {"supports_thinking", p.supports_thinking},
+                 {"thinking_start_tag", p.thinking_start_tag}, {"thinking_end_tags", p.thinking_end_tags},
+                 {"parsed", ojson::array()}, {"partial", ojson::array()}};
     common_chat_parser_params pp(p);
-    pp.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+    pp.reasoning_format = rf;
     pp.parse_tool_calls = !in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE;
     if (!p.parser.empty()) pp.parser.load(p.parser);
     for (const auto & text : req.value("outputs", ojson::array())) {
@@ -64,6 +69,14 @@ static ojson run_request(const common_chat_templates * tmpls, const ojson & req)
             out["parsed"].push_back({{"message", to_ojson(msg.to_json_oaicompat(true))}});
         } catch (const std::exception & e) {
             out["parsed"].push_back({{"error", e.what()}});
+        }
+    }
+    for (const auto & text : req.value("partial_outputs", ojson::array())) {
+        try {
+            const common_chat_msg msg = common_chat_parse(text.get<std::string>(), true, pp);
+            out["partial"].push_back({{"message", to_ojson(msg.to_json_oaicompat(true))}});
+        } catch (const std::exception & e) {
+            out["partial"].push_back({{"error", e.what()}});
         }
     }
     return out;

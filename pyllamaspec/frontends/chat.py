@@ -11,6 +11,7 @@ from ..errors import InvalidArgumentError
 from ..generation.generate import GenerationResult, ModelLike, generate_with
 from ..generation.options import GenerateOptions
 from ..structured.formats import tools_spec
+from ..structured.reasoning import Reasoning
 
 
 @dataclass
@@ -37,7 +38,9 @@ class ChatResult(GenerationResult):
 def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: ModelLike | str | None = None, *,
          stream: bool = False, chat_template: str | None = None, tools: list | None = None,
          tool_choice: Any = None, parallel_tool_calls: bool | None = None,
-         template_kwargs: Mapping[str, Any] | None = None, **generate_kwargs: Any) -> "ChatResult | Iterator[str]":
+         template_kwargs: Mapping[str, Any] | None = None, reasoning_format: str = "auto",
+         reasoning_budget: int = -1, reasoning_budget_message: str = "",
+         **generate_kwargs: Any) -> "ChatResult | Iterator[str]":
     """Answer a conversation: messages is a list of {"role": ..., "content": ...} dicts (roles
     as the template knows them: system, user, assistant, tool; an assistant's "tool_calls"
     in OpenAI's shape). The prompt is the model's chat template (or chat_template: a built-in
@@ -51,7 +54,13 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     named function ({"type": "function", "function": {"name": ...}}) is enforced by a grammar,
     "none" reads no calls; parallel_tool_calls (default: whether the template shows several).
     Other keyword arguments are generate()'s (max_tokens, temperature, stop, n_ctx, cancel, ...);
-    template_kwargs reach the template. With response_format / json_schema the grammar is
+    template_kwargs reach the template ({"enable_thinking": False} turns a Qwen3's thinking off).
+    A thinking model's reasoning block becomes .message["reasoning_content"] as llama-server
+    splits it (reasoning_format "auto" / "deepseek"; "none" leaves it in the content);
+    reasoning_budget N closes the block after N tokens (0: at once; -1: no bound), its end tag
+    forced after reasoning_budget_message. Templates without tool syntax (SmolLM2, Gemma 3) get
+    the generic JSON tool format: the tools in the system message, the answer held by a grammar
+    to {"tool_call": ...} (or {"response": ...} for "auto"). With response_format / json_schema the grammar is
     llama-server's for a chat (the JSON bare or in a ```json fence after the template's
     generation prompt) and .message["content"] is the JSON alone. A Model reused across turns
     evaluates only the new part of each prompt (see generate's cache_prompt).
@@ -66,8 +75,9 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
         extra["tools"] = list(tools)
     elif tool_choice is not None:
         raise InvalidArgumentError("tool_choice needs tools")
+    reasoning = Reasoning(reasoning_format, reasoning_budget, reasoning_budget_message)
     prompt = ChatPrompt.make(messages, chat_template, **extra)
-    out = generate_with(prompt, model, draft_model, opts, stream=stream, tools=constraint)
+    out = generate_with(prompt, model, draft_model, opts, stream=stream, tools=constraint, reasoning=reasoning)
     if stream:
         return out
     fields = {f: getattr(out, f) for f in GenerationResult.__dataclass_fields__}

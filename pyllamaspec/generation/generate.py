@@ -18,7 +18,8 @@ from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
 from ..errors import InvalidArgumentError, ModelClosedError, PyllamaspecError
 from ..speculation.decoder import DraftParams, Stats
 from ..speculation.params import NgramParams
-from ..structured.formats import GrammarSpec, constraint_spec
+from ..structured.formats import GrammarSpec, chat_spec, constraint_spec
+from ..structured.reasoning import Reasoning
 from .drafts import open_draft
 from .lifecycle import Generation, run_alone
 from .options import GenerateOptions
@@ -85,11 +86,11 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
         model.check_draft(draft_model)
     result["reader"] = None
     if isinstance(prompt, ChatPrompt):
+        # the template decides the chat's format (tool syntax or the generic one, its thinking)
+        prompt, constraint = (constraint or chat_spec(None)).bind(prompt, model)
         ids, chat_stops = prompt.render(model)
         stop = stop + [s for s in chat_stops if s not in stop]
-        if constraint is not None:
-            constraint = constraint.for_chat(prompt, model)
-            result["reader"] = constraint.reader()     # how chat() reads the answer
+        result["reader"] = constraint.reader()         # how chat() reads the answer
     else:
         ids = prompt_ids(prompt, model, add_special, parse_special)
     g = Generation(ids, model, draft_model, sampling=sampling, draft=draft, max_tokens=max_tokens, stop=stop,
@@ -140,7 +141,8 @@ def is_batch(prompt) -> bool:
                     for p in prompt))
 
 
-def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec | None = None):
+def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec | None = None,
+             reasoning: Reasoning | None = None):
     """Checks every option before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading. Several prompts: (run,
     seeds), run(results) decoding them together (a list of result dicts). tools: a chat's
@@ -161,6 +163,8 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
         if constraint is not None:
             raise InvalidArgumentError("Cannot use grammar, json_schema or response_format constraints with tools")
         constraint = tools
+    if reasoning is not None:
+        constraint = chat_spec(constraint, reasoning)
     stops = _check_stop(o.stop)
     max_tokens = _args.integer("max_tokens", o.max_tokens)
     _args.integer("n_ctx", o.n_ctx, 0, _args.MAX_CTX)
@@ -276,11 +280,12 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
 
 
 def generate_with(prompt, model: ModelLike, draft_model, opts: GenerateOptions, *, stream: bool = False,
-                  tools: GrammarSpec | None = None):
-    """generate() with its options as one object (tools: a chat's tool-call grammar)."""
+                  tools: GrammarSpec | None = None, reasoning: Reasoning | None = None):
+    """generate() with its options as one object (tools: a chat's tool-call grammar; reasoning:
+    how a chat's thinking is read and bounded)."""
     if stream and is_batch(prompt):
         raise InvalidArgumentError("stream=True takes one prompt (several are decoded together and returned as a list)")
-    run, seed = _prepare(prompt, model, draft_model, opts, tools)
+    run, seed = _prepare(prompt, model, draft_model, opts, tools, reasoning)
     if is_batch(prompt):
         results: list[dict] = []
         run(results)

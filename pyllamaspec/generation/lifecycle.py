@@ -27,6 +27,7 @@ from ..errors import EvaluationInterrupted, GrammarError, InvalidArgumentError, 
 from ..speculation.batch import BatchRound
 from ..speculation.decoder import Decoder, DraftParams
 from .text import Piece, TextOutput
+from .thinking import thinking_budget
 
 
 MERGE_MAX = 256        # prompt tokens evaluated with a round's batch at most (Generation._merge)
@@ -55,6 +56,7 @@ class Generation:
         self.t0: float | None = None
         self.done = False
         self.error: BaseException | None = None  # why it ended, where its own grammar stopped it
+        self.budget = None                       # a chat's thinking budget (generation/thinking.py)
 
     def need(self) -> int:
         """Cells it may take at most (in the target and a draft model alike)."""
@@ -79,6 +81,8 @@ class Generation:
         self.dec = Decoder(self.target, self.drafter, self.sampling, self.draft, logprobs=self.n_logprobs,
                            grammar=grammar)
         self.result.update(stats=self.dec.stats, policy=self.dec.policy)
+        self.budget = thinking_budget(self.constraint, self.target)
+        self._follow_thinking()
         self._check_drafter(alongside)
         try:
             with c.watching() if c is not None else nullcontext():
@@ -134,7 +138,24 @@ class Generation:
             self.out.finish("context_full")
         return not self.out.done
 
+    def _follow_thinking(self) -> None:
+        """A reasoning block's end forced when its budget ran out; the cost model's estimates
+        switched between the block and the answer."""
+        if self.budget is not None:
+            self.dec.constraint.force(self.budget.to_force())
+            self.dec.policy.set_phase("thinking" if self.budget.inside else "answer")
+
+    @property
+    def wants(self) -> int:
+        """Tokens the next round may produce: what max_tokens leaves, and no further than a
+        thinking budget's end."""
+        room = self.budget.room() if self.budget is not None else None
+        return self.out.wants if room is None else min(self.out.wants, room)
+
     def take(self, new: list[tuple[int, bool]]) -> list[Piece]:
+        if self.budget is not None:
+            self.budget.feed([t for t, _ in new])
+            self._follow_thinking()
         lps = self.dec.round_logprobs if self.out.logprobs is not None else None
         pieces = self.out.push(new, lps)
         g = self.dec.constraint.grammar
@@ -216,9 +237,9 @@ class Scheduler:
             return
         try:
             if len(active) == 1:
-                news = [active[0].dec.step(active[0].out.wants)]
+                news = [active[0].dec.step(active[0].wants)]
             else:
-                news = self.round.step([g.dec for g in active], [g.out.wants for g in active])
+                news = self.round.step([g.dec for g in active], [g.wants for g in active])
         except EvaluationInterrupted:
             c = active[0].cancel
             if len(active) > 1 or c is None or not c.is_set():

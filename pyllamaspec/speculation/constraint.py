@@ -22,6 +22,12 @@ accepted iff x is the masked argmax). Where the grammar allows x alone, the mask
 delta_x whatever the target's logits, so p'(x) = 1: accepted with probability 1. Elsewhere the
 text is forced but its tokenization is not (`"name"` may come as `"`, `name`, `":`...), and the
 target decides, exactly as above.
+
+Tokens that must come next (a thinking budget's forced end of the block, as llama.cpp's
+reasoning-budget sampler forces it): they are the round's draft, q a point mass, and the
+target's rows that score them keep that token alone (p' = delta_x: the sampler, greedy or not,
+can draw nothing else), so they are accepted with probability 1, and the row after them is
+the target's own.
 """
 from __future__ import annotations
 
@@ -46,10 +52,23 @@ class Constraint:
         self.max_forced_bytes = max_forced_bytes
         self.keep_last = keep_last
         self.committed = grammar.n_accepted if grammar is not None else 0
+        self.queue: list[int] = []           # tokens that must come next (force)
 
     @property
     def active(self) -> bool:
         return self.grammar is not None
+
+    def force(self, tokens: list[int]) -> None:
+        """The next tokens are these, whatever the models say (a thinking budget ran out)."""
+        self.queue = [int(t) for t in tokens]
+
+    def mask(self, p: np.ndarray, draft: Draft) -> None:
+        """The target's rows that score forced tokens keep those tokens alone."""
+        for i, t in enumerate(self.queue[:draft.n]):
+            if int(draft.tokens[i]) == t:
+                keep = p[i, t]
+                p[i, :] = -np.inf
+                p[i, t] = keep if np.isfinite(keep) else 0.0
 
     def attach(self, sampler) -> None:
         """Makes `sampler` sample under the grammar."""
@@ -66,6 +85,13 @@ class Constraint:
         """The round's draft: the drafter's, cut before the first token the grammar forbids, then
         the forced tokens that follow it (free drafts, q a point mass), cap tokens in all."""
         g = self.grammar
+        if self.queue:
+            forced = self.queue[:cap]
+            if g is not None:
+                self.reset()
+                forced = forced[:g.accept(forced)]
+                self.reset()
+            return _joined(draft, 0, forced)
         if g is None:
             return draft
         self.reset()
@@ -96,6 +122,10 @@ class Constraint:
 
     def advance(self, new: list[int]) -> None:
         """The round's tokens become text: the grammar takes them."""
+        n_forced = 0
+        while n_forced < min(len(self.queue), len(new)) and self.queue[n_forced] == new[n_forced]:
+            n_forced += 1
+        del self.queue[:n_forced]
         g = self.grammar
         if g is None:
             return
@@ -106,7 +136,7 @@ class Constraint:
             raise RuntimeError(f"the grammar refused token {new[n]} that the round produced")
 
 
-NO_CONSTRAINT = Constraint(None)
+NO_CONSTRAINT = Constraint(None)          # not to be forced: a decoder that may force holds its own
 
 
 def _joined(draft: Draft, n: int, forced: list[int]) -> Draft:

@@ -97,7 +97,11 @@ class DraftPolicy:
         self.k_max = k_max
         self.prior = (prior_alpha * prior_weight, (1 - prior_alpha) * prior_weight)
         self.acc, self.rej = self.prior
-        self.key = None
+        # estimates are kept per (phase, kind of proposal): a thinking model's reasoning block and
+        # its answer are drafted at different rates (set_phase)
+        self.phase = "answer"
+        self.drafter_key = None
+        self.key = (self.phase, None)
         self.counts: dict = {}
         # the measured costs live in the pair's PairStats (kept for the next generation)
         self.stats = stats if stats is not None else PairStats()
@@ -175,11 +179,19 @@ class DraftPolicy:
     def select(self, key) -> None:
         """Switches to the acceptance estimate kept for `key` (a drafter's kind of proposal:
         the n-gram drafter's match length and whether its last proposal was taken whole, as
-        their reliability differs)."""
-        if key != self.key:
+        their reliability differs) in the current phase."""
+        self.drafter_key = key
+        full = (self.phase, key)
+        if full != self.key:
             self.counts[self.key] = (self.acc, self.rej)
-            self.acc, self.rej = self.counts.get(key, self.prior)
-            self.key = key
+            self.acc, self.rej = self.counts.get(full, self.prior)
+            self.key = full
+
+    def set_phase(self, phase: str) -> None:
+        """"thinking" inside a reasoning block, "answer" elsewhere: each has its estimates."""
+        if phase != self.phase:
+            self.phase = phase
+            self.select(self.drafter_key)
 
     def observe_round(self, drafted: int, accepted: int) -> None:
         if drafted:

@@ -37,7 +37,7 @@ from ..engine.sequence import ContextSequence
 from ..engine.sampling import MAX_LOGPROBS, Sampler, SamplingParams, TokenLogprobs, logprobs as core_logprobs
 from ..errors import ContextFullError, InvalidArgumentError, NoVocabularyError, PyllamaspecError
 from .cost_model import DraftPolicy
-from .constraint import NO_CONSTRAINT, Constraint
+from .constraint import Constraint
 from .drafters import NO_DRAFT, Draft, Drafter, make_drafter
 from .pair_stats import registry
 from .params import DraftParams
@@ -63,6 +63,8 @@ class Stats:
     accepted_per_round: list[int] = field(default_factory=list)
     forced: int = 0              # drafts a grammar forced (free: no drafter proposed them)
     forced_accepted: int = 0
+    thinking_drafted: int = 0    # of drafted / accepted, those of rounds inside a reasoning block
+    thinking_accepted: int = 0
     batch_rounds: int = 0        # rounds verified together with other sequences' (batch.py)
     batch_seqs: int = 0          # the sequences those rounds' evaluations carried, summed
     batch_plain: int = 0         # of them, rounds the batch's cost model decoded plainly
@@ -109,6 +111,14 @@ class Stats:
         self.tree_rows += r.rows
         self.tree_shape = shape
         self.tree_log.append((r.nodes, len(r.path), r.branch))
+
+    def thinking_acceptance(self) -> tuple[float, float] | None:
+        """(acceptance inside reasoning blocks, elsewhere), None where no block was drafted in."""
+        if not self.thinking_drafted:
+            return None
+        rest = self.drafted - self.thinking_drafted
+        return (self.thinking_accepted / self.thinking_drafted,
+                (self.accepted - self.thinking_accepted) / rest if rest else 0.0)
 
     def record_round(self, drafted: int, accepted: int, forced: int = 0, forced_accepted: int = 0) -> None:
         self.rounds += 1
@@ -161,7 +171,7 @@ class Decoder:
         # --ignore-eos: the target's rows never choose these (a drafted one is then rejected)
         self.banned = np.array(sorted(eog), np.int64) if sampling.ignore_eos else None
         # the grammar, if any: a property of every round (constraint.py)
-        self.constraint = Constraint(grammar, target, forced=self.dp.forced) if grammar is not None else NO_CONSTRAINT
+        self.constraint = Constraint(grammar, target, forced=self.dp.forced)
         self.constraint.attach(self.t_sampler)
         # what earlier generations learned of this target and drafter (pair_stats.py)
         self.policy = DraftPolicy(self.k_max,
@@ -288,6 +298,8 @@ class Decoder:
         # (under a grammar p and q lose the forbidden tokens first: the sampler holds it)
         if self.banned is not None and self.banned.size:
             p[:, self.banned] = -np.inf
+        if self.constraint.queue:
+            self.constraint.mask(p, draft)
         if draft.parents is None:
             n_acc, nxt = self.t_sampler.verify(p, draft.tokens, draft.q)
             self.tseq.truncate(n_past + 1 + n_acc)             # roll back the rejected drafts
@@ -325,6 +337,9 @@ class Decoder:
             self.policy.observe_verified(n_part, own_acc, p_max, (time.perf_counter() - t_round) / batch)
         if self.drafter is not None or self.constraint.active:
             self.stats.record_round(own, own_acc, draft.n_forced, n_acc - own_acc)
+            if self.policy.phase == "thinking":
+                self.stats.thinking_drafted += own
+                self.stats.thinking_accepted += own_acc
 
     def _draft_cap(self, want: int | None) -> int:
         """The longest draft this round may verify: n_draft, the context's room, what the caller

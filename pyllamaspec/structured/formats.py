@@ -16,6 +16,7 @@ from ..errors import GrammarError, InvalidArgumentError
 from .gbnf_text import format_literal
 from .json_schema import SchemaConverter, json_schema_to_grammar
 from .output import ChatOutput, JsonOutput, PlainOutput, json_content
+from .reasoning import Reasoning, ThinkSyntax, reasoning_output, think_syntax
 from .tools.request import ToolRequest
 from .schema_model import read_schema
 
@@ -29,25 +30,43 @@ class GrammarSpec:
     text: str
     root: str = "root"
     prefill: str = ""
-    kind: str = "grammar"                 # "grammar", "json_schema", "response_format" or "tools"
+    kind: str = "grammar"                 # "grammar", "json_schema", "response_format", "tools" or "text"
     schema: Any = None                    # the JSON schema it came from, if any
     tools: ToolRequest | None = None
     source: str = ""                      # the chat template (tools: its family's syntax)
     generation_prompt: str = ""
     parallel: bool = False                # the template shows several calls in one message
+    reasoning: Reasoning = Reasoning()    # a chat's: how its thinking is read and bounded
+    think: ThinkSyntax | None = None      # the template's reasoning block (for_chat)
+
+    @property
+    def generic_tools(self) -> bool:
+        """Whether a chat's tool calls take the generic JSON format (its template has no tool syntax)."""
+        return self.kind == "tools" and bool(self.source) and self.tools.generic(self.source)
+
+    def bind(self, prompt, model) -> "tuple[Any, GrammarSpec]":
+        """A chat's prompt and grammar once the model's template is known: the generic tool
+        format's system message where the template has no tool syntax (structured/tools/generic.py),
+        then for_chat."""
+        if self.kind == "tools":
+            source = prompt.template(model).source
+            if self.tools.generic(source):
+                kwargs = tuple((k, v) for k, v in prompt.kwargs if k != "tools")
+                prompt = replace(prompt, messages=tuple(self.tools.messages(list(prompt.messages))), kwargs=kwargs)
+        return prompt, self.for_chat(prompt, model)
 
     def for_chat(self, prompt, model) -> "GrammarSpec":
         """The grammar of a chat (a ChatPrompt for `model`): a schema's becomes llama-server's
         response-format grammar around the template's generation prompt; tools get the grammar
         their tool_choice enforces (none for "auto"); GBNF stays as it is (not prefilled)."""
-        if self.kind == "json_schema":
-            return chat_response_grammar(self.schema, prompt.generation_prompt(model))
-        if self.kind != "tools":
-            return self
         tmpl, gen = prompt.template(model), prompt.generation_prompt(model)
+        bound = dict(source=tmpl.source, generation_prompt=gen, think=think_syntax(tmpl.source))
+        if self.kind == "json_schema":
+            return replace(chat_response_grammar(self.schema, gen), reasoning=self.reasoning, **bound)
+        if self.kind != "tools":
+            return replace(self, **bound)
         par = tmpl.parallel_tool_calls
-        return replace(self, text=self.tools.grammar(tmpl.source, gen, par) or "", source=tmpl.source,
-                       generation_prompt=gen, parallel=par)
+        return replace(self, text=self.tools.grammar(tmpl.source, gen, par) or "", parallel=par, **bound)
 
     def make(self, model) -> Grammar | None:
         """The grammar on model's vocabulary, having taken the prefill text (llama.cpp's rule:
@@ -71,12 +90,23 @@ class GrammarSpec:
         """How the chat's answer is read: tool calls, the JSON of a response format, or text."""
         if self.kind == "tools":
             return self.tools.output(self.source, self.generation_prompt, self.parallel)
-        return JsonOutput() if self.kind == "response_format" else PlainOutput()
+        if self.kind == "response_format":
+            return JsonOutput()
+        if self.kind == "text":
+            return reasoning_output(self.source, self.generation_prompt, self.reasoning.format)
+        return PlainOutput()
 
 
 def tools_spec(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None) -> GrammarSpec:
     """A chat's tools, to be bound to the template (for_chat)."""
     return GrammarSpec("", kind="tools", tools=ToolRequest.make(tools, tool_choice, parallel_tool_calls))
+
+
+def chat_spec(constraint: GrammarSpec | None, reasoning: Reasoning | None = None) -> GrammarSpec:
+    """What constrains and reads a chat: its constraint (tools, a response format, GBNF) or
+    plain text, with how its thinking is read and bounded."""
+    spec = constraint if constraint is not None else GrammarSpec("", kind="text")
+    return replace(spec, reasoning=reasoning) if reasoning is not None else spec
 
 
 def response_format_schema(response_format: Any, json_schema: Any = None) -> Any:
@@ -164,4 +194,4 @@ def response_content(text: str) -> str:
     return json_content(text, True)
 
 
-__all__ = ["GrammarSpec", "tools_spec", "constraint_spec", "chat_response_grammar", "response_format_schema", "response_content"]
+__all__ = ["GrammarSpec", "tools_spec", "chat_spec", "constraint_spec", "chat_response_grammar", "response_format_schema", "response_content"]

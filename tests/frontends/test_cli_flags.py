@@ -159,8 +159,7 @@ def test_one_token_prompt_has_no_made_up_rate(smollm2_path):
 
 # issue 46, item 5: the llama-cli flags its users type every day, each accepted (never an error)
 EVERYDAY = [("-ub", "512"), ("-tb", "4"), ("-dev", "CUDA0"), ("--mirostat", "2"), ("--mirostat-lr", "0.1"),
-            ("--mirostat-ent", "5"), ("--typical", "0.9"), ("--lora", "a.gguf"), ("--reasoning-format", "deepseek"),
-            ("--reasoning-budget", "0"), ("--keep", "32"), ("--simple-io",)]
+            ("--mirostat-ent", "5"), ("--typical", "0.9"), ("--lora", "a.gguf"), ("--keep", "32"), ("--simple-io",)]
 
 
 @pytest.mark.parametrize("argv", EVERYDAY, ids=lambda x: x[0])
@@ -174,6 +173,21 @@ def test_everyday_flags_that_ask_for_nothing_warn_nothing():
     a = parse("--mirostat", "0", "--typical", "1.0", "--reasoning-format", "none", "--reasoning-budget", "-1",
               "--no-warmup", "--perf", "--no-display-prompt")
     assert ineffective_flags(a, _setup()) == []
+
+
+def test_reasoning_flags_take_effect():
+    """--reasoning-format, --reasoning-budget, -rea and --chat-template-kwargs are implemented (no
+    warning): they become the chat's Reasoning and the template's variables."""
+    from pyllamaspec.frontends.flags.launch import reasoning_from_args
+    a = parse("--reasoning-format", "deepseek", "--reasoning-budget", "0", "-rea", "off",
+              "--chat-template-kwargs", '{"reasoning_effort": "low"}')
+    assert ineffective_flags(a, _setup()) == []
+    r, kw = reasoning_from_args(a)
+    assert (r.format, r.budget) == ("deepseek", 0) and kw == {"reasoning_effort": "low", "enable_thinking": False}
+    for bad in (["--chat-template-kwargs", "{nope"], ["--chat-template-kwargs", "[1]"], ["--reasoning-budget", "-2"],
+                ["--chat-template-kwargs", '{"enable_thinking": "no"}']):
+        with pytest.raises(PyllamaspecError):
+            reasoning_from_args(parse(*bad))
 
 
 def test_interactive_flags_read_as_a_conversation():

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ...engine.chat_template import ChatPrompt
+from ...structured.formats import chat_spec
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import ContextFullError, EvaluationInterrupted, PyllamaspecError
@@ -63,6 +64,9 @@ def turn_stats(stats: Stats, has_draft: bool) -> str:
     if has_draft:
         s += (f" | drafted {stats.drafted}, accepted {stats.accepted} ({100 * stats.acceptance_rate:.1f}%), "
               f"{stats.mean_accepted:.2f} tokens per round")
+        split = stats.thinking_acceptance()
+        if split is not None:
+            s += f" (thinking {100 * split[0]:.1f}%, answer {100 * split[1]:.1f}%)"
     return s + "]"
 
 
@@ -71,9 +75,11 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     """Streams one answer to stdout: (its text, stats, whether Ctrl-C stopped it)."""
     max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
     result: dict = {}
-    pieces = iter_generate(ChatPrompt.make(conv.messages, chat_template), target, draft, sampling=sampling,
+    prompt = ChatPrompt.make(conv.messages, chat_template, **getattr(a, "template_kwargs", {}))
+    spec = chat_spec(getattr(a, "constraint", None), getattr(a, "reasoning_options", None))   # a thinking budget
+    pieces = iter_generate(prompt, target, draft, sampling=sampling,
                            draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result,
-                           progress=StepProgress("prompt"), constraint=getattr(a, "constraint", None))
+                           progress=StepProgress("prompt"), constraint=spec)
     text, interrupted = "", False
     try:
         for piece in pieces:

@@ -11,6 +11,7 @@ import difflib
 import re
 import sys
 
+from ...structured.reasoning import FORMATS
 from .spec_args import add_speculation_args, ngram_params, resolve_spec_type  # noqa: F401  (shared with the server)
 
 PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
@@ -66,8 +67,24 @@ def add_conversation_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--jinja", dest="jinja", action="store_true", default=True,
                    help="accepted for llama.cpp's sake: chat templates are always rendered with Jinja here")
     g.add_argument("--no-jinja", dest="jinja", action="store_false")
+    add_reasoning_args(g)
     g.add_argument("--turn-stats", action="store_true",
                    help="after each answer, print its prompt reuse, speed and speculation statistics")
+
+
+def add_reasoning_args(g) -> None:
+    """Thinking models, as llama-server and llama-cli take them (CLI and server alike)."""
+    g.add_argument("--chat-template-kwargs", dest="chat_template_kwargs", default=None, metavar="JSON",
+                   help='variables for the template, e.g. \'{"enable_thinking": false}\' (a request\'s own win)')
+    g.add_argument("-rea", "--reasoning", dest="reasoning", choices=["on", "off", "auto"], default="auto",
+                   help="thinking on or off for templates that read enable_thinking (auto: the template's default)")
+    g.add_argument("--reasoning-format", dest="reasoning_format", choices=list(FORMATS), default="auto",
+                   help="how a reasoning block is returned: auto / deepseek: as reasoning_content; "
+                        "deepseek-legacy: so, but inline in streamed content; none: left in the content")
+    g.add_argument("--reasoning-budget", dest="reasoning_budget", type=int, default=-1, metavar="N",
+                   help="thinking tokens before the block is closed (-1: no bound, 0: closed at once)")
+    g.add_argument("--reasoning-budget-message", dest="reasoning_budget_message", default="", metavar="TEXT",
+                   help="text put before the forced end of a thinking block")
 
 
 def add_sampling_args(ap: argparse.ArgumentParser) -> None:
@@ -184,9 +201,6 @@ def add_accepted_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--typical", dest="typical", type=float, default=1.0, help=argparse.SUPPRESS)
     g.add_argument("--lora", action="append", default=[], help=argparse.SUPPRESS)
     g.add_argument("--lora-scaled", dest="lora_scaled", nargs=2, action="append", default=[], help=argparse.SUPPRESS)
-    g.add_argument("--reasoning-format", dest="reasoning_format", choices=["none", "deepseek", "deepseek-legacy", "auto"],
-                   default=None, help=argparse.SUPPRESS)
-    g.add_argument("--reasoning-budget", dest="reasoning_budget", type=int, default=None, help=argparse.SUPPRESS)
 
 
 class Parser(argparse.ArgumentParser):

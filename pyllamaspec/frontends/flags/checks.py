@@ -96,9 +96,6 @@ UNSUPPORTED = {
                                     "top-p / min-p"),
     "lora": (bool, "LoRA adapters are not supported: the base model runs without the adapter"),
     "lora_scaled": (bool, "LoRA adapters are not supported: the base model runs without the adapter"),
-    "reasoning_format": (lambda v: v not in (None, "none"), "a reasoning block stays in the answer's text (it is "
-                                                            "not split into reasoning_content yet)"),
-    "reasoning_budget": (lambda v: v not in (None, -1), "the thinking block is not bounded yet"),
     "keep": (lambda v: v is not None, "the context is never shifted here: a full context ends the answer"),
     "simple_io": (bool, "the input is read line by line already"),
 }

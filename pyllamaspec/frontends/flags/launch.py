@@ -4,6 +4,7 @@ target and its draft opened (generation/drafts.py decides what a draft file is).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from contextlib import ExitStack
@@ -17,6 +18,7 @@ from ...errors import PyllamaspecError
 from ...generation.drafts import open_draft
 from ...speculation.decoder import DraftParams
 from ...structured.formats import GrammarSpec, constraint_spec
+from ...structured.reasoning import Reasoning
 from .args import ngram_params, penalty_kwargs, resolve_spec_type, warn_gpu_layers
 from .checks import check_drafters
 
@@ -116,6 +118,7 @@ def settings_from_args(a: argparse.Namespace) -> tuple[SamplingParams, DraftPara
                                spec_type=a.spec_types, ngrams=ngram_params(a),
                                tree=getattr(a, "spec_tree", None), tree_nodes=getattr(a, "spec_tree_nodes", 0))
     a.constraint = constraint_from_args(a)
+    a.reasoning_options, a.template_kwargs = reasoning_from_args(a)
     if a.n_predict < -1:
         raise PyllamaspecError("-n must be >= -1")
     if getattr(a, "compare_runs", 1) < 1:
@@ -139,6 +142,28 @@ def _read(path: str, flag: str) -> str:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise PyllamaspecError(f"{flag}: cannot read {path}: {e}") from None
+
+
+def reasoning_from_args(a: argparse.Namespace) -> tuple[Reasoning, dict]:
+    """--reasoning-format / --reasoning-budget(-message), and the template's variables from
+    --chat-template-kwargs and -rea on|off (enable_thinking), checked now."""
+    kwargs: dict = {}
+    if getattr(a, "chat_template_kwargs", None):
+        try:
+            kwargs = json.loads(a.chat_template_kwargs)
+        except json.JSONDecodeError as e:
+            raise PyllamaspecError(f"--chat-template-kwargs is not JSON: {e}") from None
+        if not isinstance(kwargs, dict):
+            raise PyllamaspecError("--chat-template-kwargs must be a JSON object")
+    if getattr(a, "reasoning", "auto") != "auto":
+        kwargs["enable_thinking"] = a.reasoning == "on"
+    if "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
+        raise PyllamaspecError("--chat-template-kwargs: enable_thinking must be true or false")
+    if getattr(a, "reasoning_budget", -1) < -1:
+        raise PyllamaspecError("--reasoning-budget must be -1 (no bound), 0 or a number of tokens")
+    r = Reasoning(getattr(a, "reasoning_format", "auto"), getattr(a, "reasoning_budget", -1),
+                  getattr(a, "reasoning_budget_message", ""))
+    return r, kwargs
 
 
 def constraint_from_args(a: argparse.Namespace) -> GrammarSpec | None:

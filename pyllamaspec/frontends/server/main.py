@@ -19,8 +19,8 @@ from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..flags.args import (Parser, add_accepted_args, add_model_args, add_resource_args, add_sampling_args,
-                              add_speculation_args)
+    from ..flags.args import (Parser, add_accepted_args, add_model_args, add_reasoning_args, add_resource_args,
+                              add_sampling_args, add_speculation_args)
     ap = Parser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args, add_accepted_args):
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
+    add_reasoning_args(g)
     g.add_argument("-np", "--parallel", type=int, default=-1,
                    help="slots: requests decoded together, every round's drafts verified in one target "
                         "evaluation (default -1 = auto: 4, sharing the whole context)")
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             defaults = Defaults(sampling, draft_params, seeded=a.seed >= 0,
                                 chat_template=a.chat_template_file or a.chat_template,
                                 max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint,
-                                n_parallel=n_parallel, kv_unified=kv_unified)
+                                n_parallel=n_parallel, kv_unified=kv_unified, reasoning=a.reasoning_options,
+                                template_kwargs=a.template_kwargs)
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),

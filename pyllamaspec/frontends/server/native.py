@@ -6,9 +6,14 @@ and /metrics in Prometheus's text format under llama.cpp's metric names.
 Shapes only: nothing here touches the models (see worker.py)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
+from ...engine.chat_template import model_template
 from ...engine.sampling import SamplingParams, TokenLogprobs
+from ...errors import PyllamaspecError
+from ...structured.reasoning import think_syntax
+from ...structured.tools import family_of
 from ...speculation.decoder import DraftParams, Stats
 from .openai_format import APIError, GenRequest, _bool, _common, _n_probs, _type_name, timings
 
@@ -160,3 +165,19 @@ def numerics(model) -> dict:
         departs.append("deterministic kernels (vec_dot at every batch size)")
     return {"cache_type_k": type_k, "cache_type_v": type_v, "deterministic": model.deterministic,
             "departs_from_llama_cpp": departs}
+
+
+def chat_format(target, defaults) -> dict:
+    """/props' "chat_format": how chats are read with this template: its tool-call syntax
+    ("generic": none we know, so the generic JSON format and a grammar carry tool calls), its
+    reasoning block's tags, and the server's reasoning settings."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # a model without a template: said once, at load
+            source = model_template(target, defaults.chat_template).source
+    except PyllamaspecError:
+        return {"tool_calls": None, "thinking": None}
+    fam, think = family_of(source), think_syntax(source)
+    return {"tool_calls": fam.name if fam is not None else "generic",
+            "thinking": {"start": think.start, "end": think.end} if think is not None else None,
+            "reasoning_format": defaults.reasoning.format, "reasoning_budget": defaults.reasoning.budget}

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from ...errors import PyllamaspecError
 from . import native
-from .openai_format import APIError, as_api_error
+from .openai_format import APIError, as_api_error, parse_chat
 from .worker import Job, Worker
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -142,6 +142,19 @@ class NativeRoutes:
             out.append({"id": t, "piece": piece})
         return JSONResponse({"tokens": out})
 
+    async def apply_template(self, request: Request) -> Response:
+        """llama-server's /apply-template: the prompt a chat request renders to (its tools,
+        chat_template_kwargs, reasoning_effort), nothing generated."""
+        try:
+            body = await _json(request)
+            req = await run_in_threadpool(parse_chat, body, self.worker.target.n_ctx)
+            text = await run_in_threadpool(self.worker.chat_text, req)
+        except APIError as e:
+            return _error(e)
+        except PyllamaspecError as e:          # a template refusing the conversation, ...
+            return _error(APIError(str(e), param="messages"))
+        return JSONResponse({"prompt": text})
+
     def _tokenize_mixed(self, content, add_special: bool, parse_special: bool) -> list[int]:
         t = self.worker.target
         items = content if isinstance(content, list) else [content]
@@ -191,7 +204,7 @@ class NativeRoutes:
             "eos_token": piece(t.eos_token), "build_info": f"pyllamaspec | {_system_info()}",
             "is_sleeping": False, "speculative": {"drafter": _drafter_name(self.worker.drafter),
                                                   "n_max": d.draft.n_draft, "adaptive": d.draft.adaptive},
-            "numerics": native.numerics(t)})
+            "numerics": native.numerics(t), "chat_format": native.chat_format(t, d)})
 
     async def post_props(self, request: Request) -> Response:
         return _not_supported("changing global properties", "--props")
@@ -309,6 +322,7 @@ class NativeRoutes:
             Route("/completion", self.completion, methods=["POST"]),
             Route("/completions", self.completion, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/apply-template", self.apply_template, methods=["POST"]),
             Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/props", self.props, methods=["GET"]), Route("/props", self.post_props, methods=["POST"]),
             Route("/slots", self.slots, methods=["GET"]), Route("/slots/{id_slot}", self.post_slot, methods=["POST"]),

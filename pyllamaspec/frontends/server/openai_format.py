@@ -16,6 +16,7 @@ from ...errors import (ContextFullError, GrammarError, InvalidArgumentError, Mod
                       TokenOutOfRangeError)
 from ...speculation.decoder import Stats
 from ...structured.formats import GrammarSpec, constraint_spec, tools_spec
+from ...structured.reasoning import FORMATS
 from ...structured.output import ChatOutput, PlainOutput
 from ..openai_shapes import FINISH, TokenText, chat_logprobs, completion_logprobs  # noqa: F401 (re-exported)
 
@@ -36,7 +37,7 @@ UNSUPPORTED = {
     "grammar_lazy": (None, False), "grammar_triggers": (None, []),
 }
 # Options without effect on one answer from this server: accepted and ignored.
-IGNORED = {"user", "metadata", "store", "service_tier", "reasoning_effort", "safety_identifier",
+IGNORED = {"user", "metadata", "store", "service_tier", "safety_identifier",
            "prompt_cache_key", "verbosity", "n_keep", "t_max_prompt_ms", "return_progress", "timings_per_token"}
 
 
@@ -98,6 +99,8 @@ class GenRequest:
     native: bool = False                       # llama-server's /completion shapes, not OpenAI's
     return_tokens: bool = False                # /completion: the generated ids too
     constraint: GrammarSpec | None = None      # grammar / json_schema / response_format
+    template_kwargs: dict = field(default_factory=dict)   # chat_template_kwargs (over the server's)
+    reasoning: dict = field(default_factory=dict)  # Reasoning fields given (over the server's)
 
 
 # ---- field checks -----------------------------------------------------------------------------
@@ -320,10 +323,48 @@ def _tools(body: dict, req: GenRequest) -> None:
         raise APIError(str(e), param="tool_choice" if "tool_choice" in str(e) else "tools") from None
 
 
+def _reasoning(body: dict, req: GenRequest) -> None:
+    """llama-server's thinking fields: chat_template_kwargs (enable_thinking must be a boolean),
+    reasoning_format, reasoning_budget_tokens (thinking_budget_tokens; -1: the server's),
+    reasoning_budget_message, and OpenAI's reasoning_effort ("none" turns thinking off, another
+    level reaches the template)."""
+    kw = body.get("chat_template_kwargs")
+    if kw is not None and not isinstance(kw, dict):
+        raise APIError(f"'chat_template_kwargs' must be an object, got {_type_name(kw)}", param="chat_template_kwargs")
+    req.template_kwargs = dict(kw or {})
+    if "enable_thinking" in req.template_kwargs and not isinstance(req.template_kwargs["enable_thinking"], bool):
+        raise APIError('invalid type for "enable_thinking" (expected boolean, got '
+                       f'{_type_name(req.template_kwargs["enable_thinking"])})', param="chat_template_kwargs")
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if not isinstance(effort, str):
+            raise APIError(f"'reasoning_effort' must be a string, got {_type_name(effort)}", param="reasoning_effort")
+        if effort == "none":
+            req.template_kwargs["enable_thinking"] = False
+        elif effort:
+            req.template_kwargs["reasoning_effort"] = effort
+    fmt = body.get("reasoning_format")
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise APIError(f"'reasoning_format' must be one of {', '.join(FORMATS)}, got {fmt!r}",
+                           param="reasoning_format")
+        req.reasoning["format"] = fmt
+    name = "reasoning_budget_tokens" if "reasoning_budget_tokens" in body else "thinking_budget_tokens"
+    budget = _number(body, name, -1, 1 << 30, integer=True)
+    if budget is not None and budget >= 0:
+        req.reasoning["budget"] = budget
+    msg = body.get("reasoning_budget_message")
+    if msg is not None:
+        if not isinstance(msg, str):
+            raise APIError("'reasoning_budget_message' must be a string", param="reasoning_budget_message")
+        req.reasoning["message"] = msg
+
+
 def parse_chat(body: Any, n_ctx: int) -> GenRequest:
     req = _common(body, "chat", n_ctx)
     req.messages = _messages(body)
     _tools(body, req)
+    _reasoning(body, req)
     want = _bool(body, "logprobs")
     top = _number(body, "top_logprobs", 0, MAX_LOGPROBS, integer=True)
     if top is not None and not want:

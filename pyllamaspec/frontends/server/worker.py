@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
 from ...engine.cancel import Cancel
@@ -31,7 +31,8 @@ from ...errors import GrammarError, InvalidArgumentError, PyllamaspecError
 from ...speculation.decoder import DraftParams
 from ...generation.text import Piece
 from ...generation.lifecycle import Generation, Scheduler
-from ...structured.formats import GrammarSpec
+from ...structured.formats import GrammarSpec, chat_spec
+from ...structured.reasoning import Reasoning
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
@@ -48,6 +49,8 @@ class Defaults:
     n_parallel: int = 1                   # -np: slots
     kv_unified: bool = True               # every slot may use the whole context (else n_ctx / n_parallel each)
     constraint: GrammarSpec | None = None  # --grammar / --json-schema: for requests without their own
+    template_kwargs: dict = field(default_factory=dict)   # --chat-template-kwargs, --reasoning on|off
+    reasoning: Reasoning = Reasoning()    # --reasoning-format, --reasoning-budget(-message)
 
 
 @dataclass
@@ -162,14 +165,20 @@ class Counters:
         self.draft_rounds += stats.rounds if stats.drafted else 0
 
 
-def task_line(slot: int, task: int, result: dict) -> str:
-    """One line per request, as llama-server logs a task's timings (counts only: no text)."""
+def task_line(slot: int, task: int, result: dict, constraint: GrammarSpec | None = None) -> str:
+    """One line per request, as llama-server logs a task's timings (counts only: no text), and
+    how a chat's tool calls were asked for where the template has no tool syntax."""
     s = result["stats"]
     line = (f"slot {slot} task {task}: prompt {s.n_prompt} tokens ({s.n_reused} cached, "
             f"{s.n_prompt - s.n_reused} evaluated in {1e3 * s.t_prompt:.0f} ms), generated {s.n_generated} in "
             f"{1e3 * s.t_generate:.0f} ms ({s.generate_tps:.1f} t/s), finish {result.get('finish_reason')}")
     if s.drafted:
         line += f", drafted {s.drafted} accepted {s.accepted} ({100 * s.accepted / s.drafted:.0f}%)"
+        split = s.thinking_acceptance()
+        if split is not None:
+            line += f" [thinking {100 * split[0]:.0f}%, answer {100 * split[1]:.0f}%]"
+    if constraint is not None and constraint.generic_tools:
+        line += ", tool calls in the generic JSON format (the template has no tool syntax)"
     return line
 
 
@@ -265,12 +274,9 @@ class Worker:
         constraint = req.constraint or self.defaults.constraint
         try:
             if req.kind == "chat":
-                tools = {"tools": list(constraint.tools.tools)} if constraint is not None and constraint.tools else {}
-                prompt = ChatPrompt.make(req.messages, self.defaults.chat_template, **tools)
+                prompt, constraint = self.chat_prompt(req, constraint)
                 ids, chat_stops = prompt.render(t, max_chars=self.n_ctx_slot * self.max_piece)
                 stops += [s for s in chat_stops if s not in stops]
-                if constraint is not None:
-                    constraint = constraint.for_chat(prompt, t)
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
             else:
@@ -288,6 +294,22 @@ class Worker:
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
         return ids, stops, constraint, grammar
+
+    def chat_prompt(self, req: GenRequest, constraint: GrammarSpec | None) -> "tuple[ChatPrompt, GrammarSpec]":
+        """A chat's prompt and what constrains and reads its answer, with the server's and the
+        request's template variables and reasoning settings: the template decides the format
+        (its tool syntax or the generic one, its thinking)."""
+        kw = {**self.defaults.template_kwargs, **req.template_kwargs}
+        if constraint is not None and constraint.tools:
+            kw["tools"] = list(constraint.tools.tools)
+        prompt = ChatPrompt.make(req.messages, self.defaults.chat_template, **kw)
+        reasoning = replace(self.defaults.reasoning, **req.reasoning)
+        return chat_spec(constraint, reasoning).bind(prompt, self.target)
+
+    def chat_text(self, req: GenRequest) -> str:
+        """The prompt a chat request renders to (/apply-template)."""
+        prompt, _ = self.chat_prompt(req, req.constraint or self.defaults.constraint)
+        return prompt.text(self.target, max_chars=self.n_ctx_slot * self.max_piece)
 
     def _fits(self, n_chars: int, param: str) -> None:
         """Refuses a text of n_chars characters (at least as many bytes) that is at least
@@ -428,7 +450,7 @@ class Worker:
         if result.get("stats") is not None:
             job.info["n_cached"] = result["stats"].n_reused
             self.counters.add(result["stats"], len(job.ids), len(result.get("tokens", ())))
-            log.info("%s", task_line(job.slot, job.task, result))
+            log.info("%s", task_line(job.slot, job.task, result, job.constraint))
         if result.get("finish_reason") == "cancelled":
             self.counters.cancelled += 1
             self.counters.last_cancel = {

@@ -11,7 +11,8 @@ from typing import Any
 from ...engine.chat_tools import check_tools
 from ...errors import InvalidArgumentError
 from . import Context, family_of, parse_answer
-from .base import held_back
+from .base import Family, held_back
+from .generic import Generic, generic_messages, system_text, with_system
 from ..output import ChatOutput
 
 
@@ -60,15 +61,32 @@ class ToolRequest:
     def names(self) -> set[str]:
         return {t["function"]["name"] for t in self.tools}
 
+    def generic(self, source: str) -> bool:
+        """Whether the generic JSON format carries the calls: the template has no tool syntax we
+        know, and the request may call a tool."""
+        return self.choice != "none" and family_of(source) is None
+
+    def family(self, source: str) -> Family | None:
+        return Generic() if self.generic(source) else family_of(source)
+
+    def messages(self, messages: list[dict]) -> list[dict]:
+        """The conversation for the generic format: the tools and the answer's format in the
+        system message, earlier calls and results in that format."""
+        return with_system(generic_messages(messages), system_text(list(self.tools), self.choice))
+
     def grammar(self, source: str, generation_prompt: str, parallel_default: bool) -> str | None:
-        """GBNF for a choice that requires a call; None where the model may answer freely."""
-        fam = family_of(source)
-        if fam is None or self.choice in ("auto", "none"):
+        """GBNF for a choice that requires a call (and for any choice but "none" in the generic
+        format); None where the model may answer freely."""
+        fam = self.family(source)
+        if fam is None or self.choice == "none":
             return None
-        return fam.grammar(self.context(generation_prompt, parallel_default))
+        ctx = self.context(generation_prompt, parallel_default)
+        if isinstance(fam, Generic):
+            return fam.grammar(ctx, "auto" if self.choice == "auto" else "required")
+        return None if self.choice == "auto" else fam.grammar(ctx)
 
     def output(self, source: str, generation_prompt: str, parallel_default: bool) -> "ToolOutput":
-        return ToolOutput(self, source, self.context(generation_prompt, parallel_default))
+        return ToolOutput(self, self.family(source), self.context(generation_prompt, parallel_default))
 
 
 @dataclass
@@ -83,12 +101,12 @@ class ToolOutput(ChatOutput):
     name is known, then its arguments as they grow where the syntax is JSON, or whole once the
     call is complete where they are converted (Qwen3.5 XML, Gemma 4)."""
 
-    RAW_ARGS = {"hermes", "llama3", "mistral-json", "mistral-args", "harmony"}
+    RAW_ARGS = {"hermes", "llama3", "mistral-json", "mistral-args", "harmony", "generic"}
 
-    def __init__(self, req: ToolRequest, source: str, ctx: Context):
+    def __init__(self, req: ToolRequest, fam: Family | None, ctx: Context):
         super().__init__()
         self.req, self.ctx = req, ctx
-        self.fam = family_of(source)
+        self.fam = fam
         self.markers = self.fam.markers if self.fam else ()
         self.sent_content = self.sent_reasoning = 0
         self.sent: list[_Sent] = []
