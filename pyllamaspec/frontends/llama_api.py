@@ -343,17 +343,16 @@ class LlamaMethods:
 
         - llama-cpp-python's ``detokenize(tokens, prev_tokens=None, special=False) -> bytes``
           when prev_tokens (a list, or None, given by position or name) or special= is given:
-          the bytes of tokens (control tokens rendered if special); with prev_tokens, the bytes
-          tokens add after them (its documented offset mapping: prev + tokens decoded, less
-          prev's bytes; llama.cpp's own tokenizer gives the same as tokens alone, but for the
-          leading space a SentencePiece model drops at the start of a text).
+          as its LlamaTokenizer, the tokens' pieces joined (control tokens rendered if
+          special), one leading space dropped only where the first token is BOS. prev_tokens
+          is accepted and, as there, changes nothing: joined pieces do not depend on what came
+          before (the offset mapping it documents is its Hugging Face tokenizer's).
         - the engine's ``detokenize(ids, render_special=False) -> str`` otherwise:
           ``detokenize(ids)``, ``detokenize(ids, True)``, ``detokenize(ids, render_special=True)``.
 
         The bare ``detokenize(ids)`` stays the engine's str: pyllamaspec's documented API and
         every caller in the package rely on it; llama-cpp-python code that decodes the bytes
-        (``llm.detokenize(ids).decode()``) passes ``special=False`` to get them, or calls
-        ``detokenize_bytes(ids)``."""
+        (``llm.detokenize(ids).decode()``) passes ``special=False`` to get them."""
         if isinstance(prev_tokens, bool):          # the engine's positional render_special
             if special is not None or render_special is not None:
                 raise InvalidArgumentError("detokenize: render_special given twice")
@@ -363,15 +362,16 @@ class LlamaMethods:
         if render_special is not None:
             raise InvalidArgumentError("detokenize: render_special is the engine's name (str back), special= "
                                        "and prev_tokens= llama-cpp-python's (bytes back): use one form")
-        return self._detokenize_after(tokens, None if prev_tokens is _UNSET else prev_tokens, bool(special))
+        return self._pieces(list(tokens), bool(special))
 
-    def _detokenize_after(self, tokens, prev_tokens, special: bool) -> bytes:
-        if not prev_tokens:
-            return self.detokenize_bytes(tokens, special)
-        prev = list(prev_tokens)
-        head = self.detokenize_bytes(prev, special)
-        whole = self.detokenize_bytes(prev + list(tokens), special)
-        return whole[len(head):] if whole.startswith(head) else self.detokenize_bytes(tokens, special)
+    def _pieces(self, ids: list, special: bool) -> bytes:
+        """llama-cpp-python's detokenize: not the engine's detokenize_bytes, which drops a
+        SentencePiece space prefix from any first token (llama.cpp's llama_detokenize); there the
+        space goes only after a BOS, and a piece read on its own keeps its space."""
+        out = b"".join(self.token_to_piece(t, special) for t in ids)
+        if ids and self.bos_token is not None and ids[0] == self.bos_token and out[:1] == b" ":
+            return out[1:]
+        return out
 
     def n_embd(self) -> int:
         """llama-cpp-python's n_embd(): the embedding size (info.n_embd)."""

@@ -198,8 +198,7 @@ def test_tokenize_detokenize_both_signatures(llm):
     assert llm.detokenize(ids, special=False) == b"user\nHi"                                 # lcp: bytes
     assert llm.detokenize(ids, special=True) == chat.encode() == llm.detokenize(ids, None, True)
     assert llm.detokenize(ids, prev_tokens=None) == b"user\nHi"
-    assert llm.detokenize(ids[3:], prev_tokens=ids[:3], special=True) == chat.encode()[
-        len(llm.detokenize(ids[:3], special=True)):]
+    assert llm.detokenize(ids[3:], prev_tokens=ids[:3], special=True) == llm.detokenize(ids[3:], special=True)
     with pytest.raises(InvalidArgumentError, match="render_special"):
         llm.detokenize(ids, special=True, render_special=True)
 
@@ -269,6 +268,13 @@ def test_n_choices_decoded_together(llm, monkeypatch):
     a = [c["text"] for c in llm.create_completion(p, n=3, **sampled)["choices"]]
     assert a == [c["text"] for c in llm.create_completion(p, n=3, **sampled)["choices"]] and len(set(a)) > 1
     assert a[1] == llm.create_completion(p, **{**sampled, "seed": 12})["choices"][0]["text"]
+    # stop strings, a grammar and a tokenized prompt reach every choice as they reach n=1's
+    for kw in (dict(stop="."), dict(grammar='root ::= " Paris" | " Lyon"'), dict(prompt=llm.tokenize(p))):
+        kw = {"prompt": p, "max_tokens": 6, "temperature": 0, **kw}
+        ref = llm.create_completion(**kw)["choices"][0]
+        assert [(c["text"], c["finish_reason"]) for c in llm.create_completion(**kw, n=2)["choices"]] == \
+            [(ref["text"], ref["finish_reason"])] * 2
+    assert batches == [3, 3, 3, 2, 2, 2]
     chat_one = llm.create_chat_completion(messages=Q, max_tokens=5, temperature=0)
     chat_two = llm.create_chat_completion(messages=Q, max_tokens=5, temperature=0, n=2)
     assert [c["message"] for c in chat_two["choices"]] == [chat_one["choices"][0]["message"]] * 2
@@ -291,3 +297,28 @@ def test_n_with_stream_or_tools_refused(llm):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     with pytest.raises(InvalidArgumentError, match="n=2 with tools"):
         llm.create_chat_completion(messages=Q, max_tokens=2, n=2, tools=tools)
+
+
+def test_detokenize_bytes_as_llama_cpp_python_on_a_space_prefix(tmp_path):
+    """llama-cpp-python joins the pieces and drops a leading space only after a BOS; the engine's
+    detokenize drops a SentencePiece space prefix from any first token (llama.cpp's
+    llama_detokenize). The layer's methods over a vocabulary-only Tokenizer (they read only
+    the vocabulary), on a Llama-2-style vocabulary with the space prefix."""
+    from tokenizer_helpers import write_tokenizer_gguf
+    from pyllamaspec.engine.vocab import Tokenizer
+    from pyllamaspec.frontends.llama_api import LlamaMethods
+    normal = ["\u2581", "H", "e", "l", "o", "w", "r", "d", "He", "ll", "llo", "Hello", "\u2581Hello", "or", "wor", "ld",
+              "world", "\u2581world", "!", "\u2581\u2581"]           # test_tokenizer.py's llama2_style
+    toks = [b"<unk>", b"<s>", b"</s>"] + [b"<0x%02X>" % b for b in range(256)] + [t.encode() for t in normal]
+    types, scores = [2, 3, 3] + [6] * 256 + [1] * len(normal), [0.0] * 259 + [-float(k) for k in range(len(normal))]
+    write_tokenizer_gguf(tmp_path / "spm.gguf", model="llama", tokens=toks, types=types, scores=scores, bos=1, eos=2,
+                         unk=0)
+
+    class Vocab(LlamaMethods, Tokenizer):
+        pass
+    with Vocab(tmp_path / "spm.gguf") as t:
+        ids = t.tokenize(b"Hello world!")
+        assert ids[0] == t.bos_token and t.detokenize(ids, special=False) == b"Hello world!"
+        tail = ids[2:]                                    # "\u2581world", "!"
+        assert t.detokenize(tail, special=False) == b" world!" != t.detokenize(tail).encode()
+        assert t.detokenize(tail, prev_tokens=ids[:-2]) == b" world!"
