@@ -28,6 +28,7 @@ from typing import Any, Iterator, Sequence
 
 from ..engine.chat_template import ChatPrompt
 from ..engine.model import Model as _EngineModel
+from ..engine.vocab import _as_ids
 from ..errors import InvalidArgumentError
 from ..generation.drafts import open_draft
 from ..generation.generate import stream_generate
@@ -362,7 +363,7 @@ class LlamaMethods:
         if render_special is not None:
             raise InvalidArgumentError("detokenize: render_special is the engine's name (str back), special= "
                                        "and prev_tokens= llama-cpp-python's (bytes back): use one form")
-        return self._pieces(list(tokens), bool(special))
+        return self._pieces(_as_ids(tokens).tolist(), bool(special))    # ids checked as the engine's
 
     def _pieces(self, ids: list, special: bool) -> bytes:
         """llama-cpp-python's detokenize: not the engine's detokenize_bytes, which drops a

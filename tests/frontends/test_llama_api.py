@@ -201,6 +201,8 @@ def test_tokenize_detokenize_both_signatures(llm):
     assert llm.detokenize(ids[3:], prev_tokens=ids[:3], special=True) == llm.detokenize(ids[3:], special=True)
     with pytest.raises(InvalidArgumentError, match="render_special"):
         llm.detokenize(ids, special=True, render_special=True)
+    with pytest.raises(pyllamaspec.TokenOutOfRangeError):                                # the engine's checks
+        llm.detokenize([llm.n_vocab], special=False)
 
 
 def _no_openai(monkeypatch):
