@@ -171,3 +171,156 @@ def test_closed_model_says_so(smollm2_path):
         pyllamaspec.generate("Hi", m, max_tokens=1)
     with pytest.raises(ModelClosedError):
         m.create_completion("Hi", max_tokens=1)
+
+
+def test_size_methods_and_ints(llm):
+    """Issue 46, item 3: llm.n_ctx() is a method in llama-cpp-python; model.n_ctx stays the int the
+    engine, the CLI and the server read (both on one object: SizeInt)."""
+    assert llm.n_ctx() == llm.n_ctx == 512 and type(llm.n_ctx()) is int and isinstance(llm.n_ctx, int)
+    assert llm.n_vocab() == llm.n_vocab == llm.info.n_vocab and llm.n_embd() == llm.info.n_embd
+    assert llm.n_ctx - 12 == 500 and json.dumps({"n": llm.n_ctx}) == '{"n": 512}' and f"{llm.n_ctx}" == "512"
+
+
+def test_tokenize_detokenize_both_signatures(llm):
+    """llama-cpp-python's tokenize(bytes, add_bos, special) and detokenize(tokens, prev_tokens,
+    special) -> bytes next to the engine's tokenize(text, add_special, parse_special) and
+    detokenize(ids, render_special) -> str."""
+    chat = "<|im_start|>user\nHi<|im_end|>"
+    assert llm.tokenize(chat.encode(), special=True) == llm.tokenize(chat, parse_special=True)
+    assert llm.tokenize(chat.encode(), add_bos=False, special=True) == llm.tokenize(chat, False, True)
+    assert llm.tokenize(chat.encode()) == llm.tokenize(chat, add_special=True, parse_special=False)
+    assert len(llm.tokenize(chat.encode(), special=True)) < len(llm.tokenize(chat.encode()))   # control ids
+    with pytest.raises(InvalidArgumentError, match="add_bos"):
+        llm.tokenize(b"Hi", add_special=True, add_bos=False)
+    ids = llm.tokenize(chat, parse_special=True)
+    assert llm.detokenize(ids) == "user\nHi" and llm.detokenize(ids, True) == chat          # engine: str
+    assert llm.detokenize(ids, render_special=True) == chat
+    assert llm.detokenize(ids, special=False) == b"user\nHi"                                 # lcp: bytes
+    assert llm.detokenize(ids, special=True) == chat.encode() == llm.detokenize(ids, None, True)
+    assert llm.detokenize(ids, prev_tokens=None) == b"user\nHi"
+    assert llm.detokenize(ids[3:], prev_tokens=ids[:3], special=True) == llm.detokenize(ids[3:], special=True)
+    with pytest.raises(InvalidArgumentError, match="render_special"):
+        llm.detokenize(ids, special=True, render_special=True)
+    with pytest.raises(pyllamaspec.TokenOutOfRangeError):                                # the engine's checks
+        llm.detokenize([llm.n_vocab], special=False)
+
+
+def _no_openai(monkeypatch):
+    import sys
+    for name in ("openai", "openai.types", "openai.types.chat"):
+        monkeypatch.setitem(sys.modules, name, None)        # None in sys.modules: import raises ImportError
+
+
+def test_openai_v1_without_openai(llm, monkeypatch):
+    _no_openai(monkeypatch)
+    with pytest.raises(ImportError, match="pip install openai"):
+        llm.create_chat_completion_openai_v1(messages=Q, max_tokens=2)
+
+
+def test_openai_v1_with_openai(llm, monkeypatch):
+    """The openai package's objects when it imports: a fake openai.types.chat stands in for it."""
+    import sys
+    import types
+
+    class _Obj:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    class ChatCompletion(_Obj):
+        pass
+
+    class ChatCompletionChunk(_Obj):
+        pass
+
+    _no_openai(monkeypatch)
+    fake = types.ModuleType("openai.types.chat")
+    fake.ChatCompletion, fake.ChatCompletionChunk = ChatCompletion, ChatCompletionChunk
+    monkeypatch.setitem(sys.modules, "openai.types.chat", fake)
+    r = llm.create_chat_completion_openai_v1(messages=Q, max_tokens=4, temperature=0)
+    ref = llm.create_chat_completion(messages=Q, max_tokens=4, temperature=0)
+    assert type(r) is ChatCompletion and r.kw["choices"] == ref["choices"] and r.kw["object"] == "chat.completion"
+    chunks = list(llm.create_chat_completion_openai_v1(messages=Q, max_tokens=4, temperature=0, stream=True))
+    assert chunks and all(type(c) is ChatCompletionChunk for c in chunks)
+    assert "".join(c.kw["choices"][0]["delta"].get("content", "") for c in chunks) == \
+        ref["choices"][0]["message"]["content"]
+
+
+def test_n_choices_decoded_together(llm, monkeypatch):
+    """Issue 46, item 3: n > 1 gives n choices (indexes 0..n-1) decoded as one batch, each with
+    its own seed (seed + i): greedy choices equal the n=1 answer, a seeded call is reproducible
+    and its choice i is the n=1 answer with seed + i; usage sums the completion tokens."""
+    import pyllamaspec.frontends.llama_choices as lc
+    batches = []
+
+    def together(ids, *a, **kw):
+        batches.append(len(ids))
+        return generate_together(ids, *a, **kw)
+    generate_together = lc.generate_together
+    monkeypatch.setattr(lc, "generate_together", together)
+    p = "The capital of France is"
+    one = llm.create_completion(p, max_tokens=6, temperature=0, logprobs=1)
+    three = llm.create_completion(p, max_tokens=6, temperature=0, n=3, logprobs=1)
+    assert batches == [3] and [c["index"] for c in three["choices"]] == [0, 1, 2]
+    for c in three["choices"]:
+        assert c["text"] == one["choices"][0]["text"] and c["finish_reason"] == "length"
+        assert c["logprobs"]["tokens"] == one["choices"][0]["logprobs"]["tokens"]
+    assert three["usage"] == {"prompt_tokens": one["usage"]["prompt_tokens"], "completion_tokens": 18,
+                              "total_tokens": one["usage"]["prompt_tokens"] + 18}
+    sampled = dict(max_tokens=8, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11)
+    a = [c["text"] for c in llm.create_completion(p, n=3, **sampled)["choices"]]
+    assert a == [c["text"] for c in llm.create_completion(p, n=3, **sampled)["choices"]] and len(set(a)) > 1
+    assert a[1] == llm.create_completion(p, **{**sampled, "seed": 12})["choices"][0]["text"]
+    # stop strings, a grammar and a tokenized prompt reach every choice as they reach n=1's
+    for kw in (dict(stop="."), dict(grammar='root ::= " Paris" | " Lyon"'), dict(prompt=llm.tokenize(p))):
+        kw = {"prompt": p, "max_tokens": 6, "temperature": 0, **kw}
+        ref = llm.create_completion(**kw)["choices"][0]
+        assert [(c["text"], c["finish_reason"]) for c in llm.create_completion(**kw, n=2)["choices"]] == \
+            [(ref["text"], ref["finish_reason"])] * 2
+    assert batches == [3, 3, 3, 2, 2, 2]
+    chat_one = llm.create_chat_completion(messages=Q, max_tokens=5, temperature=0)
+    chat_two = llm.create_chat_completion(messages=Q, max_tokens=5, temperature=0, n=2)
+    assert [c["message"] for c in chat_two["choices"]] == [chat_one["choices"][0]["message"]] * 2
+    assert [c["index"] for c in chat_two["choices"]] == [0, 1] and chat_two["usage"]["completion_tokens"] == 10
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, "2", True, None])
+def test_bad_n_refused_by_name(llm, n):
+    with pytest.raises(InvalidArgumentError, match="n must be"):
+        llm.create_completion("Hi", max_tokens=2, n=n)
+    with pytest.raises(InvalidArgumentError, match="n must be"):
+        llm.create_chat_completion(messages=Q, max_tokens=2, n=n)
+
+
+def test_n_with_stream_or_tools_refused(llm):
+    with pytest.raises(InvalidArgumentError, match="n=2 with stream"):
+        llm.create_completion("Hi", max_tokens=2, n=2, stream=True)
+    with pytest.raises(InvalidArgumentError, match="n=2 with stream"):
+        llm.create_chat_completion(messages=Q, max_tokens=2, n=2, stream=True)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(InvalidArgumentError, match="n=2 with tools"):
+        llm.create_chat_completion(messages=Q, max_tokens=2, n=2, tools=tools)
+
+
+def test_detokenize_bytes_as_llama_cpp_python_on_a_space_prefix(tmp_path):
+    """llama-cpp-python joins the pieces and drops a leading space only after a BOS; the engine's
+    detokenize drops a SentencePiece space prefix from any first token (llama.cpp's
+    llama_detokenize). The layer's methods over a vocabulary-only Tokenizer (they read only
+    the vocabulary), on a Llama-2-style vocabulary with the space prefix."""
+    from tokenizer_helpers import write_tokenizer_gguf
+    from pyllamaspec.engine.vocab import Tokenizer
+    from pyllamaspec.frontends.llama_api import LlamaMethods
+    normal = ["\u2581", "H", "e", "l", "o", "w", "r", "d", "He", "ll", "llo", "Hello", "\u2581Hello", "or", "wor", "ld",
+              "world", "\u2581world", "!", "\u2581\u2581"]           # test_tokenizer.py's llama2_style
+    toks = [b"<unk>", b"<s>", b"</s>"] + [b"<0x%02X>" % b for b in range(256)] + [t.encode() for t in normal]
+    types, scores = [2, 3, 3] + [6] * 256 + [1] * len(normal), [0.0] * 259 + [-float(k) for k in range(len(normal))]
+    write_tokenizer_gguf(tmp_path / "spm.gguf", model="llama", tokens=toks, types=types, scores=scores, bos=1, eos=2,
+                         unk=0)
+
+    class Vocab(LlamaMethods, Tokenizer):
+        pass
+    with Vocab(tmp_path / "spm.gguf") as t:
+        ids = t.tokenize(b"Hello world!")
+        assert ids[0] == t.bos_token and t.detokenize(ids, special=False) == b"Hello world!"
+        tail = ids[2:]                                    # "\u2581world", "!"
+        assert t.detokenize(tail, special=False) == b" world!" != t.detokenize(tail).encode()
+        assert t.detokenize(tail, prev_tokens=ids[:-2]) == b" world!"
