@@ -14,13 +14,10 @@ from dataclasses import replace
 from typing import Any
 
 from ..engine.chat_template import ChatPrompt
-from ..engine.sampling import SamplingParams
 from ..errors import InvalidArgumentError, ModelClosedError
-from ..generation.generate import prompt_ids, stream_generate
+from ..generation.generate import draft_params, prompt_ids, sampling_params, stream_generate
 from ..generation.options import GenerateOptions
 from ..generation.together import generate_together
-from ..speculation.decoder import DraftParams
-from ..speculation.params import NgramParams
 from ..structured.formats import constraint_spec
 
 _SEED_MAX = 2**64 - 1          # SamplingParams' seed range
@@ -44,23 +41,6 @@ def _options(max_tokens: int, stop: list[str] | None, logprobs: int | None, samp
     return GenerateOptions(max_tokens=max_tokens, stop=stop, logprobs=logprobs, **sampling)
 
 
-def _draft_params(o: GenerateOptions) -> DraftParams:
-    """The draft options as generate() sets them (generation/generate.py, _prepare): the Llama
-    layer leaves them at their defaults; adaptive unless a seed is given with temperature > 0
-    (same seed, same output)."""
-    return DraftParams(n_draft=o.n_draft, n_min=o.n_min, p_min=o.p_min,
-                       adaptive=o.seed is None or o.temperature == 0, ngram=o.ngram, draft_vocab=o.draft_vocab,
-                       forced=o.forced, spec_type=o.spec_type,
-                       ngrams=NgramParams() if o.ngram_params is None else o.ngram_params, tree=o.tree,
-                       tree_nodes=o.tree_nodes)
-
-
-def _sampling_params(o: GenerateOptions, seed: int) -> SamplingParams:
-    return SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, min_p=o.min_p, seed=seed,
-                          repeat_penalty=o.repeat_penalty, frequency_penalty=o.frequency_penalty,
-                          presence_penalty=o.presence_penalty, penalty_last_n=o.penalty_last_n)
-
-
 def decode_choices(model, prompt, n: int, sampling: dict, *, max_tokens: int, stop: list[str] | None,
                    logprobs: int | None) -> list[dict]:
     """The n result dicts of the generation lifecycle (text, tokens, prompt_tokens,
@@ -74,17 +54,18 @@ def decode_choices(model, prompt, n: int, sampling: dict, *, max_tokens: int, st
     stream_generate(prompt, model, model.draft_model, max_tokens=max_tokens, stop=stop, logprobs=logprobs,
                     **sampling).close()
     o = _options(max_tokens, stop, logprobs, sampling)
-    base = _sampling_params(o, 0)
+    base = sampling_params(o, 0)
     stops = list(stop or [])
     constraint = constraint_spec(o.grammar, o.json_schema, o.response_format)
     if isinstance(prompt, ChatPrompt):             # as iter_generate renders a chat
+        if constraint is not None:
+            prompt, constraint = constraint.bind(prompt, model)
         ids, chat_stops = prompt.render(model)
         stops += [s for s in chat_stops if s not in stops]
-        constraint = constraint.for_chat(prompt, model) if constraint is not None else None
     else:
         ids = prompt_ids(prompt, model, o.add_special, o.parse_special)
     samplings = [replace(base, seed=s) for s in choice_seeds(o.seed, n)]
-    return generate_together([list(ids) for _ in range(n)], model, model.draft_model, samplings, _draft_params(o),
+    return generate_together([list(ids) for _ in range(n)], model, model.draft_model, samplings, draft_params(o),
                              max_tokens=o.max_tokens, stop=stops, logprobs=o.logprobs, constraint=constraint)
 
 

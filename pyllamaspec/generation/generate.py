@@ -141,23 +141,33 @@ def is_batch(prompt) -> bool:
                     for p in prompt))
 
 
+def sampling_params(o: GenerateOptions, seed: int) -> SamplingParams:
+    """generate()'s sampling options, with this seed."""
+    return SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, min_p=o.min_p, seed=seed,
+                          repeat_penalty=o.repeat_penalty, frequency_penalty=o.frequency_penalty,
+                          presence_penalty=o.presence_penalty, penalty_last_n=o.penalty_last_n)
+
+
+def draft_params(o: GenerateOptions) -> DraftParams:
+    """generate()'s speculation options: adaptive draft lengths unless a seed asks for the same
+    sampled output each time (then fixed lengths, as measured times would move them)."""
+    adaptive = o.adaptive if o.adaptive is not None else o.seed is None or o.temperature == 0
+    return DraftParams(n_draft=o.n_draft, n_min=o.n_min, p_min=o.p_min, adaptive=adaptive, ngram=o.ngram,
+                       draft_vocab=o.draft_vocab, forced=o.forced, spec_type=o.spec_type,
+                       ngrams=NgramParams() if o.ngram_params is None else o.ngram_params, tree=o.tree,
+                       tree_nodes=o.tree_nodes)
+
+
 def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec | None = None,
              reasoning: Reasoning | None = None):
     """Checks every option before any work; returns (run, seed): run(per_token, result) is the
     generation as a generator of Pieces, loading what needs loading. Several prompts: (run,
     seeds), run(results) decoding them together (a list of result dicts). tools: a chat's
     tool-call grammar (chat() makes it)."""
-    adaptive = o.adaptive if o.adaptive is not None else o.seed is None or o.temperature == 0
     batch = is_batch(prompt)
     seeds = [o.seed if o.seed is not None else int.from_bytes(os.urandom(8), "little")
              for _ in (prompt if batch else [0])]
-    sampling = SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, min_p=o.min_p, seed=seeds[0],
-                              repeat_penalty=o.repeat_penalty, frequency_penalty=o.frequency_penalty,
-                              presence_penalty=o.presence_penalty, penalty_last_n=o.penalty_last_n)
-    draft = DraftParams(n_draft=o.n_draft, n_min=o.n_min, p_min=o.p_min, adaptive=adaptive, ngram=o.ngram,
-                        draft_vocab=o.draft_vocab, forced=o.forced, spec_type=o.spec_type,
-                        ngrams=NgramParams() if o.ngram_params is None else o.ngram_params, tree=o.tree,
-                        tree_nodes=o.tree_nodes)
+    sampling, draft = sampling_params(o, seeds[0]), draft_params(o)
     constraint = constraint_spec(o.grammar, o.json_schema, o.response_format)
     if tools is not None:
         if constraint is not None:
