@@ -13,17 +13,12 @@ prefixes). SmolLM2's vocabulary gives bos/eos. Not part of CI.
 """
 from __future__ import annotations
 
-import datetime
-import hashlib
-import json
 import pathlib
-import subprocess
 import sys
-import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-from llamacpp_templates import MEMBER, template  # noqa: E402
+sys.path.insert(0, str(REPO / "scripts"))
+from chat_tools_reference import write_fixture  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "reference" / "chat_reasoning_llamacpp.json"
 
@@ -84,23 +79,7 @@ def requests(family: str) -> list[dict]:
 
 
 def main(probe: str, model: str) -> None:
-    today = datetime.date.today().isoformat()
-    fixture = {"probe": "scripts/llamacpp_chat_tools.cpp (llama.cpp b11434)", "vocab": "smollm2", "date": today,
-               "families": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        for family, name in FAMILIES.items():
-            data = template(name)
-            path = pathlib.Path(tmp) / name
-            path.write_bytes(data)
-            reqs = requests(family)
-            res = json.loads(subprocess.run([probe, model, str(path)], input=json.dumps(reqs), capture_output=True,
-                                            text=True, check=True).stdout)
-            fixture["families"][family] = {"template_file": MEMBER + name,
-                                           "template_sha256": hashlib.sha256(data).hexdigest(),
-                                           "cases": [dict(request=q, **r) for q, r in zip(reqs, res)]}
-            print(f"{family}: {sum('error' in r for r in res)} of {len(res)} refused", file=sys.stderr)
-    assert datetime.date.today().isoformat() == today, "rerun: the date changed during the run"
-    OUT.write_text(json.dumps(fixture, ensure_ascii=False, indent=1) + "\n")
+    write_fixture(probe, model, FAMILIES, requests, OUT)
 
 
 if __name__ == "__main__":

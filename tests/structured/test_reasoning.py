@@ -12,7 +12,7 @@ import json
 import pytest
 
 from conftest import reference_dir
-from llamacpp_templates import template
+from llamacpp_templates import FixedNow, template_or_skip
 from pyllamaspec.engine import chat_template
 from pyllamaspec.engine.chat_template import ChatTemplate
 from pyllamaspec.errors import InvalidArgumentError
@@ -27,19 +27,8 @@ DEVIATIONS = {("smollm3", False, "deepseek"), ("smollm3", False, "auto"), ("smol
               ("gpt-oss", True, "none"), ("gpt-oss", False, "none")}
 
 
-class _FixedNow:
-    def __init__(self, day: datetime.date):
-        self.day = day
-
-    def now(self) -> datetime.datetime:
-        return datetime.datetime.combine(self.day, datetime.time(12))
-
-
 def _source(family: str) -> str:
-    try:
-        return template(FAMILIES[family]["template_file"]).decode()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
+    return template_or_skip(FAMILIES[family]["template_file"])
 
 
 def _cases(family: str):
@@ -50,7 +39,7 @@ def _cases(family: str):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_thinking_on_and_off_render_as_llamacpp(family, monkeypatch):
-    monkeypatch.setattr(chat_template, "datetime", _FixedNow(datetime.date.fromisoformat(FIXTURE["date"])))
+    monkeypatch.setattr(chat_template, "datetime", FixedNow(datetime.date.fromisoformat(FIXTURE["date"])))
     tmpl = ChatTemplate(_source(family), "<|im_start|>", "<|im_end|>", family)    # SmolLM2's bos / eos
     seen = set()
     for q, case in _cases(family):

@@ -14,7 +14,7 @@ import pytest
 
 import pyllamaspec
 from conftest import reference_dir
-from llamacpp_templates import template
+from llamacpp_templates import FixedNow, template_or_skip
 from pyllamaspec import Model
 from pyllamaspec.engine import chat_template
 from pyllamaspec.engine.chat_template import ChatTemplate
@@ -29,24 +29,13 @@ FAMILIES = FIXTURE["families"]
 KNOWN_DEVIATIONS = {"mistral-small-3.2"}
 
 
-class _FixedNow:
-    def __init__(self, day: datetime.date):
-        self.day = day
-
-    def now(self) -> datetime.datetime:
-        return datetime.datetime.combine(self.day, datetime.time(12))
-
-
 def _source(family: str) -> str:
-    try:
-        return template(FAMILIES[family]["template_file"]).decode()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
+    return template_or_skip(FAMILIES[family]["template_file"])
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_rendering_equals_llamacpp(family, monkeypatch):
-    monkeypatch.setattr(chat_template, "datetime", _FixedNow(datetime.date.fromisoformat(FIXTURE["date"])))
+    monkeypatch.setattr(chat_template, "datetime", FixedNow(datetime.date.fromisoformat(FIXTURE["date"])))
     tmpl = ChatTemplate(_source(family), "<|im_start|>", "<|im_end|>", family)    # SmolLM2's bos / eos
     for i, case in enumerate(FAMILIES[family]["cases"]):
         q = case["request"]
