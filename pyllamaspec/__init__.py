@@ -27,14 +27,14 @@ from .errors import (
 from .frontends.chat import ChatResult, chat
 from .generation.generate import GenerationResponse, GenerationResult, generate, stream_generate
 # Model: the engine's Model with llama-cpp-python's create_* methods and Model(model_path=...)
-from .frontends.llama_api import Llama, LlamaGrammar, Model
+from .frontends.llama_api import Llama, LlamaGrammar, LlamaState, Model
 from .speculation.decoder import Decoder, DraftParams, Stats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "generate", "stream_generate", "GenerationResult", "GenerationResponse", "TokenLogprobs", "chat", "ChatResult",
-    "ChatTemplate", "BUILTIN_TEMPLATES", "ChatTemplateError", "Cancel", "Model", "Llama", "LlamaGrammar", "ModelInfo", "SamplingParams",
+    "ChatTemplate", "BUILTIN_TEMPLATES", "ChatTemplateError", "Cancel", "Model", "Llama", "LlamaGrammar", "LlamaState", "ModelInfo", "SamplingParams",
     "DraftParams", "Decoder",
     "Stats", "Detokenizer", "Tokenizer", "system_info", "set_verbose", "PyllamaspecError", "InvalidArgumentError",
     "ModelIOError", "ModelNotFoundError", "ModelFormatError", "UnsupportedModelError",

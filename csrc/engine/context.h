@@ -67,6 +67,9 @@ struct psl_context {
     void decode(const psl_batch & batch, float * out, int64_t out_cap);
     void truncate(int32_t seq, int32_t n_keep);
     void copy(int32_t src, int32_t dst, int32_t n);
+    size_t seq_state_size(int32_t seq) const;
+    void seq_state_get(int32_t seq, uint8_t * dst, size_t cap) const;
+    void seq_state_set(int32_t seq, const uint8_t * src, size_t size);
     void clear();
     void set_threads(int32_t n);
     void set_output_ids(const int32_t * ids, int32_t n);

@@ -238,6 +238,15 @@ PSL_API psl_status psl_context_seq_truncate(psl_context * ctx, int32_t seq, int3
  * is copied (n within src's snapshot ring or src's whole length; else dst replays them before
  * its next eval). */
 PSL_API psl_status psl_context_seq_copy(psl_context * ctx, int32_t src, int32_t dst, int32_t n);
+
+/* A sequence's state (its tokens and their K/V rows, layer by layer) as bytes, for prompt caches
+ * and state files. psl_context_seq_state_size writes the bytes to *size (a hybrid model's
+ * sequence, or a context with an MTP block or a draft head, is PSL_ERR_UNSUPPORTED). psl_context_seq_state_set makes seq hold exactly that state; a state of
+ * another model or cache type, or a truncated one, is PSL_ERR_INVALID_ARGUMENT with seq
+ * unchanged (as when it does not fit: PSL_ERR_CONTEXT_FULL). */
+PSL_API psl_status psl_context_seq_state_size(const psl_context * ctx, int32_t seq, int64_t * size);
+PSL_API psl_status psl_context_seq_state_get(const psl_context * ctx, int32_t seq, uint8_t * dst, int64_t cap);
+PSL_API psl_status psl_context_seq_state_set(psl_context * ctx, int32_t seq, const uint8_t * src, int64_t size);
 /* The sequences the context holds (its n_seq_max), and the cells in use by all of them. */
 PSL_API int32_t    psl_context_n_seq_max(const psl_context * ctx);
 PSL_API int32_t    psl_context_n_cells_used(const psl_context * ctx);

@@ -35,6 +35,7 @@ public:
     int32_t n_kv_for(int32_t n) const;
     static constexpr int32_t pad() { return 256; }
 
+    int n_layers() const { return (int) k_.size(); }      // the trunk's, and the MTP block's when added
     ggml_tensor * k(int il) const { return k_[il]; }
     ggml_tensor * v(int il) const { return v_[il]; }
     size_t bytes() const;

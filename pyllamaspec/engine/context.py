@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _native
 from ._native import ffi, lib
+from ..errors import UnsupportedModelError
 
 # KV cache types by name (ggml_type values); "auto" is the core's PSL_KV_AUTO: f32 where every
 # layer's cache is in CPU memory and small enough, else f16 (psl_context_params.type_k)
@@ -74,6 +75,14 @@ class Context(ABC):
 
     def n_cells_used(self) -> int:
         return self.n_past()
+
+    def seq_state(self, seq: int) -> bytes:
+        """A sequence's state (psl_context_seq_state_get): its tokens and their K/V rows."""
+        raise UnsupportedModelError("a sequence's state is not saved over RPC")
+
+    def seq_set_state(self, seq: int, state: bytes) -> None:
+        """The sequence holds that state (psl_context_seq_state_set), or is left as it was."""
+        raise UnsupportedModelError("a sequence's state is not loaded over RPC")
 
     @abstractmethod
     def clear(self) -> None: ...
@@ -191,6 +200,17 @@ class LocalContext(Context):
 
     def seq_copy(self, src: int, dst: int, n: int) -> None:
         _native.check(lib.psl_context_seq_copy(self._ctx, src, dst, n))
+
+    def seq_state(self, seq: int) -> bytes:
+        size = ffi.new("int64_t *")
+        _native.check(lib.psl_context_seq_state_size(self._ctx, seq, size))
+        n = size[0]
+        buf = bytearray(n)
+        _native.check(lib.psl_context_seq_state_get(self._ctx, seq, ffi.from_buffer("uint8_t[]", buf), n))
+        return bytes(buf)
+
+    def seq_set_state(self, seq: int, state: bytes) -> None:
+        _native.check(lib.psl_context_seq_state_set(self._ctx, seq, ffi.from_buffer("uint8_t[]", state), len(state)))
 
     def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None:
         _native.check(lib.psl_context_seq_mtp_draft(self._ctx, seq, token, step,

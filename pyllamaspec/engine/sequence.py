@@ -130,6 +130,25 @@ class ContextSequence:
             self._cache_ids = src._cache_ids[:n]
         self.model._call(self, run, interruptible=False)
 
+    def save_state(self) -> bytes:
+        """Its state as bytes (psl_context_seq_state_get): its tokens and their K/V rows, for
+        load_state on a context of the same model and cache types. Not for a hybrid model (its
+        recurrent state) nor with an MTP block or a draft head: UnsupportedModelError."""
+        return self.model._call(self, lambda c: c.seq_state(self.id), interruptible=False)
+
+    def load_state(self, state: bytes) -> None:
+        """Holds exactly what save_state gave (its own tokens let go first). A state of another
+        model or cache type, or a truncated one: InvalidArgumentError, the sequence unchanged."""
+        if not isinstance(state, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"state must be bytes from save_state(), got {type(state).__name__}")
+        state = bytes(state)
+
+        def run(c) -> None:
+            c.seq_set_state(self.id, state)
+            n = int(np.frombuffer(state, np.uint32, 1, 12)[0])      # the header: magic, version, tensors, tokens
+            self._cache_ids = np.frombuffer(state, np.int32, n, 16).tolist()
+        self.model._call(self, run, interruptible=False)
+
     def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:
         """Model.mtp_draft from this sequence's hidden state."""
         return self.model._mtp_draft(self, token, step, out)

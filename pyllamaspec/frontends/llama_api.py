@@ -24,7 +24,10 @@ import os
 import time
 import uuid
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
+
+import numpy as np
 
 from ..engine.chat_template import ChatPrompt
 from ..engine.model import Model as _EngineModel
@@ -109,6 +112,18 @@ def _one_of(name: str, value: bool | None, alias: str, alias_value: bool | None,
         raise InvalidArgumentError(f"give {name} or {alias} (llama-cpp-python's name for it), not both")
     chosen = value if value is not None else alias_value
     return default if chosen is None else bool(chosen)
+
+
+@dataclass
+class LlamaState:
+    """llama-cpp-python's LlamaState: the tokens the cache held, and the core's state bytes
+    (scores: None, logits are not kept)."""
+    input_ids: np.ndarray
+    scores: Any
+    n_tokens: int
+    llama_state: bytes
+    llama_state_size: int
+    seed: int | None = None
 
 
 class SizeInt(int):
@@ -374,6 +389,24 @@ class LlamaMethods:
             return out[1:]
         return out
 
+    def save_state(self) -> "LlamaState":
+        """llama-cpp-python's save_state(): what the model's cache holds (sequence 0: its tokens
+        and their K/V rows), for load_state on this model with the same cache types. Not for a
+        hybrid model (its recurrent state) yet: UnsupportedModelError."""
+        blob = self._seq0.save_state()
+        ids = np.asarray(self.cached_tokens, np.intc)
+        return LlamaState(input_ids=ids, scores=None, n_tokens=len(ids), llama_state=blob,
+                          llama_state_size=len(blob), seed=getattr(self, "seed", None))
+
+    def load_state(self, state: "LlamaState") -> None:
+        """llama-cpp-python's load_state(state): the cache holds what it held at save_state, so
+        the next call evaluates only what its prompt adds. A state of another model or cache
+        type is InvalidArgumentError, the cache unchanged. A draft model follows on its own (it
+        evaluates the restored text at the next speculative call)."""
+        if not isinstance(state, LlamaState):
+            raise InvalidArgumentError(f"load_state takes what save_state() returned, got {type(state).__name__}")
+        self._seq0.load_state(state.llama_state)
+
     def n_embd(self) -> int:
         """llama-cpp-python's n_embd(): the embedding size (info.n_embd)."""
         return self.info.n_embd
@@ -463,4 +496,4 @@ class Llama(LlamaMethods, _EngineModel):
 
 Model = Llama
 
-__all__ = ["Model", "Llama", "LlamaMethods", "LlamaGrammar", "SizeInt"]
+__all__ = ["Model", "Llama", "LlamaMethods", "LlamaGrammar", "LlamaState", "SizeInt"]
