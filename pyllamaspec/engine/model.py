@@ -15,6 +15,9 @@ from ._native import Exclusive, Users, ffi, lib
 from .context import KV_TYPES, Context, LocalContext
 from .load_mode import resolve_mmap
 from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
+from . import prompt_cache
+from .metadata import meta_value
+from .prompt_cache import PromptCache
 from .sequence import ContextSequence, SequencePool, check_out, common_prefix, logits_mode
 from .vocab import VocabMixin
 
@@ -24,10 +27,6 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
 
 # GGUF metadata value types (gguf_type).
-_GGUF_INT = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
-             10: np.uint64, 11: np.int64, 7: np.bool_}
-_GGUF_FLOAT = {6: np.float32, 12: np.float64}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,10 @@ class Model(VocabMixin, _native.Closeable):
     rows or sequences share its evaluation, so greedy speculation equals plain greedy decoding
     (ggml's reference kernels: self.kernels; slower).
 
+    cache_ram (MiB, 0: none): a prompt cache in host memory (engine/prompt_cache.py, llama-server's
+    --cache-ram): what a sequence lets go of is kept, and a later prompt sharing more of it is
+    resumed from there instead of evaluated again.
+
     For a draft model, tokenizer=False skips building the tokenizer (its target tokenizes, and
     a 262k-token vocabulary takes ~20 MiB) and prefetch=False leaves mapped weights to be
     faulted in on first use (with a restricted head, most of a large vocabulary's output
@@ -116,7 +119,8 @@ class Model(VocabMixin, _native.Closeable):
                  use_repack: bool = True,
                  type_k: str = "f16", type_v: str = "f16", tokenizer: bool = True, prefetch: bool = True,
                  rpc: Sequence[str] | str | None = None, tensor_split: Sequence[float] | None = None,
-                 rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0, deterministic: bool = False):
+                 rpc_timeout: float = 60.0, rpc_isolate: bool = True, n_seq_max: int = 0, deterministic: bool = False,
+                 cache_ram: int = 0):
         self._lib, self._ffi = lib, ffi
         self._model = ffi.NULL
         self._context: Context | None = None
@@ -132,6 +136,7 @@ class Model(VocabMixin, _native.Closeable):
         n_threads = _args.integer("n_threads", 0 if n_threads is None else n_threads, 0, lib.psl_max_threads())
         n_gpu_layers = _args.integer("n_gpu_layers", n_gpu_layers, -1)
         n_seq_max = _args.integer("n_seq_max", n_seq_max, 0, lib.PSL_SEQ_MAX)
+        cache_ram = _args.integer("cache_ram", cache_ram, 0)
         for name, t in (("type_k", type_k), ("type_v", type_v)):
             if not isinstance(t, str) or t not in KV_TYPES:
                 raise InvalidArgumentError(f"{name} must be one of {sorted(KV_TYPES)}, got {t!r}")
@@ -177,6 +182,8 @@ class Model(VocabMixin, _native.Closeable):
         self.mtp_enabled = False             # enable_mtp()
         self._pool = SequencePool(self, c.n_seq_max)
         self._seq0 = self._pool.get(0)
+        # states sequences let go of, for later prompts (engine/prompt_cache.py; cache_ram MiB, 0: none)
+        self.prompt_cache = PromptCache(cache_ram << 20) if cache_ram else None
         self._sig = threading.Lock()             # interrupts of a sequence vs. the call running
         self._running: ContextSequence | None = None
 
@@ -302,40 +309,9 @@ class Model(VocabMixin, _native.Closeable):
                 for i in range(lib.psl_model_meta_count(self._model)):
                     key = ffi.new("char **")
                     self._check(lib.psl_model_meta_key(self._model, i, key))
-                    meta[ffi.string(key[0]).decode("utf-8", "replace")] = self._meta_value(i)
+                    meta[ffi.string(key[0]).decode("utf-8", "replace")] = meta_value(self._model, i)
                 self._metadata = meta
         return self._metadata
-
-    def _meta_value(self, i: int) -> Any:
-        t, at, n = ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
-        self._check(lib.psl_model_meta_type(self._model, i, t, at, n))
-        t, at, n = t[0], at[0], n[0]
-        if t in _GGUF_INT:
-            v = ffi.new("int64_t *")
-            self._check(lib.psl_model_meta_get_int(self._model, i, v))
-            return bool(v[0]) if t == 7 else int(v[0])
-        if t in _GGUF_FLOAT:
-            v = ffi.new("double *")
-            self._check(lib.psl_model_meta_get_float(self._model, i, v))
-            return float(v[0])
-        if t == _GGUF_STRING:
-            s, ln = ffi.new("char **"), ffi.new("size_t *")
-            self._check(lib.psl_model_meta_get_str(self._model, i, s, ln))
-            return ffi.unpack(s[0], ln[0]).decode("utf-8", "replace")
-        if t == _GGUF_ARRAY and at == _GGUF_STRING:
-            s, ln = ffi.new("char **"), ffi.new("size_t *")
-            out = []
-            for j in range(n):
-                self._check(lib.psl_model_meta_get_array_str(self._model, i, j, s, ln))
-                out.append(ffi.unpack(s[0], ln[0]).decode("utf-8", "replace"))
-            return out
-        if t == _GGUF_ARRAY and (at in _GGUF_INT or at in _GGUF_FLOAT):
-            dtype = _GGUF_INT.get(at) or _GGUF_FLOAT[at]
-            p = ffi.new("void **")
-            self._check(lib.psl_model_meta_get_array(self._model, i, p))
-            nbytes = n * np.dtype(dtype).itemsize
-            return np.frombuffer(ffi.buffer(p[0], nbytes), dtype=dtype).copy() if n else np.zeros(0, dtype)
-        return None   # nested arrays: not used by any model key we know
 
     def meta(self, key: str, default: Any = None) -> Any:
         """One GGUF metadata value (without reading all of them)."""
@@ -343,7 +319,7 @@ class Model(VocabMixin, _native.Closeable):
             raise InvalidArgumentError(f"a metadata key is a str, got {key!r}")
         with self._users:
             i = lib.psl_model_meta_find(self._model, key.encode())
-            return default if i < 0 else self._meta_value(i)
+            return default if i < 0 else meta_value(self._model, i)
 
     # -- evaluation -------------------------------------------------------------------------
     @property
@@ -368,7 +344,9 @@ class Model(VocabMixin, _native.Closeable):
         s = self._pool.lease(None if prompt is None else list(prompt), wait, stop)
         if s is not None and prompt:
             try:
+                self._through_cache(prompt_cache.keep, s, prompt)   # what it lets go of is kept
                 self._adopt_prefix(s, list(prompt))
+                self._through_cache(prompt_cache.restore, s, prompt)  # a kept state may serve
             except BaseException:
                 s.release()
                 raise
@@ -378,6 +356,11 @@ class Model(VocabMixin, _native.Closeable):
         """Up to n free sequences now (fewer, or none, when others hold them; no waiting), for
         one round's token tree (release() each after it)."""
         return self._pool.spare(n)
+
+    def _through_cache(self, step, s: ContextSequence, prompt) -> None:
+        if self.prompt_cache is not None:
+            with self._excl:
+                step(self.prompt_cache, s, list(prompt))
 
     def _adopt_prefix(self, s: ContextSequence, prompt: list[int]) -> None:
         with self._excl:
@@ -451,6 +434,7 @@ class Model(VocabMixin, _native.Closeable):
             if c.n_cells_used() + n_new <= self.n_ctx:
                 return
             if s not in using:
+                prompt_cache.keep(self.prompt_cache, s, None)
                 c.seq_truncate(s.id, 0)
                 s._cache_ids.clear()
 

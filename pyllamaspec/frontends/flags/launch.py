@@ -196,7 +196,7 @@ def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
     speculate for the target is refused here, before anything is printed."""
     kw = dict(n_ctx=a.ctx_size, n_batch=a.batch_size, use_mmap=getattr(a, "mmap", None),
               use_repack=getattr(a, "repack", True), n_seq_max=sequences_for(a, n_slots),
-              deterministic=getattr(a, "deterministic", False))
+              deterministic=getattr(a, "deterministic", False), cache_ram=max(0, getattr(a, "cache_ram", 0)))
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))

@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
     add_reasoning_args(g)
+    g.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=8192, metavar="MiB",
+                   help="host memory for prompts a slot lets go of, resumed when a request shares them "
+                        "(llama-server's; default 8192, 0: off)")
     g.add_argument("-np", "--parallel", type=int, default=-1,
                    help="slots: requests decoded together, every round's drafts verified in one target "
                         "evaluation (default -1 = auto: 4, sharing the whole context)")

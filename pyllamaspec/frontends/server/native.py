@@ -140,6 +140,9 @@ METRICS = [
     ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s"),
     ("requests_processing", "gauge", "Number of requests processing"),
     ("requests_deferred", "gauge", "Number of requests deferred"),
+    ("prompt_cache_states", "gauge", "Prompt states kept in host memory (--cache-ram, pyllamaspec)"),
+    ("prompt_cache_bytes", "gauge", "Bytes of the prompt states kept in host memory (pyllamaspec)"),
+    ("prompt_cache_hits_total", "counter", "Prompts resumed from a kept state (pyllamaspec)"),
 ]
 
 

@@ -236,6 +236,10 @@ class NativeRoutes:
                   "prompt_tokens_seconds": c.prompt_tokens / c.prompt_seconds if c.prompt_seconds else 0.0,
                   "predicted_tokens_seconds": c.tokens / c.predicted_seconds if c.predicted_seconds else 0.0,
                   "requests_processing": w.n_busy, "requests_deferred": w.queued}
+        cache = w.target.prompt_cache              # --cache-ram: its states, bytes, hits
+        if cache is not None:
+            values.update(prompt_cache_states=len(cache.entries), prompt_cache_bytes=cache.bytes,
+                          prompt_cache_hits_total=cache.hits)
         return PlainTextResponse(native.metrics_text(values), media_type="text/plain; version=0.0.4",
                                  headers={"Process-Start-Time-Unix": str(int(self.started))})
 

@@ -482,9 +482,11 @@ class Worker:
             return {"status": "ok"}
         c = self.counters
         n_run = len(self._running)
+        cache = self.target.prompt_cache
         return {"status": "ok", "busy": self.busy, "queued": self.queued, "requests": c.requests,
                 "cancelled": c.cancelled, "dropped": c.dropped, "errors": c.errors, "tokens": c.tokens,
-                "last_cancel": c.last_cancel, "slots_idle": self.n_slots - n_run, "slots_processing": n_run}
+                "last_cancel": c.last_cancel, "slots_idle": self.n_slots - n_run, "slots_processing": n_run,
+                "prompt_cache": cache.describe() if cache is not None else None}
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""A host-memory prompt cache (llama-server's --cache-ram): when a sequence is about to let go of
+what it holds (a new prompt takes it, or its cells are needed), its state (tokens and K/V rows,
+ContextSequence.save_state) is kept in RAM; a later prompt that shares a longer prefix with a kept
+state than with anything the context holds takes that state back and evaluates only the rest.
+Bounded in bytes, least recently used first out. An agent that resends a long system prompt after
+another conversation took the slot evaluates its new turn only.
+
+Not for hybrid models yet (their recurrent state cannot be saved: nothing is kept) nor over RPC.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from ..errors import PyllamaspecError
+from .sequence import ContextSequence, common_prefix
+
+MIN_TOKENS = 32          # a sequence shorter than this is not worth keeping (or taking back)
+_clock = itertools.count(1)
+
+
+@dataclass
+class _Entry:
+    tokens: list[int]
+    state: bytes
+    used: int = field(default_factory=lambda: next(_clock))
+
+
+class PromptCache:
+    """States of sequences, at most `limit` bytes of them."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.entries: list[_Entry] = []
+        self.hits = self.saved = 0              # states taken back, kept
+
+    @property
+    def bytes(self) -> int:
+        return sum(len(e.state) for e in self.entries)
+
+    def put(self, tokens: list[int], state: bytes) -> None:
+        """Keeps a state; one that a kept state extends is not kept again, and kept states
+        that this one extends go."""
+        if len(state) > self.limit:
+            return
+        for e in self.entries:
+            if common_prefix(e.tokens, tokens) == len(tokens):
+                e.used = next(_clock)
+                return
+        self.entries = [e for e in self.entries if common_prefix(e.tokens, tokens) < len(e.tokens)]
+        self.entries.append(_Entry(list(tokens), state))
+        self.saved += 1
+        self.entries.sort(key=lambda e: e.used)
+        while self.bytes > self.limit:
+            self.entries.pop(0)
+
+    def best(self, prompt: list[int]) -> tuple[_Entry | None, int]:
+        """The kept state sharing the longest prefix with prompt, and that prefix's length."""
+        best, n = None, 0
+        for e in self.entries:
+            k = common_prefix(e.tokens, prompt)
+            if k > n:
+                best, n = e, k
+        return best, n
+
+    def describe(self) -> dict:
+        return {"states": len(self.entries), "bytes": self.bytes, "limit": self.limit, "hits": self.hits,
+                "saved": self.saved}
+
+
+def keep(cache: PromptCache | None, s: ContextSequence, prompt: list[int] | None) -> None:
+    """Before s lets go of its tokens for prompt (None: all of them): its state, if what goes is
+    worth keeping (the caller holds the Model's lock)."""
+    if cache is None:
+        return
+    ids = s._cache_ids
+    lost = len(ids) - (common_prefix(ids, prompt) if prompt is not None else 0)
+    if len(ids) < MIN_TOKENS or lost < MIN_TOKENS:
+        return
+    try:
+        state = s.model._context.seq_state(s.id)
+    except PyllamaspecError:                # a hybrid's or a remote context's: not kept
+        return
+    cache.put(ids, state)
+
+
+def restore(cache: PromptCache | None, s: ContextSequence, prompt: list[int]) -> None:
+    """s takes back the kept state that shares the most of prompt, where it shares more than s
+    holds now (truncated to the shared prefix)."""
+    if cache is None or not cache.entries:
+        return
+    e, n = cache.best(prompt)
+    have = common_prefix(s._cache_ids, prompt)
+    if e is None or n < have + MIN_TOKENS:
+        return
+    c = s.model._context
+    try:
+        c.seq_set_state(s.id, e.state)
+    except PyllamaspecError:                 # no room for it now: the prompt is evaluated
+        return
+    c.seq_truncate(s.id, n)
+    s._cache_ids = e.tokens[:n]
+    e.used = next(_clock)
+    cache.hits += 1
+
+
+__all__ = ["PromptCache", "keep", "restore", "MIN_TOKENS"]
