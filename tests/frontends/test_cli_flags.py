@@ -220,3 +220,26 @@ def test_model_by_its_offline_name(smollm2_path):
     assert f"smollm2 is {smollm2_path.name}" in r.stderr and r.stdout.startswith("The capital of France is")
     r = _run("-m", "smollm3", "-no-cnv", "-p", "x", "-n", "1")
     assert r.returncode == 1 and "smollm3" in r.stderr
+
+
+def test_prompt_cache_file(smollm2_path, gemma3_path, tmp_path):
+    """--prompt-cache FILE (issue 43, item 4): the second run of a prompt evaluates none of what the
+    first saved, and prints the same text; --prompt-cache-ro reads but never writes; another
+    model's file is an error (exit 1) and stays as it was."""
+    path = tmp_path / "pc.bin"
+    prompt = "You are a meticulous assistant for a logistics company. " * 20 + "Question: what is 2+2? Answer:"
+    args = ["-m", str(smollm2_path), "-no-cnv", "-p", prompt, "-n", "6", "--temp", "0", "-t", "1", "-c", "1024",
+            "--no-display-prompt", "--prompt-cache", str(path)]
+    first = _run(*args)
+    assert first.returncode == 0, first.stderr
+    assert "0 from the cache" in first.stderr and path.stat().st_size > 0
+    mtime = path.stat().st_mtime_ns
+    second = _run(*args, "--prompt-cache-ro")
+    assert second.returncode == 0, second.stderr
+    assert "prompt cache:" in second.stderr and "encoded    0 tokens" in second.stderr, second.stderr
+    assert second.stdout == first.stdout and path.stat().st_mtime_ns == mtime
+    blob = path.read_bytes()
+    other = _run("-m", str(gemma3_path), "-no-cnv", "-p", "Hi", "-n", "2", "-t", "1", "-c", "256",
+                 "--prompt-cache", str(path))
+    assert other.returncode == 1 and "another model" in other.stderr, other.stderr
+    assert path.read_bytes() == blob

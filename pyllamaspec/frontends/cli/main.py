@@ -18,6 +18,7 @@ import sys
 import warnings
 from contextlib import ExitStack
 
+from ...engine import state_file
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
 from ...errors import PyllamaspecError
@@ -100,6 +101,7 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
         sys.stdout.write(prompt)
         sys.stdout.flush()
     interrupted = False
+    _load_prompt_cache(a, target)
     pieces = iter_generate(prompt, target, draft, sampling=sampling, draft=draft_params,
                            max_tokens=max_tokens, stop=a.stop, result=result,
                            parse_special=not a.no_special,
@@ -118,7 +120,34 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
         pieces.close()          # runs the generator's bookkeeping (stats) now
         sys.stdout.write("\n")  # an error then starts on a line of its own
         sys.stdout.flush()
+    _save_prompt_cache(a, target)
     return result, interrupted
+
+
+def _load_prompt_cache(a: argparse.Namespace, target: Model) -> None:
+    """--prompt-cache FILE (llama-completion's): the state saved there, into sequence 0 (which the
+    prompt's generation then takes: it shares the most); a file of another model or cache type is
+    an error, and the file is left as it is."""
+    path = getattr(a, "prompt_cache", None)
+    if not path or not os.path.exists(path):
+        return
+    try:
+        head, state = state_file.read(path, target)
+        target.sequence(0).load_state(state)
+    except PyllamaspecError as e:
+        raise PyllamaspecError(f"--prompt-cache {path}: {e}") from None
+    if not a.log_disable:
+        print(f"prompt cache: {head['n_tokens']} tokens from {path}", file=sys.stderr)
+
+
+def _save_prompt_cache(a: argparse.Namespace, target: Model) -> None:
+    path = getattr(a, "prompt_cache", None)
+    if not path or getattr(a, "prompt_cache_ro", False) or not target.cached_tokens:
+        return
+    try:
+        state_file.write(path, target, target.cached_tokens, target.sequence(0).save_state())
+    except (PyllamaspecError, OSError) as e:
+        print(f"warning: --prompt-cache {path}: not saved: {e}", file=sys.stderr)
 
 
 def run_prompt(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: SamplingParams,

@@ -46,6 +46,13 @@ def add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-e", "--escape", dest="escape", action="store_true", default=True,
                    help="process escapes (\\n, \\t, \\', \\\", \\\\, \\xNN) in the prompt and -r (default: on)")
     g.add_argument("--no-escape", dest="escape", action="store_false")
+    g.add_argument("--prompt-cache", dest="prompt_cache", default=None, metavar="FILE",
+                   help="resume from the state saved in FILE (what the prompt shares with it is not evaluated), "
+                        "and save the state there after the answer")
+    g.add_argument("--prompt-cache-ro", dest="prompt_cache_ro", action="store_true",
+                   help="read --prompt-cache, never write it")
+    g.add_argument("--prompt-cache-all", dest="prompt_cache_all", action="store_true",
+                   help="accepted for llama.cpp's sake: the saved state holds the answer too, always")
     g.add_argument("--verbose-prompt", action="store_true", help="print the prompt's tokens before generating")
     g.add_argument("--ignore-eos", action="store_true",
                    help="never end at an end-of-generation token (their logits are -inf, as llama.cpp's)")

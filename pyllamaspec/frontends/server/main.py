@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=8192, metavar="MiB",
                    help="host memory for prompts a slot lets go of, resumed when a request shares them "
                         "(llama-server's; default 8192, 0: off)")
+    g.add_argument("--slot-save-path", dest="slot_save_path", default=None, metavar="DIR",
+                   help="where POST /slots/{id}?action=save|restore writes and reads slot files")
     g.add_argument("-np", "--parallel", type=int, default=-1,
                    help="slots: requests decoded together, every round's drafts verified in one target "
                         "evaluation (default -1 = auto: 4, sharing the whole context)")
@@ -111,6 +113,18 @@ def _heap_returns_large_blocks() -> None:
         libc.mallopt(-3, 1 << 20)          # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
+
+
+def _slot_dir(path: str | None) -> str | None:
+    """--slot-save-path, made if missing (as llama-server does)."""
+    if path is None:
+        return None
+    from ...errors import PyllamaspecError
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise PyllamaspecError(f"--slot-save-path {path}: {e.strerror}") from None
+    return os.path.realpath(path)
 
 
 def _api_key(a: argparse.Namespace) -> str | None:
@@ -184,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             worker = Worker(target, drafter, defaults)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
-                           normalize=a.embd_normalize, ui=a.ui, operator=a.slots_debug)
+                           normalize=a.embd_normalize, ui=a.ui, operator=a.slots_debug,
+                           slot_save_path=_slot_dir(a.slot_save_path))
             app = create_app(worker, alias, key, opts, model_path=target_path, max_body=a.max_body_size,
                              max_head=a.max_header_size)
             what = ("plain decoding" if not types else f"{','.join(types)}"

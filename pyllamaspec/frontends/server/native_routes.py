@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ...errors import PyllamaspecError
-from . import native
+from . import native, slot_files
 from .openai_format import APIError, as_api_error, parse_chat
 from .worker import Job, Worker
 
@@ -36,6 +36,7 @@ class Options:
     ui: bool = True                       # the chat page at / (--no-webui turns it off)
     operator: bool = False                # --slots-debug: /slots and /health show prompts, answers, counters
     keyed: bool = False                   # an API key is set: whoever passed it is the operator
+    slot_save_path: str | None = None     # --slot-save-path: /slots/{id}?action=save|restore|erase
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -220,7 +221,30 @@ class NativeRoutes:
         return JSONResponse(w.slots(text=self.opts.operator or self.opts.keyed))
 
     async def post_slot(self, request: Request) -> Response:
-        return _not_supported("slots action", "--slot-save-path")
+        """llama-server's slot actions (slot_files.py): save, restore, erase."""
+        d = self.opts.slot_save_path
+        if d is None:
+            return _not_supported("slots action", "--slot-save-path")
+        action = request.query_params.get("action")
+        try:
+            slot = int(request.path_params["id_slot"])
+            if not 0 <= slot < self.worker.n_slots:
+                raise APIError(f"invalid slot id {slot}: the server has {self.worker.n_slots} slots", param="id_slot")
+            body = await _json(request) if action in ("save", "restore") else {}
+            if action == "save":
+                fn = lambda: slot_files.save(self.worker, d, slot, body.get("filename"))      # noqa: E731
+            elif action == "restore":
+                fn = lambda: slot_files.restore(self.worker, d, slot, body.get("filename"))   # noqa: E731
+            elif action == "erase":
+                fn = lambda: slot_files.erase(self.worker, slot)                              # noqa: E731
+            else:
+                raise APIError(f"invalid action {action!r}: save, restore or erase", param="action")
+            out = await self.worker.run_exclusive(fn, asyncio.get_running_loop())
+        except ValueError:
+            return _error(APIError("the slot id must be an integer", param="id_slot"))
+        except APIError as e:
+            return _error(e)
+        return JSONResponse(out)
 
     async def metrics(self, request: Request) -> Response:
         if not self.opts.metrics:

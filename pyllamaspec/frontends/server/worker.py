@@ -205,6 +205,7 @@ class Worker:
         self._running: list[Job] = []
         self._calls: deque[_Call] = deque()       # run_exclusive's, waiting for idle slots
         self.last: dict[int, dict] = {}           # each slot's last request, for /slots
+        self.slot_seq: dict = {}                  # each slot's last sequence of the target (slot_action)
         self._pieces: dict[int, bytes] = {}
         self._outbox = Outbox()
         self._thread = threading.Thread(target=self._run_forever, name="pyllamaspec-worker", daemon=True)
@@ -416,6 +417,8 @@ class Worker:
             self._running.append(job)
             try:
                 self.sched.admit(g, self._emit)
+                if g.dec is not None and g.dec.tseq is not None:
+                    self.slot_seq[job.slot] = g.dec.tseq      # what the slot holds (/slots save)
             except BaseException as e:    # noqa: BLE001 - its prompt failed: this request only
                 log.exception("generation failed")
                 self._finish(job, error=e)
