@@ -63,20 +63,16 @@ static ojson run_request(const common_chat_templates * tmpls, const ojson & req)
     pp.reasoning_format = rf;
     pp.parse_tool_calls = !in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE;
     if (!p.parser.empty()) pp.parser.load(p.parser);
-    for (const auto & text : req.value("outputs", ojson::array())) {
-        try {
-            const common_chat_msg msg = common_chat_parse(text.get<std::string>(), false, pp);
-            out["parsed"].push_back({{"message", to_ojson(msg.to_json_oaicompat(true))}});
-        } catch (const std::exception & e) {
-            out["parsed"].push_back({{"error", e.what()}});
-        }
-    }
-    for (const auto & text : req.value("partial_outputs", ojson::array())) {
-        try {
-            const common_chat_msg msg = common_chat_parse(text.get<std::string>(), true, pp);
-            out["partial"].push_back({{"message", to_ojson(msg.to_json_oaicompat(true))}});
-        } catch (const std::exception & e) {
-            out["partial"].push_back({{"error", e.what()}});
+    // whole answers ("parsed"), and the partial parses a stream makes ("partial")
+    for (const bool partial : {false, true}) {
+        for (const auto & text : req.value(partial ? "partial_outputs" : "outputs", ojson::array())) {
+            ojson & into = out[partial ? "partial" : "parsed"];
+            try {
+                const common_chat_msg msg = common_chat_parse(text.get<std::string>(), partial, pp);
+                into.push_back({{"message", to_ojson(msg.to_json_oaicompat(true))}});
+            } catch (const std::exception & e) {
+                into.push_back({{"error", e.what()}});
+            }
         }
     }
     return out;

@@ -64,17 +64,15 @@ class ThinkingBudget:
             elif any(self._ends_with(e) for e in self.ends):
                 self.state = DONE                    # the block ended by itself
                 self.tail.clear()
-            else:
-                whole = _utf8_complete(self.piece(t))
-                if self.state == COUNTING:
-                    self.remaining -= 1
-                    if self.remaining <= 0:
-                        if whole:
-                            self._force()
-                        else:
-                            self.state = WAITING_UTF8
-                elif whole:                           # WAITING_UTF8
-                    self._force()
+            elif self.state == COUNTING:
+                self.remaining -= 1
+                if self.remaining <= 0:              # the text's end: a whole character first
+                    if _utf8_complete(self.piece(t)):
+                        self._force()
+                    else:
+                        self.state = WAITING_UTF8
+            elif _utf8_complete(self.piece(t)):       # WAITING_UTF8
+                self._force()
 
     @property
     def inside(self) -> bool:

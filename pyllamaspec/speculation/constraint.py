@@ -136,7 +136,6 @@ class Constraint:
             raise RuntimeError(f"the grammar refused token {new[n]} that the round produced")
 
 
-NO_CONSTRAINT = Constraint(None)          # not to be forced: a decoder that may force holds its own
 
 
 def _joined(draft: Draft, n: int, forced: list[int]) -> Draft:
@@ -154,4 +153,4 @@ def _joined(draft: Draft, n: int, forced: list[int]) -> Draft:
     return Draft(tokens, q, None, p_max, n_forced=len(f))
 
 
-__all__ = ["Constraint", "NO_CONSTRAINT"]
+__all__ = ["Constraint"]

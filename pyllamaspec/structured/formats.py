@@ -59,8 +59,12 @@ class GrammarSpec:
         """The grammar of a chat (a ChatPrompt for `model`): a schema's becomes llama-server's
         response-format grammar around the template's generation prompt; tools get the grammar
         their tool_choice enforces (none for "auto"); GBNF stays as it is (not prefilled)."""
-        tmpl, gen = prompt.template(model), prompt.generation_prompt(model)
-        bound = dict(source=tmpl.source, generation_prompt=gen, think=think_syntax(tmpl.source))
+        tmpl = prompt.template(model)
+        think = think_syntax(tmpl.source)
+        if self.kind in ("text", "grammar") and think is None:
+            return replace(self, source=tmpl.source, think=None)   # read as text: no generation prompt needed
+        gen = prompt.generation_prompt(model)
+        bound = dict(source=tmpl.source, generation_prompt=gen, think=think)
         if self.kind == "json_schema":
             return replace(chat_response_grammar(self.schema, gen), reasoning=self.reasoning, **bound)
         if self.kind != "tools":

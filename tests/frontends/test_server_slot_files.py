@@ -87,3 +87,15 @@ def test_bad_files_and_names_are_4xx_and_the_server_serves_on(saved):
         assert s.health()["status"] == "ok"
     finally:
         s.stop()
+
+
+def test_a_sequence_belongs_to_one_slot():
+    """The pool may give a sequence one slot left to another slot: from then on only the second
+    saves it (a save of the first must not write the second's conversation)."""
+    from types import SimpleNamespace
+    from pyllamaspec.frontends.server.worker import Worker
+    w, s1, s2 = SimpleNamespace(slot_seq={}), object(), object()
+    Worker.hold(w, 0, s1)
+    Worker.hold(w, 1, s2)
+    Worker.hold(w, 1, s1)
+    assert w.slot_seq == {1: s1}

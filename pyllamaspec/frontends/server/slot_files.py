@@ -54,7 +54,7 @@ def restore(worker, directory: str, slot: int, filename) -> dict:
         raise APIError(str(e), 400, param="filename") from None
     if target.prompt_cache is not None:
         target.prompt_cache.put(seq.cached_tokens, state)
-    worker.slot_seq[slot] = seq
+    worker.hold(slot, seq)
     return {"id_slot": slot, "filename": filename, "n_restored": head["n_tokens"], "n_read": os.path.getsize(path),
             "timings": {"restore_ms": 1e3 * (time.perf_counter() - t0)}}
 

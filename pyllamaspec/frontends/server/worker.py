@@ -418,10 +418,17 @@ class Worker:
             try:
                 self.sched.admit(g, self._emit)
                 if g.dec is not None and g.dec.tseq is not None:
-                    self.slot_seq[job.slot] = g.dec.tseq      # what the slot holds (/slots save)
+                    self.hold(job.slot, g.dec.tseq)           # what the slot holds (/slots save)
             except BaseException as e:    # noqa: BLE001 - its prompt failed: this request only
                 log.exception("generation failed")
                 self._finish(job, error=e)
+
+    def hold(self, slot: int, seq) -> None:
+        """slot now holds seq, and no other slot does (the pool may hand a sequence that one slot
+        left to another: a save of the first must not write the second's conversation)."""
+        for k in [k for k, s in self.slot_seq.items() if s is seq]:
+            del self.slot_seq[k]
+        self.slot_seq[slot] = seq
 
     def _job_of(self, g: Generation) -> Job:
         return next(j for j in self._running if j.gen is g)

@@ -200,10 +200,5 @@ class Generic(Family):
         return conv.grammar()
 
 
-def generic_parts(ctx: Context, choice: str) -> tuple[str, str]:
-    """(the system text, the grammar) of the generic format for this request."""
-    return system_text(ctx.tools, choice), Generic().grammar(ctx, choice)
-
-
-__all__ = ["Generic", "answer_schema", "system_text", "with_system", "generic_messages", "generic_parts"]
+__all__ = ["Generic", "answer_schema", "system_text", "with_system", "generic_messages"]
 
