@@ -305,11 +305,14 @@ psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out) {
     return guard([&] {
         PSL_REQUIRE(ctx && out, PSL_ERR_INVALID_ARGUMENT, "ctx or out is NULL");
         *out = ctx->perf;
+        out->n_compactions = ctx->mem->compactions() - ctx->compactions_base;
     });
 }
 
 void psl_context_reset_perf(psl_context * ctx) {
-    if (ctx) ctx->perf = psl_perf{0.0, 0, 0, ctx->perf.n_threads_last};
+    if (!ctx) return;
+    ctx->perf = psl_perf{0.0, 0, 0, ctx->perf.n_threads_last, 0};
+    ctx->compactions_base = ctx->mem->compactions();
 }
 
 int32_t psl_context_n_past(const psl_context * ctx) { return ctx ? ctx->mem->n_past() : 0; }

@@ -273,8 +273,11 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
         if (rewrite) {
             ub_cell_[j] = cells.cell_at(s, b.pos[i]);
         } else {
-            ub_cell_[j] = cells.find_free(s);
-            if (ub_cell_[j] < 0) fail(PSL_ERR_CONTEXT_FULL, "context full: no free KV cell (all %d in use)", cells.size());
+            ub_cell_[j] = mem->free_cell(b.seqs_of(i), b.n_seq_of(i), &moved_);
+            if (!moved_.empty()) {               // compacted: the cells taken so far moved too
+                for (int32_t k = 0; k < j; ++k) ub_cell_[k] = moved_[ub_cell_[k]];
+                moved_.clear();
+            }
             cells.append(ub_cell_[j], b.seqs_of(i), b.n_seq_of(i));
         }
         if (b.out_row[i] >= 0) ub_out_.push_back(j), ub_rows_.push_back(b.out_row[i]);

@@ -46,7 +46,8 @@ struct psl_context {
     std::atomic<bool> interrupt{false};
     bool catch_sigint = false;               // SIGINT interrupts a running eval
     int sigint_mark = 0;
-    psl_perf perf{0.0, 0, 0, 0};
+    psl_perf perf{0.0, 0, 0, 0, 0};
+    int64_t compactions_base = 0;            // mem->compactions() at the last psl_context_reset_perf
     // A restricted output head (psl_context_set_output_ids, output_head.cpp): room for
     // head->ne[1] rows of which the first head_ids.size() are used (head_packed: in the full
     // head's repacking / AMX buffer, all rows multiplied, the spare ones zero), which ids are in
@@ -104,5 +105,6 @@ private:
 
     // scratch of compute(): the graph's tokens, positions, sequences, cells, output rows
     std::vector<int32_t> ub_tokens_, ub_pos_, ub_seq_, ub_cell_, ub_out_, ub_rows_;
+    std::vector<int32_t> moved_;             // scratch of compute(): old cell -> new after a compaction
     std::vector<int32_t> fa_seq_rows_;       // scratch of fa_rows_for(): the graph's rows by sequence
 };

@@ -301,6 +301,8 @@ typedef struct psl_perf {
     int64_t n_tokens;
     int32_t n_threads_last;   /* CPU threads the last graph ran with: fewer than asked while other
                                  processes keep the cores busy (PYLLAMASPEC_THREAD_CAP=0: never) */
+    int64_t n_compactions;    /* times the KV cache moved its cells down: a sequence's next cell had
+                                 no free cell above its last (its cells keep their order) */
 } psl_perf;
 PSL_API psl_status psl_context_get_perf(const psl_context * ctx, psl_perf * out);
 PSL_API void       psl_context_reset_perf(psl_context * ctx);

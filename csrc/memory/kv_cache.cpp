@@ -78,6 +78,40 @@ void KvCache::alloc_layers(const psl_model & m, int first, int last) {
 
 int32_t KvCache::n_kv_for(int32_t n) const { return std::min(n_cells_, (int32_t) GGML_PAD(n, pad())); }
 
+std::vector<ggml_tensor *> KvCache::tensors() const {
+    std::vector<ggml_tensor *> out;
+    for (int il = 0; il < n_layers(); ++il) {
+        for (ggml_tensor * t : {k_[il], v_[il]}) {
+            if (t && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+        }
+    }
+    return out;
+}
+
+// Rows move run by run, downwards and in order: none is overwritten before it is read. Through
+// host memory, which is fine for how rarely this runs (Memory::free_cell).
+std::vector<int32_t> KvCache::compact() {
+    std::vector<int32_t> to = cells_.compact();
+    const int32_t n = (int32_t) to.size();
+    std::vector<uint8_t> buf;
+    for (ggml_tensor * t : tensors()) {
+        const size_t row = t->nb[1];
+        for (int32_t c = 0; c < n;) {
+            if (to[c] < 0 || to[c] == c) {
+                ++c;
+                continue;
+            }
+            int32_t len = 1;
+            while (c + len < n && to[c + len] == to[c] + len) ++len;
+            buf.resize(row * (size_t) len);
+            ggml_backend_tensor_get(t, buf.data(), row * (size_t) c, buf.size());
+            ggml_backend_tensor_set(t, buf.data(), row * (size_t) to[c], buf.size());
+            c += len;
+        }
+    }
+    return to;
+}
+
 size_t KvCache::bytes() const {
     size_t n = 0;
     for (const auto & b : bufs_) n += ggml_backend_buffer_get_size(b.get());

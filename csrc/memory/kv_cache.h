@@ -35,6 +35,11 @@ public:
     int32_t n_kv_for(int32_t n) const;
     static constexpr int32_t pad() { return 256; }
 
+    // KvCells::compact, the K/V rows following their cells. Returns old cell -> new (-1: free).
+    std::vector<int32_t> compact();
+    // The distinct K and V tensors, layer by layer (a shared layer's are its source's).
+    std::vector<ggml_tensor *> tensors() const;
+
     int n_layers() const { return (int) k_.size(); }      // the trunk's, and the MTP block's when added
     ggml_tensor * k(int il) const { return k_[il]; }
     ggml_tensor * v(int il) const { return v_[il]; }

@@ -90,6 +90,26 @@ void KvCells::copy(int32_t src, int32_t dst, int32_t n) {
     seqs_[dst].assign(from.begin(), from.begin() + n);
 }
 
+std::vector<int32_t> KvCells::compact() {
+    std::vector<int32_t> to((size_t) size(), -1);
+    int32_t n = 0;
+    for (int32_t c = 0; c < size(); ++c) {     // n <= c: entries below c were read already
+        if (refs_[c] == 0) continue;
+        to[c] = n, pos_[n] = pos_[c], refs_[n] = refs_[c];
+        ++n;
+    }
+    std::fill(pos_.begin() + n, pos_.end(), -1);
+    std::fill(refs_.begin() + n, refs_.end(), 0);
+    for (auto & own : seqs_) {
+        for (int32_t & c : own) c = to[c];
+    }
+    for (auto & own : scratch_) {
+        for (int32_t & c : own) c = to[c];
+    }
+    end_ = lo_ = n;
+    return to;
+}
+
 void KvCells::clear() {
     std::fill(pos_.begin(), pos_.end(), -1);
     std::fill(refs_.begin(), refs_.end(), 0);

@@ -34,7 +34,8 @@ public:
     // A free cell for the next token of seq (position p = n_past): one that sits, as in a cache
     // of its own, at p mod PAGE within a page of PAGE cells, its pages ascending (the cell
     // after its last one, or the first page above whose cells from there on are free); else the
-    // first free cell after its last one, else the lowest free one. -1 when none is free.
+    // first free cell after its last one, else the lowest free one (Memory::free_cell then
+    // compacts the cache rather than take it). -1 when none is free.
     // Why: ggml's CPU flash attention reads cells in blocks of 64 (its tiled path, 64 query rows
     // and more) and in order: so placed, a sequence's blocks and order are those it has alone,
     // and its logits do not depend on what else the cache holds.
@@ -42,6 +43,13 @@ public:
     static constexpr int32_t PAGE = 64;   // ggml-cpu's GGML_FA_TILE_KV
     // Cell `cell` (free) becomes position n_past of each of seqs[0..n) (the same in each).
     void append(int32_t cell, const int32_t * seqs, int32_t n);
+    // Whether `cell`, as the next cell of seq, would sit below its last one (its attention would
+    // then read that token first: find_free's last resort).
+    bool below_last(int32_t seq, int32_t cell) const { return !seqs_[seq].empty() && cell < seqs_[seq].back(); }
+    // Every cell in use moves down to the lowest cells, keeping their order (so a sequence's
+    // cells still ascend); all free cells then lie above every used one. KvCache::compact moves
+    // the rows. Returns old cell -> new cell (-1: was free).
+    std::vector<int32_t> compact();
     // Keeps the first n_keep positions of seq.
     void truncate(int32_t seq, int32_t n_keep);
     // dst holds src's first n positions (its own cells let go first).

@@ -26,6 +26,20 @@ void Memory::end_batch(int32_t seq, const int32_t * tokens, int32_t n_tokens) {
     if (rs_) rs_->end_batch(seq, tokens, n_tokens);
 }
 
+int32_t Memory::free_cell(const int32_t * seqs, int32_t n, std::vector<int32_t> * moved) {
+    KvCells & c = cells();
+    int32_t cell = c.find_free(seqs[0]);
+    const auto below = [&] { return std::any_of(seqs, seqs + n, [&](int32_t s) { return c.below_last(s, cell); }); };
+    if (cell >= 0 && below()) {
+        std::vector<int32_t> to = kv_->compact();
+        ++compactions_;
+        cell = c.find_free(seqs[0]);     // every free cell is above every used one now
+        if (moved) *moved = std::move(to);
+    }
+    if (cell < 0) fail(PSL_ERR_CONTEXT_FULL, "context full: no free KV cell (all %d in use)", c.size());
+    return cell;
+}
+
 void Memory::truncate(int32_t seq, int32_t n_keep) {
     if (n_keep < 0 || n_keep > n_past(seq)) {
         fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): sequence %d holds %d tokens", n_keep, seq, n_past(seq));

@@ -43,6 +43,14 @@ public:
     // succeeded.
     void add_history(int32_t seq, int32_t token) { history_[seq].push_back(token); }
 
+    // A free cell for the next token of seqs[0..n) (KvCells::find_free for seqs[0], which the
+    // others continue at the same position), above each one's last cell: ggml's attention sums a
+    // sequence's cells in their order, which so stays its positions' order, as in a cache of its
+    // own. When no free cell lies above, the cache is compacted first (KvCache::compact) and
+    // `moved` (if not null) gets old cell -> new, for the cells the caller holds.
+    // PSL_ERR_CONTEXT_FULL when no cell is free.
+    int32_t free_cell(const int32_t * seqs, int32_t n, std::vector<int32_t> * moved);
+    int64_t compactions() const { return compactions_; }
     // Keeps the first n_keep tokens of seq (PSL_ERR_OUT_OF_RANGE unless 0 <= n_keep <= n_past).
     void truncate(int32_t seq, int32_t n_keep);
     // dst holds src's first n tokens (PSL_ERR_OUT_OF_RANGE unless 0 <= n <= n_past(src)): the
@@ -73,6 +81,7 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<RecurrentState> rs_;
     int32_t n_ctx_;
+    int64_t compactions_ = 0;
     std::vector<int32_t> replay_;   // by sequence, >= 0: its memory must be rebuilt up to here
     std::vector<std::vector<int32_t>> history_;   // by sequence: its tokens, when there is no recurrent state
 };

@@ -27,17 +27,6 @@ struct TensorInfo {                         // one K or V tensor of a layer
     uint64_t row_bytes;
 };
 
-// The cache's distinct tensors, in layer order: K then V (a shared layer's are its source's).
-std::vector<ggml_tensor *> tensors(const KvCache & kv) {
-    std::vector<ggml_tensor *> out;
-    for (int il = 0; il < kv.n_layers(); ++il) {
-        for (ggml_tensor * t : {kv.k(il), kv.v(il)}) {
-            if (t && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-        }
-    }
-    return out;
-}
-
 // Runs of consecutive cells for positions 0..n of seq: (first cell, first position, length).
 template <typename F> void cell_runs(const KvCells & cells, int32_t seq, int32_t n, F f) {
     int32_t p = 0;
@@ -60,7 +49,7 @@ size_t Memory::state_size(int32_t seq) const {
              "saved now", seq);
     }
     size_t bytes = sizeof(Header) + sizeof(int32_t) * (size_t) n;
-    for (ggml_tensor * t : tensors(*kv_)) bytes += sizeof(TensorInfo) + t->nb[1] * (size_t) n;
+    for (ggml_tensor * t : kv_->tensors()) bytes += sizeof(TensorInfo) + t->nb[1] * (size_t) n;
     return bytes;
 }
 
@@ -68,7 +57,7 @@ void Memory::state_get(int32_t seq, uint8_t * dst, size_t cap) const {
     const size_t need = state_size(seq);
     if (cap < need) fail(PSL_ERR_BUFFER_TOO_SMALL, "the state of sequence %d takes %zu bytes, the buffer %zu", seq, need, cap);
     const int32_t n = n_past(seq);
-    const auto ts = tensors(*kv_);
+    const auto ts = kv_->tensors();
     uint8_t * p = dst;
     const Header h{MAGIC, VERSION, (uint32_t) ts.size(), (uint32_t) n};
     std::memcpy(p, &h, sizeof h), p += sizeof h;
@@ -93,7 +82,7 @@ void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
     std::memcpy(&h, src, sizeof h);
     if (h.magic != MAGIC) fail(PSL_ERR_INVALID_ARGUMENT, "not a pyllamaspec sequence state");
     if (h.version != VERSION) fail(PSL_ERR_INVALID_ARGUMENT, "sequence state version %u, this build reads %u", h.version, VERSION);
-    const auto ts = tensors(*kv_);
+    const auto ts = kv_->tensors();
     if (h.n_tensors != ts.size()) {
         fail(PSL_ERR_INVALID_ARGUMENT, "the state holds %u cache tensors, this model's context %zu: another model",
              h.n_tensors, ts.size());
@@ -120,10 +109,7 @@ void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
     // the blob fits: the sequence is replaced
     const int32_t * tokens = (const int32_t *) (src + sizeof h);
     truncate(seq, 0);
-    for (int32_t p = 0; p < n; ++p) {
-        const int32_t cell = cells().find_free(seq);
-        cells().append(cell, &seq, 1);
-    }
+    for (int32_t p = 0; p < n; ++p) cells().append(free_cell(&seq, 1, nullptr), &seq, 1);
     history_[seq].assign(tokens, tokens + n);
     replay_[seq] = -1;
     const uint8_t * rows = infos + ts.size() * sizeof(TensorInfo);

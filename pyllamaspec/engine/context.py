@@ -239,7 +239,7 @@ class LocalContext(Context):
         if reset:
             lib.psl_context_reset_perf(self._ctx)
         return {"t_eval": raw.t_eval_us * 1e-6, "n_evals": int(raw.n_evals), "n_tokens": int(raw.n_tokens),
-                "n_threads_last": int(raw.n_threads_last)}
+                "n_threads_last": int(raw.n_threads_last), "n_compactions": int(raw.n_compactions)}
 
     def set_threads(self, n_threads: int) -> int:
         _native.check(lib.psl_context_set_threads(self._ctx, n_threads))

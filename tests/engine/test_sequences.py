@@ -252,3 +252,61 @@ def test_mtp_rows_per_sequence(paths):
         np.testing.assert_array_equal(m.mtp_draft(3, 0), want0)
         with pytest.raises(InvalidArgumentError, match="must follow"):
             s1.mtp_draft(5, 1)                            # seq 0's step 0 came between
+
+
+@pytest.mark.parametrize("kv", ["f16", "f32"])
+def test_a_sequence_at_the_caches_top_keeps_its_cells_in_order(paths, kv):
+    """A sequence whose next cell has no free cell above its last one (another sequence took the
+    pages below first, then let most of them go) would take a lower cell, and its attention,
+    which ggml sums over cells in their order, would read its new token first: seen in
+    test_parallel (a cancelled generation's cells left below, a greedy text that parted from
+    one at a time's at token 167). The cache then moves its cells down, in order
+    (KvCache::compact): the rows are bit for bit those of a cache of its own, and the other
+    sequence's too. That the wrap happens here is the compaction counted."""
+    p = paths["q41"]
+    kw = dict(n_ctx=512, type_k=kv, type_v=kv)
+    x_toks, b_toks, steps = _toks(448, 1), _toks(64, 2), _toks(8, 3)
+
+    def one_at_a_time(seq) -> np.ndarray:
+        return np.stack([seq.eval([int(t)])[0].copy() for t in steps])
+
+    with _open(p, **kw) as m:
+        b_alone = m.eval(b_toks, "last").copy(), one_at_a_time(m.sequence(0))
+        m.sequence(0).clear()
+        m.eval(x_toks, "none")
+        m.sequence(0).truncate(100)
+        x_alone = one_at_a_time(m.sequence(0))
+    with _open(p, n_seq_max=2, **kw) as m:
+        x, b = m.sequence(0), m.sequence(1)
+        x.eval(x_toks, "none")                              # cells 0 .. 447
+        got = b.eval(b_toks, "last").copy()                 # its page: 448 .. 511, the top
+        x.truncate(100)                                     # 100 .. 447 free, all below b's
+        assert m.perf()["n_compactions"] == 0
+        got_steps = one_at_a_time(b)                        # position 64: no cell above 511
+        assert m.perf()["n_compactions"] == 1
+        np.testing.assert_array_equal(got, b_alone[0])
+        np.testing.assert_array_equal(got_steps, b_alone[1])
+        np.testing.assert_array_equal(one_at_a_time(x), x_alone)
+
+
+def test_a_compaction_half_way_through_a_batch_moves_the_cells_it_took(paths):
+    """The batch's first tokens took cells above a hole (a new sequence, at a free page), then
+    a token of a sequence at the cache's top compacts it: the cells taken so far move too, and
+    their rows are written where their sequence now holds them (else they would read the old
+    rows left in those cells)."""
+    p = paths["q41"]
+    x_toks, b_toks, y_toks = _toks(448, 1), _toks(64, 2), _toks(2, 4)
+    with _open(p, n_ctx=512, type_k="f16", type_v="f16") as m:
+        y_alone = m.eval(y_toks).copy()
+        m.sequence(0).clear()
+        m.eval(b_toks, "none")
+        b_alone = m.eval([7])[0].copy()
+    with _open(p, n_ctx=512, n_seq_max=3, type_k="f16", type_v="f16") as m:
+        x, b, y = m.sequence(0), m.sequence(1), m.sequence(2)
+        x.eval(x_toks, "none")
+        b.eval(b_toks, "none")
+        x.truncate(100)
+        rows = m.decode_batch([*y_toks.tolist(), 7], [y, y, b])  # y: cells 128, 129; then b wraps
+        assert m.perf()["n_compactions"] == 1
+        np.testing.assert_array_equal(rows[:2], y_alone)
+        np.testing.assert_array_equal(rows[2], b_alone)
