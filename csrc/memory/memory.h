@@ -68,14 +68,17 @@ public:
     // again) and the exception goes on.
     void replay(int32_t seq, const std::function<void(const int32_t * tokens, int32_t n)> & eval);
 
-    // seq's state as bytes (seq_state.cpp): its tokens and their K/V rows. state_set replaces seq
-    // with a state of this layout (another model's or cache type's is refused, seq unchanged).
+    // seq's state as bytes (seq_state.cpp): its tokens, their K/V rows and a hybrid's recurrent
+    // states. state_set replaces seq with a state of this layout (another model's or cache
+    // type's is refused, seq unchanged).
     size_t state_size(int32_t seq) const;
     void state_get(int32_t seq, uint8_t * dst, size_t cap) const;
     void state_set(int32_t seq, const uint8_t * src, size_t size);
-    const std::vector<int32_t> & tokens(int32_t seq) const { return history_[seq]; }
+    // seq's tokens (the replay source: the recurrent state's history for a hybrid).
+    const std::vector<int32_t> & history(int32_t seq) const;
 
 private:
+    int32_t state_rs_rows(int32_t seq) const;   // the recurrent states a saved state of seq holds
     void keep_recurrent(int32_t seq, int32_t n_keep);
 
     std::unique_ptr<KvCache> kv_;

@@ -65,6 +65,16 @@ size_t RecurrentState::bytes() const {
     return n;
 }
 
+std::vector<ggml_tensor *> RecurrentState::tensors() const {
+    std::vector<ggml_tensor *> out;
+    for (size_t il = 0; il < conv_.size(); ++il) {
+        for (ggml_tensor * t : {conv_[il], ssm_[il]}) {
+            if (t) out.push_back(t);
+        }
+    }
+    return out;
+}
+
 void RecurrentState::fill_inputs(ggml_tensor * src, ggml_tensor * dst, ggml_tensor * dst_old, int32_t seq,
                                  int32_t n_past, int32_t n_tokens) {
     if (src && src->buffer) {

@@ -56,6 +56,14 @@ public:
     // would succeed) and its history; false (nothing done) when the ring does not reach.
     bool copy(int32_t src, int32_t dst, int32_t n);
     const std::vector<int32_t> & history(int32_t seq) const { return seqs_[seq].history; }
+    // For a sequence's state as bytes (seq_state.cpp): the state tensors (each recurrent
+    // layer's conv, then ssm), the oldest position whose state the ring holds, the byte offset
+    // in t of the state after position pos, and setting a sequence whose states from position
+    // lo on the caller has written.
+    std::vector<ggml_tensor *> tensors() const;
+    int32_t lo(int32_t seq) const { return seqs_[seq].lo; }
+    size_t offset(const ggml_tensor * t, int32_t seq, int32_t pos) const { return (size_t) row(seq, pos) * t->nb[1]; }
+    void restore(int32_t seq, std::vector<int32_t> tokens, int32_t lo) { seqs_[seq] = Seq{lo, std::move(tokens)}; }
     void set_history(int32_t seq, std::vector<int32_t> h) { seqs_[seq].history = std::move(h); }
 
 private:

@@ -183,7 +183,7 @@ class Model(VocabMixin, _native.Closeable):
         self._pool = SequencePool(self, c.n_seq_max)
         self._seq0 = self._pool.get(0)
         # states sequences let go of, for later prompts (engine/prompt_cache.py; cache_ram MiB, 0: none)
-        self.prompt_cache = PromptCache(cache_ram << 20) if cache_ram else None
+        self.prompt_cache = PromptCache(cache_ram << 20, reach=self.max_rollback) if cache_ram else None
         self._sig = threading.Lock()             # interrupts of a sequence vs. the call running
         self._running: ContextSequence | None = None
 

@@ -5,7 +5,10 @@ state than with anything the context holds takes that state back and evaluates o
 Bounded in bytes, least recently used first out. An agent that resends a long system prompt after
 another conversation took the slot evaluates its new turn only.
 
-Not for hybrid models yet (their recurrent state cannot be saved: nothing is kept) nor over RPC.
+A hybrid model's state holds its recurrent states after its last positions only (the ring a
+speculative rollback uses, csrc/memory/recurrent_state.h): a kept state serves a prompt that shares
+all but the last `reach` of its tokens (an agent's next turn, resending the conversation), not an
+earlier prefix (that takes checkpoints, not built yet). Not over RPC.
 """
 from __future__ import annotations
 
@@ -29,8 +32,9 @@ class _Entry:
 class PromptCache:
     """States of sequences, at most `limit` bytes of them."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, reach: int | None = None):
         self.limit = limit
+        self.reach = reach                      # how far a kept state rolls back (None: all the way)
         self.entries: list[_Entry] = []
         self.hits = self.saved = 0              # states taken back, kept
 
@@ -38,16 +42,21 @@ class PromptCache:
     def bytes(self) -> int:
         return sum(len(e.state) for e in self.entries)
 
+    def serves(self, kept: list[int], tokens: list[int]) -> int:
+        """The prefix of tokens a state holding `kept` can be cut back to: 0 when it cannot."""
+        k = common_prefix(kept, tokens)
+        return k if self.reach is None or len(kept) - k <= self.reach else 0
+
     def put(self, tokens: list[int], state: bytes) -> None:
-        """Keeps a state; one that a kept state extends is not kept again, and kept states
-        that this one extends go."""
+        """Keeps a state; one that a kept state serves whole is not kept again, and kept states
+        that this one serves whole go."""
         if len(state) > self.limit:
             return
         for e in self.entries:
-            if common_prefix(e.tokens, tokens) == len(tokens):
+            if self.serves(e.tokens, tokens) == len(tokens):
                 e.used = next(_clock)
                 return
-        self.entries = [e for e in self.entries if common_prefix(e.tokens, tokens) < len(e.tokens)]
+        self.entries = [e for e in self.entries if self.serves(tokens, e.tokens) < len(e.tokens)]
         self.entries.append(_Entry(list(tokens), state))
         self.saved += 1
         self.entries.sort(key=lambda e: e.used)
@@ -55,10 +64,10 @@ class PromptCache:
             self.entries.pop(0)
 
     def best(self, prompt: list[int]) -> tuple[_Entry | None, int]:
-        """The kept state sharing the longest prefix with prompt, and that prefix's length."""
+        """The kept state serving the longest prefix of prompt, and that prefix's length."""
         best, n = None, 0
         for e in self.entries:
-            k = common_prefix(e.tokens, prompt)
+            k = self.serves(e.tokens, prompt)
             if k > n:
                 best, n = e, k
         return best, n
@@ -79,7 +88,7 @@ def keep(cache: PromptCache | None, s: ContextSequence, prompt: list[int] | None
         return
     try:
         state = s.model._context.seq_state(s.id)
-    except PyllamaspecError:                # a hybrid's or a remote context's: not kept
+    except PyllamaspecError:                # a remote context's, one with an MTP block: not kept
         return
     cache.put(ids, state)
 

@@ -131,9 +131,10 @@ class ContextSequence:
         self.model._call(self, run, interruptible=False)
 
     def save_state(self) -> bytes:
-        """Its state as bytes (psl_context_seq_state_get): its tokens and their K/V rows, for
-        load_state on a context of the same model and cache types. Not for a hybrid model (its
-        recurrent state) nor with an MTP block or a draft head: UnsupportedModelError."""
+        """Its state as bytes (psl_context_seq_state_get): its tokens, their K/V rows and a
+        hybrid's recurrent states after its last positions (as far back as truncate() rolls back
+        without a replay), for load_state on a context of the same model and cache types. Not
+        with an MTP block or a draft head: UnsupportedModelError."""
         return self.model._call(self, lambda c: c.seq_state(self.id), interruptible=False)
 
     def load_state(self, state: bytes) -> None:

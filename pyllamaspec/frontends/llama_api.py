@@ -391,8 +391,8 @@ class LlamaMethods:
 
     def save_state(self) -> "LlamaState":
         """llama-cpp-python's save_state(): what the model's cache holds (sequence 0: its tokens
-        and their K/V rows), for load_state on this model with the same cache types. Not for a
-        hybrid model (its recurrent state) yet: UnsupportedModelError."""
+        and their K/V rows, a hybrid's recurrent states too), for load_state on this model with the
+        same cache types."""
         blob = self._seq0.save_state()
         ids = np.asarray(self.cached_tokens, np.intc)
         return LlamaState(input_ids=ids, scores=None, n_tokens=len(ids), llama_state=blob,

@@ -2,8 +2,8 @@
 layer's save_state / load_state; issue 43, item 4): saved after a prompt and loaded into an
 emptied or another context of the same model, the next token's logits are bit-identical (the K/V
 rows are the very bytes) and a completion evaluates only what its prompt adds; a truncated state,
-another model's or cache type's, one too large for the context, or a hybrid's, is refused with the
-sequence as it was."""
+another model's or cache type's, or one too large for the context, is refused with the sequence as
+it was. A hybrid's state holds its recurrent states too (as far back as it rolls back).""" 
 from __future__ import annotations
 
 import numpy as np
@@ -61,13 +61,59 @@ def test_bad_states_are_refused_and_the_sequence_kept(smollm2_path, gemma3_path,
             other.sequence(0).load_state(state)
 
 
-def test_a_hybrid_models_state_is_not_saved_yet(tmp_path):
-    path = tmp_path / "qwen35.gguf"
+@pytest.fixture(scope="module")
+def qwen35_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hybrid") / "qwen35.gguf"
     write_qwen35_gguf(path)
-    with Model(path, n_ctx=64, n_threads=1, tokenizer=False) as m:
+    return path
+
+
+def _hybrid(path, **kw):
+    return Model(path, n_ctx=256, n_threads=1, **kw)
+
+
+def test_a_hybrid_state_rolls_back_as_the_saved_sequence_did(qwen35_path):
+    """A hybrid's state carries its recurrent states after its last positions (the ring of
+    csrc/memory/recurrent_state.h): loaded into another context, the next logits, a rollback
+    within the ring (O(1)) and one past it (a replay of the history) each give the very rows of
+    the sequence it was saved from, doing the same (the bytes are the same; a prefix evaluated
+    in other chunks would sum otherwise)."""
+    rng = np.random.default_rng(4)
+    prompt, cont = rng.integers(0, 64, 60).tolist(), rng.integers(0, 64, 6).tolist()
+    with _hybrid(qwen35_path) as live:
+        live.eval(prompt, logits="none")
+        state = live.sequence(0).save_state()
+        want = [live.eval(cont).copy()]
+        for back in (5, 30):                               # within the ring of 17, then past it
+            live.sequence(0).truncate(len(prompt) - back)
+            want.append(live.eval(cont).copy())
+    with _hybrid(qwen35_path, n_seq_max=2) as m:
+        m.sequence(1).eval(rng.integers(0, 64, 9).tolist(), logits="none")   # another's cells first
+        s = m.sequence(0)
+        s.load_state(state)
+        assert s.n_past == len(prompt) and s.cached_tokens == prompt
+        got = [s.eval(cont).copy()]
+        for back in (5, 30):
+            s.truncate(len(prompt) - back)
+            got.append(s.eval(cont).copy())
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    assert not np.array_equal(want[1], want[0])            # the rollbacks are seen
+
+
+def test_hybrid_and_kv_states_are_not_mixed(qwen35_path, smollm2_path, saved):
+    with _hybrid(qwen35_path) as m:
         m.eval([1, 2, 3], logits="none")
-        with pytest.raises(UnsupportedModelError, match="hybrid"):
-            m.sequence(0).save_state()
+        hybrid = m.sequence(0).save_state()
+        for bad in (hybrid[:-1], hybrid + b"\0"):
+            with pytest.raises(InvalidArgumentError, match="truncated|header"):
+                m.sequence(0).load_state(bad)
+        with pytest.raises(InvalidArgumentError, match="KV-cache-only model"):
+            m.sequence(0).load_state(saved[0])
+        assert m.sequence(0).cached_tokens == [1, 2, 3]
+    with Model(smollm2_path, n_ctx=512, n_threads=1) as other:
+        with pytest.raises(InvalidArgumentError, match="hybrid model"):
+            other.sequence(0).load_state(hybrid)
 
 
 def test_llama_save_state_and_load_state(smollm2_path):
@@ -133,3 +179,27 @@ def test_the_cache_keeps_the_longest_states_within_its_bytes():
     assert c.best([7, 8, 5])[1] == 2 and c.best([5])[0] is None
     c.put([5], b"q" * 300)                     # larger than the whole cache: not kept
     assert c.bytes == 200
+
+
+def test_a_hybrids_next_turn_resumes_from_the_state_its_slot_let_go(qwen35_path):
+    """qwen35 (hybrid), one sequence: A, then B takes it, then A's conversation with a new turn
+    evaluates only the new turn (its kept state's recurrent ring reaches the shared prefix), with
+    the answer of the sequence that still holds A. A new question after A's prompt alone shares
+    too early a prefix for the ring (that would take checkpoints): evaluated whole, nothing
+    taken back."""
+    rng = np.random.default_rng(8)
+    a, b, q = (rng.integers(0, 64, n).tolist() for n in (80, 70, 5))
+    with _hybrid(qwen35_path, n_seq_max=1, cache_ram=64) as m:
+        ra = pyllamaspec.generate(a, m, max_tokens=6, temperature=0)
+        pyllamaspec.generate(b, m, max_tokens=4, temperature=0)
+        turn = a + ra.tokens + q
+        r = pyllamaspec.generate(turn, m, max_tokens=8, temperature=0)
+        assert m.prompt_cache.hits == 1 and len(turn) - r.stats.n_reused <= len(q) + 1
+        pyllamaspec.generate(b, m, max_tokens=4, temperature=0)      # B's kept state serves it
+        hits = m.prompt_cache.hits
+        early = pyllamaspec.generate(a[:40] + q, m, max_tokens=4, temperature=0)
+        assert m.prompt_cache.hits == hits == 2 and early.stats.n_reused == 0
+    with _hybrid(qwen35_path, n_seq_max=1) as live:
+        pyllamaspec.generate(a, live, max_tokens=6, temperature=0)
+        ref = pyllamaspec.generate(turn, live, max_tokens=8, temperature=0)
+    assert ref.tokens == r.tokens and ref.stats.n_reused == r.stats.n_reused
