@@ -62,6 +62,31 @@ psl_status psl_context_seq_state_set(psl_context * ctx, int32_t seq, const uint8
     });
 }
 
+psl_status psl_context_seq_checkpoint_size(const psl_context * ctx, int32_t seq, int64_t * size) {
+    return guard([&] {
+        if (!ctx || !size) fail(PSL_ERR_INVALID_ARGUMENT, "ctx or size is NULL");
+        *size = (int64_t) ctx->seq_checkpoint_size(seq);
+    });
+}
+
+psl_status psl_context_seq_checkpoint_get(const psl_context * ctx, int32_t seq, uint8_t * dst, int64_t cap) {
+    return guard([&] {
+        if (!ctx || !dst || cap < 0) fail(PSL_ERR_INVALID_ARGUMENT, "ctx or dst is NULL, or cap < 0");
+        ctx->seq_checkpoint_get(seq, dst, (size_t) cap);
+    });
+}
+
+psl_status psl_context_seq_checkpoint_set(psl_context * ctx, int32_t seq, const uint8_t * src, int64_t size) {
+    return guard([&] {
+        if (!ctx || !src || size < 0) fail(PSL_ERR_INVALID_ARGUMENT, "ctx or src is NULL, or size < 0");
+        ctx->seq_checkpoint_set(seq, src, (size_t) size);
+    });
+}
+
+bool psl_context_seq_stale(const psl_context * ctx, int32_t seq) {
+    return ctx && seq >= 0 && seq < ctx->mem->n_seq() && ctx->mem->stale(seq);
+}
+
 int32_t psl_context_n_seq_max(const psl_context * ctx) { return ctx ? ctx->mem->n_seq() : 0; }
 
 int32_t psl_context_n_cells_used(const psl_context * ctx) { return ctx ? ctx->mem->cells().n_used() : 0; }

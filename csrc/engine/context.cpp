@@ -488,23 +488,41 @@ void psl_context::copy(int32_t src, int32_t dst, int32_t n) {
     if (draft_head) draft_head->truncate(mem->n_past(0));
 }
 
-// A sequence's state (memory/seq_state.cpp); not with an MTP block or a draft head yet (their
-// own per-sequence state would not follow).
-size_t psl_context::seq_state_size(int32_t seq) const {
+// A sequence's state or a hybrid's checkpoint (memory/seq_state.cpp); not with an MTP block or a
+// draft head yet (their own per-sequence state would not follow).
+void psl_context::check_state(int32_t seq, const char * what) const {
     check_seq(seq);
-    if (mtp || draft_head) fail(PSL_ERR_UNSUPPORTED, "a sequence's state with an MTP block or a draft head attached");
+    if (mtp || draft_head) fail(PSL_ERR_UNSUPPORTED, "%s with an MTP block or a draft head attached", what);
+}
+
+size_t psl_context::seq_state_size(int32_t seq) const {
+    check_state(seq, "a sequence's state");
     return mem->state_size(seq);
 }
 
 void psl_context::seq_state_get(int32_t seq, uint8_t * dst, size_t cap) const {
-    seq_state_size(seq);
+    check_state(seq, "a sequence's state");
     mem->state_get(seq, dst, cap);
 }
 
 void psl_context::seq_state_set(int32_t seq, const uint8_t * src, size_t size) {
-    check_seq(seq);
-    if (mtp || draft_head) fail(PSL_ERR_UNSUPPORTED, "a sequence's state with an MTP block or a draft head attached");
+    check_state(seq, "a sequence's state");
     mem->state_set(seq, src, size);
+}
+
+size_t psl_context::seq_checkpoint_size(int32_t seq) const {
+    check_state(seq, "a checkpoint");
+    return mem->checkpoint_size(seq);
+}
+
+void psl_context::seq_checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const {
+    check_state(seq, "a checkpoint");
+    mem->checkpoint_get(seq, dst, cap);
+}
+
+void psl_context::seq_checkpoint_set(int32_t seq, const uint8_t * src, size_t size) {
+    check_state(seq, "a checkpoint");
+    mem->checkpoint_set(seq, src, size);
 }
 
 void psl_context::clear() {

@@ -71,6 +71,10 @@ struct psl_context {
     size_t seq_state_size(int32_t seq) const;
     void seq_state_get(int32_t seq, uint8_t * dst, size_t cap) const;
     void seq_state_set(int32_t seq, const uint8_t * src, size_t size);
+    void check_state(int32_t seq, const char * what) const;
+    size_t seq_checkpoint_size(int32_t seq) const;
+    void seq_checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const;
+    void seq_checkpoint_set(int32_t seq, const uint8_t * src, size_t size);
     void clear();
     void set_threads(int32_t n);
     void set_output_ids(const int32_t * ids, int32_t n);

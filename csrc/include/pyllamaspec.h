@@ -239,14 +239,28 @@ PSL_API psl_status psl_context_seq_truncate(psl_context * ctx, int32_t seq, int3
  * its next eval). */
 PSL_API psl_status psl_context_seq_copy(psl_context * ctx, int32_t src, int32_t dst, int32_t n);
 
-/* A sequence's state (its tokens and their K/V rows, layer by layer) as bytes, for prompt caches
- * and state files. psl_context_seq_state_size writes the bytes to *size (a hybrid model's
- * sequence, or a context with an MTP block or a draft head, is PSL_ERR_UNSUPPORTED). psl_context_seq_state_set makes seq hold exactly that state; a state of
+/* A sequence's state (its tokens and their K/V rows, layer by layer; a hybrid's recurrent states
+ * after its last positions, as far back as it rolls back in O(1)) as bytes, for prompt caches
+ * and state files. psl_context_seq_state_size writes the bytes to *size (a context with an MTP
+ * block or a draft head is PSL_ERR_UNSUPPORTED). psl_context_seq_state_set makes seq hold exactly that state; a state of
  * another model or cache type, or a truncated one, is PSL_ERR_INVALID_ARGUMENT with seq
  * unchanged (as when it does not fit: PSL_ERR_CONTEXT_FULL). */
 PSL_API psl_status psl_context_seq_state_size(const psl_context * ctx, int32_t seq, int64_t * size);
 PSL_API psl_status psl_context_seq_state_get(const psl_context * ctx, int32_t seq, uint8_t * dst, int64_t cap);
 PSL_API psl_status psl_context_seq_state_set(psl_context * ctx, int32_t seq, const uint8_t * src, int64_t size);
+/* A hybrid model's checkpoint of sequence seq: its recurrent state after its last position, and a
+ * hash of its tokens (no K/V rows: those roll back exactly). Taken at chosen positions of a long
+ * prompt, it lets a later prompt that shares the prefix up to there resume without replaying it:
+ * truncate the sequence to the checkpoint's position, then set it. PSL_ERR_UNSUPPORTED for a
+ * model without a recurrent state, or with an MTP block or a draft head; set refuses
+ * (PSL_ERR_INVALID_ARGUMENT, the sequence unchanged) a checkpoint of another model, position or
+ * text. */
+PSL_API psl_status psl_context_seq_checkpoint_size(const psl_context * ctx, int32_t seq, int64_t * size);
+PSL_API psl_status psl_context_seq_checkpoint_get(const psl_context * ctx, int32_t seq, uint8_t * dst, int64_t cap);
+PSL_API psl_status psl_context_seq_checkpoint_set(psl_context * ctx, int32_t seq, const uint8_t * src, int64_t size);
+/* Whether the next eval of seq first replays its tokens: a hybrid's sequence cut back past its
+ * ring of states (where a checkpoint at or below its length would serve instead). */
+PSL_API bool       psl_context_seq_stale(const psl_context * ctx, int32_t seq);
 /* The sequences the context holds (its n_seq_max), and the cells in use by all of them. */
 PSL_API int32_t    psl_context_n_seq_max(const psl_context * ctx);
 PSL_API int32_t    psl_context_n_cells_used(const psl_context * ctx);

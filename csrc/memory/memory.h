@@ -74,6 +74,12 @@ public:
     size_t state_size(int32_t seq) const;
     void state_get(int32_t seq, uint8_t * dst, size_t cap) const;
     void state_set(int32_t seq, const uint8_t * src, size_t size);
+    // A hybrid's checkpoint of seq (seq_state.cpp): its recurrent state after its last position
+    // and a hash of its tokens. checkpoint_set: seq, cut back to that position, takes it (no
+    // replay then); another model's, position's or text's is refused, seq unchanged.
+    size_t checkpoint_size(int32_t seq) const;
+    void checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const;
+    void checkpoint_set(int32_t seq, const uint8_t * src, size_t size);
     // seq's tokens (the replay source: the recurrent state's history for a hybrid).
     const std::vector<int32_t> & history(int32_t seq) const;
 

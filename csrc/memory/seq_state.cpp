@@ -71,6 +71,21 @@ void put_infos(uint8_t *& p, const std::vector<ggml_tensor *> & ts) {
     }
 }
 
+constexpr uint32_t CHECKPOINT_MAGIC = 0x4b434c50;   // "PLCK"
+
+struct CheckpointHeader {
+    uint32_t magic, n_tensors, n_tokens, pad;
+    uint64_t hash;                           // of the tokens it follows (FNV-1a)
+};
+
+uint64_t hash_tokens(const int32_t * t, int32_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (const uint8_t * p = (const uint8_t *) t, * e = p + sizeof(int32_t) * (size_t) n; p < e; ++p) {
+        h = (h ^ *p) * 1099511628211ull;
+    }
+    return h;
+}
+
 }  // namespace
 
 const std::vector<int32_t> & Memory::history(int32_t seq) const { return rs_ ? rs_->history(seq) : history_[seq]; }
@@ -199,6 +214,63 @@ void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
         }
     }
     rs_->restore(seq, std::vector<int32_t>(tokens, tokens + n), n - keep);
+}
+
+size_t Memory::checkpoint_size(int32_t seq) const {
+    if (!rs_) fail(PSL_ERR_UNSUPPORTED, "checkpoints are for a hybrid model's recurrent state; this cache rolls back exactly");
+    if (n_past(seq) == 0 || replay_[seq] >= 0 || cells().n_scratch(seq)) {
+        fail(PSL_ERR_UNSUPPORTED, "sequence %d is empty or between evaluations: no checkpoint now", seq);
+    }
+    size_t bytes = sizeof(CheckpointHeader);
+    for (ggml_tensor * t : rs_->tensors()) bytes += sizeof(TensorInfo) + t->nb[1];
+    return bytes;
+}
+
+void Memory::checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const {
+    const size_t need = checkpoint_size(seq);
+    if (cap < need) fail(PSL_ERR_BUFFER_TOO_SMALL, "the checkpoint of sequence %d takes %zu bytes, the buffer %zu", seq, need, cap);
+    const int32_t n = n_past(seq);
+    const auto rts = rs_->tensors();
+    const CheckpointHeader h{CHECKPOINT_MAGIC, (uint32_t) rts.size(), (uint32_t) n, 0, hash_tokens(history(seq).data(), n)};
+    uint8_t * p = dst;
+    std::memcpy(p, &h, sizeof h), p += sizeof h;
+    put_infos(p, rts);
+    for (ggml_tensor * t : rts) {
+        ggml_backend_tensor_get(t, p, rs_->offset(t, seq, n - 1), t->nb[1]);
+        p += t->nb[1];
+    }
+}
+
+void Memory::checkpoint_set(int32_t seq, const uint8_t * src, size_t size) {
+    if (!rs_) fail(PSL_ERR_UNSUPPORTED, "checkpoints are for a hybrid model's recurrent state; this cache rolls back exactly");
+    CheckpointHeader h{};
+    if (size < sizeof h) fail(PSL_ERR_INVALID_ARGUMENT, "a checkpoint of %zu bytes is truncated", size);
+    std::memcpy(&h, src, sizeof h);
+    if (h.magic != CHECKPOINT_MAGIC) fail(PSL_ERR_INVALID_ARGUMENT, "not a pyllamaspec checkpoint");
+    const auto rts = rs_->tensors();
+    if (h.n_tensors != rts.size()) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "the checkpoint holds %u recurrent tensors, this model's context %zu: another model",
+             h.n_tensors, rts.size());
+    }
+    const size_t need = sizeof h + rts.size() * sizeof(TensorInfo) + check_infos(src, size, sizeof h, rts, 1, "recurrent");
+    if (size != need) fail(PSL_ERR_INVALID_ARGUMENT, "a checkpoint of %zu bytes, its header says %zu: truncated", size, need);
+    const int32_t n = (int32_t) h.n_tokens;
+    if (n != n_past(seq) || n == 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "a checkpoint at %u tokens; sequence %d holds %d (truncate it there first)", h.n_tokens,
+             seq, n_past(seq));
+    }
+    const std::vector<int32_t> & hist = history(seq);
+    if ((int32_t) hist.size() < n || hash_tokens(hist.data(), n) != h.hash) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "a checkpoint of other tokens than sequence %d's first %d", seq, n);
+    }
+    cells().drop_scratch(seq);
+    const uint8_t * rows = src + sizeof h + rts.size() * sizeof(TensorInfo);
+    for (ggml_tensor * t : rts) {
+        ggml_backend_tensor_set(t, rows, rs_->offset(t, seq, n - 1), t->nb[1]);
+        rows += t->nb[1];
+    }
+    rs_->restore(seq, std::vector<int32_t>(hist.begin(), hist.begin() + n), n - 1);
+    replay_[seq] = -1;
 }
 
 }  // namespace psl

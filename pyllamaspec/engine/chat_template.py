@@ -640,6 +640,24 @@ class ChatPrompt:
             n += 1
         return with_prompt[n:]
 
+    def turn_starts(self, model, ids: list[int]) -> list[int]:
+        """Where the first and the last user turn begin in the prompt ids (the lengths of the
+        conversation before them, rendered alone, where the prompt starts with exactly those
+        tokens): where a later prompt of the same conversation parts from this one, and so
+        where a hybrid model keeps checkpoints (llama-server's, at user turns)."""
+        users = [i for i, m in enumerate(self.messages) if isinstance(m, dict) and m.get("role") == "user"]
+        tmpl = model_template(model, self.chat_template)
+        out = []
+        for i in sorted({users[0], users[-1]} if users else set()):
+            try:
+                text = tmpl.render(list(self.messages[:i]), add_generation_prompt=False, **dict(self.kwargs))
+            except (ChatTemplateError, InvalidArgumentError):   # a template that wants a user turn last
+                continue
+            head = prompt_ids(model, text, tmpl)
+            if 0 < len(head) < len(ids) and ids[:len(head)] == head:
+                out.append(len(head))
+        return out
+
     @staticmethod
     def _stops(model, tmpl: ChatTemplate) -> list[str]:
         stops = []

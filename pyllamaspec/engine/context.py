@@ -84,6 +84,18 @@ class Context(ABC):
         """The sequence holds that state (psl_context_seq_state_set), or is left as it was."""
         raise UnsupportedModelError("a sequence's state is not loaded over RPC")
 
+    def seq_stale(self, seq: int) -> bool:
+        """Whether its next eval replays its tokens (psl_context_seq_stale)."""
+        return False
+
+    def seq_checkpoint(self, seq: int) -> bytes:
+        """A hybrid's recurrent state after the sequence's last position (psl_context_seq_checkpoint_get)."""
+        raise UnsupportedModelError("checkpoints are not taken over RPC")
+
+    def seq_set_checkpoint(self, seq: int, blob: bytes) -> None:
+        """The sequence, cut back to the checkpoint's position, takes it (psl_context_seq_checkpoint_set)."""
+        raise UnsupportedModelError("checkpoints are not set over RPC")
+
     @abstractmethod
     def clear(self) -> None: ...
 
@@ -211,6 +223,19 @@ class LocalContext(Context):
 
     def seq_set_state(self, seq: int, state: bytes) -> None:
         _native.check(lib.psl_context_seq_state_set(self._ctx, seq, ffi.from_buffer("uint8_t[]", state), len(state)))
+
+    def seq_stale(self, seq: int) -> bool:
+        return bool(lib.psl_context_seq_stale(self._ctx, seq))
+
+    def seq_checkpoint(self, seq: int) -> bytes:
+        size = ffi.new("int64_t *")
+        _native.check(lib.psl_context_seq_checkpoint_size(self._ctx, seq, size))
+        buf = bytearray(size[0])
+        _native.check(lib.psl_context_seq_checkpoint_get(self._ctx, seq, ffi.from_buffer("uint8_t[]", buf), len(buf)))
+        return bytes(buf)
+
+    def seq_set_checkpoint(self, seq: int, blob: bytes) -> None:
+        _native.check(lib.psl_context_seq_checkpoint_set(self._ctx, seq, ffi.from_buffer("uint8_t[]", blob), len(blob)))
 
     def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None:
         _native.check(lib.psl_context_seq_mtp_draft(self._ctx, seq, token, step,

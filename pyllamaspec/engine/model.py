@@ -18,7 +18,7 @@ from .head import DraftHead  # noqa: F401  (a type of attach_head's argument)
 from . import prompt_cache
 from .metadata import meta_value
 from .prompt_cache import PromptCache
-from .sequence import ContextSequence, SequencePool, check_out, common_prefix, logits_mode
+from .sequence import MAX_CHECKPOINTS, ContextSequence, SequencePool, check_out, common_prefix, logits_mode
 from .vocab import VocabMixin
 
 # llama.cpp's llama_ftype names for general.file_type.
@@ -184,6 +184,7 @@ class Model(VocabMixin, _native.Closeable):
         self._seq0 = self._pool.get(0)
         # states sequences let go of, for later prompts (engine/prompt_cache.py; cache_ram MiB, 0: none)
         self.prompt_cache = PromptCache(cache_ram << 20, reach=self.max_rollback) if cache_ram else None
+        self.n_ctx_checkpoints = MAX_CHECKPOINTS  # a hybrid's checkpoints a sequence keeps (sequence.py)
         self._sig = threading.Lock()             # interrupts of a sequence vs. the call running
         self._running: ContextSequence | None = None
 
@@ -368,6 +369,7 @@ class Model(VocabMixin, _native.Closeable):
             if src is not None and n > common_prefix(s._cache_ids, prompt):
                 self._context.seq_copy(src.id, s.id, n)
                 s._cache_ids = src._cache_ids[:n]
+                s.checkpoints.update((p, b) for p, b in src.checkpoints.items() if p <= n)
 
     def _call(self, seq: ContextSequence | None, fn, interruptible: bool = True):
         """fn(context) under the Model's lock; an eval of seq (interruptible) can be stopped by

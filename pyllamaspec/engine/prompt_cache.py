@@ -7,8 +7,9 @@ another conversation took the slot evaluates its new turn only.
 
 A hybrid model's state holds its recurrent states after its last positions only (the ring a
 speculative rollback uses, csrc/memory/recurrent_state.h): a kept state serves a prompt that shares
-all but the last `reach` of its tokens (an agent's next turn, resending the conversation), not an
-earlier prefix (that takes checkpoints, not built yet). Not over RPC.
+all but the last `reach` of its tokens (an agent's next turn, resending the conversation), or,
+further back, up to one of the sequence's checkpoints (kept with it: a chat's user turns, where a
+new question parts from the conversation). Not over RPC.
 """
 from __future__ import annotations
 
@@ -26,7 +27,12 @@ _clock = itertools.count(1)
 class _Entry:
     tokens: list[int]
     state: bytes
+    checkpoints: dict[int, bytes] = field(default_factory=dict)   # a hybrid's (ContextSequence's)
     used: int = field(default_factory=lambda: next(_clock))
+
+    @property
+    def size(self) -> int:
+        return len(self.state) + sum(map(len, self.checkpoints.values()))
 
 
 class PromptCache:
@@ -40,24 +46,28 @@ class PromptCache:
 
     @property
     def bytes(self) -> int:
-        return sum(len(e.state) for e in self.entries)
+        return sum(e.size for e in self.entries)
 
-    def serves(self, kept: list[int], tokens: list[int]) -> int:
-        """The prefix of tokens a state holding `kept` can be cut back to: 0 when it cannot."""
+    def serves(self, kept: list[int], tokens: list[int], checkpoints=()) -> int:
+        """The prefix of tokens a state holding `kept` (with those checkpoints) can be cut back
+        to: 0 when it cannot."""
         k = common_prefix(kept, tokens)
-        return k if self.reach is None or len(kept) - k <= self.reach else 0
+        if self.reach is None or len(kept) - k <= self.reach:
+            return k
+        return max((p for p in checkpoints if p <= k), default=0)
 
-    def put(self, tokens: list[int], state: bytes) -> None:
+    def put(self, tokens: list[int], state: bytes, checkpoints: dict[int, bytes] | None = None) -> None:
         """Keeps a state; one that a kept state serves whole is not kept again, and kept states
         that this one serves whole go."""
-        if len(state) > self.limit:
+        e = _Entry(list(tokens), state, dict(checkpoints or {}))
+        if e.size > self.limit:
             return
-        for e in self.entries:
-            if self.serves(e.tokens, tokens) == len(tokens):
-                e.used = next(_clock)
+        for old in self.entries:
+            if self.serves(old.tokens, tokens, old.checkpoints) == len(tokens):
+                old.used = next(_clock)
                 return
-        self.entries = [e for e in self.entries if self.serves(tokens, e.tokens) < len(e.tokens)]
-        self.entries.append(_Entry(list(tokens), state))
+        self.entries = [old for old in self.entries if self.serves(tokens, old.tokens, e.checkpoints) < len(old.tokens)]
+        self.entries.append(e)
         self.saved += 1
         self.entries.sort(key=lambda e: e.used)
         while self.bytes > self.limit:
@@ -67,7 +77,7 @@ class PromptCache:
         """The kept state serving the longest prefix of prompt, and that prefix's length."""
         best, n = None, 0
         for e in self.entries:
-            k = self.serves(e.tokens, prompt)
+            k = self.serves(e.tokens, prompt, e.checkpoints)
             if k > n:
                 best, n = e, k
         return best, n
@@ -90,7 +100,7 @@ def keep(cache: PromptCache | None, s: ContextSequence, prompt: list[int] | None
         state = s.model._context.seq_state(s.id)
     except PyllamaspecError:                # a remote context's, one with an MTP block: not kept
         return
-    cache.put(ids, state)
+    cache.put(ids, state, {p: b for p, b in s.checkpoints.items() if p <= len(ids)})
 
 
 def restore(cache: PromptCache | None, s: ContextSequence, prompt: list[int]) -> None:
@@ -107,8 +117,8 @@ def restore(cache: PromptCache | None, s: ContextSequence, prompt: list[int]) ->
         c.seq_set_state(s.id, e.state)
     except PyllamaspecError:                 # no room for it now: the prompt is evaluated
         return
-    c.seq_truncate(s.id, n)
-    s._cache_ids = e.tokens[:n]
+    s._cache_ids, s.checkpoints = list(e.tokens), dict(e.checkpoints)
+    s._cut(c, n)
     e.used = next(_clock)
     cache.hits += 1
 

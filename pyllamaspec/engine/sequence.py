@@ -12,6 +12,11 @@ longest prefix with the prompt (ties: the lowest id, so one user at a time keeps
 when another sequence, busy or not, shares a longer one, copies that prefix into it (cells shared,
 nothing evaluated). Sequences nobody holds keep their tokens for later prompts until the cells are
 needed: then the least recently used are emptied.
+
+A hybrid model's sequence (a recurrent state) rolls back in O(1) only as far as its ring of states
+reaches; further back its next eval replays it from the start. Checkpoints (take_checkpoint: the
+recurrent state at chosen prompt positions, llama-server's context checkpoints) let reuse_prefix
+resume from the latest one at or below the shared prefix instead.
 """
 from __future__ import annotations
 
@@ -21,10 +26,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelClosedError, PyllamaspecError
 from . import _args
 
 _LOGITS_MODES = {"none": 0, "last": 1, "all": 2}
+MAX_CHECKPOINTS = 8        # a sequence's checkpoints by default (Model.n_ctx_checkpoints, --ctx-checkpoints)
 _clock = itertools.count(1)
 
 
@@ -65,6 +71,9 @@ class ContextSequence:
         self.last_used = 0
         self._interrupt = False              # asked for, not yet consumed by an eval
         self._sent = False                   # passed to the core during the running call
+        # a hybrid's checkpoints: length -> its recurrent state there (the core checks, when one
+        # is set, that the sequence holds the tokens it was taken after)
+        self.checkpoints: dict[int, bytes] = {}
 
     def __repr__(self) -> str:
         return f"<ContextSequence {self.id} of {self.model.path!r}: {len(self._cache_ids)} tokens>"
@@ -108,13 +117,54 @@ class ContextSequence:
         self.truncate(0)
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
-        """Truncates the sequence to its longest common prefix with ids; returns its length
-        (the tokens of ids that need no evaluation)."""
-        def run(c) -> int:
-            i = common_prefix(self._cache_ids, ids)
-            c.seq_truncate(self.id, i)
-            del self._cache_ids[i:]
-            return i
+        """Truncates the sequence to its longest common prefix with ids (a hybrid's: to its
+        latest checkpoint at or below it, where its ring of states does not reach); returns its
+        length (the tokens of ids that need no evaluation)."""
+        return self.model._call(self, lambda c: self._cut(c, common_prefix(self._cache_ids, ids)),
+                                interruptible=False)
+
+    def _cut(self, c, n: int) -> int:
+        """Truncates to n tokens (under the Model's lock). Where that leaves a hybrid's recurrent
+        state to be replayed from the start, the latest checkpoint at or below n serves instead
+        (those the core refuses, taken after other tokens, go); with none, the sequence is
+        emptied (the replay would evaluate them all the same). Returns the tokens kept."""
+        c.seq_truncate(self.id, n)
+        del self._cache_ids[n:]
+        for p in sorted((p for p in self.checkpoints if p <= n), reverse=True):
+            if not c.seq_stale(self.id):
+                break
+            c.seq_truncate(self.id, p)
+            del self._cache_ids[p:]
+            try:
+                c.seq_set_checkpoint(self.id, self.checkpoints[p])
+            except PyllamaspecError:
+                del self.checkpoints[p]
+        if c.seq_stale(self.id):
+            c.seq_truncate(self.id, 0)
+            self._cache_ids.clear()
+        return len(self._cache_ids)
+
+    def take_checkpoint(self) -> bool:
+        """A hybrid's checkpoint at its length now (psl_context_seq_checkpoint_get); False where
+        there is none to take (no recurrent state, an MTP block, a remote context, the Model's
+        n_ctx_checkpoints at 0). At most n_ctx_checkpoints are kept: then the one closest above
+        another goes (the first and the last stay)."""
+        limit = getattr(self.model, "n_ctx_checkpoints", MAX_CHECKPOINTS)
+
+        def run(c) -> bool:
+            if limit <= 0:
+                return False
+            try:
+                blob = c.seq_checkpoint(self.id)
+            except PyllamaspecError:
+                return False
+            cps = self.checkpoints
+            cps[len(self._cache_ids)] = blob
+            while len(cps) > limit:
+                pos = sorted(cps)
+                gaps = [(b - a, b) for a, b in zip(pos, pos[1:-1])]
+                del cps[min(gaps)[1] if gaps else pos[0]]
+            return True
         return self.model._call(self, run, interruptible=False)
 
     def copy_from(self, src: "ContextSequence", n: int) -> None:
@@ -128,6 +178,7 @@ class ContextSequence:
                 raise InvalidArgumentError(f"sequence {src.id} holds {len(src._cache_ids)} tokens, not {n}")
             c.seq_copy(src.id, self.id, n)
             self._cache_ids = src._cache_ids[:n]
+            self.checkpoints = {p: b for p, b in src.checkpoints.items() if p <= n}
         self.model._call(self, run, interruptible=False)
 
     def save_state(self) -> bytes:
@@ -148,6 +199,7 @@ class ContextSequence:
             c.seq_set_state(self.id, state)
             n = int(np.frombuffer(state, np.uint32, 1, 12)[0])      # the header: magic, version, tensors, tokens
             self._cache_ids = np.frombuffer(state, np.int32, n, 16).tolist()
+            self.checkpoints = {}
         self.model._call(self, run, interruptible=False)
 
     def mtp_draft(self, token: int, step: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -85,17 +85,20 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     result["reader"] = None
+    checkpoints: list[int] = []
     if isinstance(prompt, ChatPrompt):
         # the template decides the chat's format (tool syntax or the generic one, its thinking)
         prompt, constraint = (constraint or chat_spec(None)).bind(prompt, model)
         ids, chat_stops = prompt.render(model)
         stop = stop + [s for s in chat_stops if s not in stop]
         result["reader"] = constraint.reader()         # how chat() reads the answer
+        if model.memory.get("recurrent_bytes", 0):      # a hybrid keeps its state at the user turns
+            checkpoints = prompt.turn_starts(model, ids)
     else:
         ids = prompt_ids(prompt, model, add_special, parse_special)
     g = Generation(ids, model, draft_model, sampling=sampling, draft=draft, max_tokens=max_tokens, stop=stop,
                    logprobs=logprobs, per_token=per_token, cancel=cancel, cache_prompt=cache_prompt,
-                   constraint=constraint, result=result, progress=progress)
+                   constraint=constraint, result=result, progress=progress, checkpoints=checkpoints)
     yield from run_alone(g)
 
 

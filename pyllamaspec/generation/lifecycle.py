@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from ..engine.cancel import Cancel
 from ..engine.model import Model
@@ -41,13 +41,14 @@ class Generation:
                  max_tokens: int, stop: list[str], logprobs: int | None = None, per_token: bool = False,
                  cancel: Cancel | None = None, cache_prompt: bool = True, constraint=None,
                  result: dict | None = None, progress: Callable[[int, int], None] | None = None,
-                 grammar=None):
+                 grammar=None, checkpoints: Sequence[int] = ()):
         self.ids, self.target, self.drafter, self.max_tokens, self.stop = ids, target, drafter, max_tokens, stop
         self.sampling, self.draft, self.n_logprobs = sampling, draft, logprobs
         self.per_token, self.cancel, self.cache_prompt = per_token, cancel, cache_prompt
         self.constraint = constraint             # a GrammarSpec: this generation's grammar is made from it
         self.grammar = grammar                   # or that grammar, made already (fresh: none of it taken)
         self.progress = progress                 # progress(done, total) of the prompt's evaluation
+        self.checkpoints = checkpoints           # prompt lengths to keep a hybrid's state at (a chat's turns)
         self.dec: Decoder | None = None          # made when it starts (a draft model's head is shared then)
         self.result: dict = {} if result is None else result   # filled in place: the caller's dict
         self.result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=None, policy=None,
@@ -91,7 +92,7 @@ class Generation:
                     c.watch(*self.dec.sequences())
                 later = draft_later is not None and draft_later(self.dec, alongside + 1)
                 self.dec.prefill(self.ids, fresh=fresh, draft_later=later, target_later=self._merge(alongside),
-                                 progress=self.progress)
+                                 progress=self.progress, checkpoints=self.checkpoints)
         except EvaluationInterrupted:
             if c is None or not c.is_set():
                 self.end(ok=False)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -207,7 +207,7 @@ class Decoder:
             self.drafter.open(prompt, fresh, stop)
 
     def prefill(self, prompt: list[int], fresh: bool = False, progress=None, draft_later: bool = False,
-                target_later: bool = False) -> None:
+                target_later: bool = False, checkpoints: Sequence[int] = ()) -> None:
         """Evaluate the prompt (all but its last token, which the first round feeds). What a
         model's cache already holds of it (its longest common prefix with the cached ids: the
         previous turns of a chat) is kept, not evaluated again (fresh: nothing is kept); on
@@ -217,7 +217,10 @@ class Decoder:
         prompt's progress bar). draft_later: the next rounds are not expected to draft (a batch
         decoding plainly): a draft model leaves the prompt to its catch-up (Drafter.prefill_later).
         target_later: the target's part is left to the first round (self.pending), which a batch
-        round evaluates together with the other sequences' (llama-server's continuous batching)."""
+        round evaluates together with the other sequences' (llama-server's continuous batching).
+        checkpoints: prompt lengths at which a hybrid target keeps its recurrent state
+        (ContextSequence.take_checkpoint: where a later prompt may part from this one, a chat's
+        user turns), the evaluation split there; not with target_later."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
         for m in (self.target, self.draft):
@@ -234,10 +237,13 @@ class Decoder:
             self.tseq.clear()
         n_keep = self.tseq.reuse_prefix(prompt[:-1])
         self.pending = None
-        if n_keep < len(head) and target_later:
+        cuts = [p - n_keep for p in sorted(set(checkpoints)) if n_keep < p <= len(head)]
+        if cuts and not self.target.memory.get("recurrent_bytes", 0):
+            cuts = []                            # nothing to keep: the cache rolls back exactly
+        if n_keep < len(head) and target_later and not cuts:
             self.pending = head[n_keep:]
         elif n_keep < len(head):
-            self._eval_prompt(head[n_keep:], progress)
+            self._eval_prompt(head[n_keep:], progress, cuts)
         if self.drafter is not None:
             prefill = self.drafter.prefill_later if draft_later else self.drafter.prefill
             self.stats.n_draft_reused = prefill(self.seq, self.tseq, fresh)
@@ -245,16 +251,21 @@ class Decoder:
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
 
-    def _eval_prompt(self, ids: np.ndarray, progress) -> None:
-        """The prompt's tokens into the target's cache; with progress, one n_batch batch per call
-        (the batches the core would make of one call: the same evaluation)."""
-        if progress is None:
-            self.tseq.eval(ids, logits="none")
-            return
-        step = max(1, self.target.n_batch)
-        for i in range(0, len(ids), step):
-            self.tseq.eval(ids[i:i + step], logits="none")
-            progress(min(i + step, len(ids)), len(ids))
+    def _eval_prompt(self, ids: np.ndarray, progress, cuts: Sequence[int] = ()) -> None:
+        """The prompt's tokens into the target's cache, a checkpoint taken after each cut (the
+        tokens before it); with progress, one n_batch batch per call (the batches the core would
+        make of one call: the same evaluation)."""
+        bounds = [0, *cuts] + ([] if cuts and cuts[-1] == len(ids) else [len(ids)])
+        for a, b in zip(bounds, bounds[1:]):
+            if progress is None:
+                self.tseq.eval(ids[a:b], logits="none")
+            else:
+                step = max(1, self.target.n_batch)
+                for i in range(a, b, step):
+                    self.tseq.eval(ids[i:min(i + step, b)], logits="none")
+                    progress(min(i + step, b), len(ids))
+            if b in cuts:
+                self.tseq.take_checkpoint()
 
     # -- rounds ---------------------------------------------------------------------------
     def room(self) -> int:

@@ -203,3 +203,28 @@ def test_a_hybrids_next_turn_resumes_from_the_state_its_slot_let_go(qwen35_path)
         pyllamaspec.generate(a, live, max_tokens=6, temperature=0)
         ref = pyllamaspec.generate(turn, live, max_tokens=8, temperature=0)
     assert ref.tokens == r.tokens and ref.stats.n_reused == r.stats.n_reused
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_speculation_after_a_restore_equals_plain_greedy(tmp_path, drafter):
+    """Item 5: after the target took a kept state back, the drafter is right for the restored
+    text (a draft model evaluates what its own cache lacks; the n-gram tables are built from the
+    prompt): speculative greedy equals plain greedy on a fresh model. Tiny Q4_1 models and
+    prompts under 64 tokens, whose logits do not depend on how the prompt is split
+    (tests/generation/test_parallel.py), so fresh and resumed compare token for token."""
+    import models
+    q = dict(dtype="Q4_1", n_embd=64, n_ff=96, n_vocab=64)
+    models.write_llama_gguf(tmp_path / "t.gguf", n_layer=2, seed=11, **q)
+    models.write_llama_gguf(tmp_path / "d.gguf", n_layer=1, seed=11, **q)
+    rng = np.random.default_rng(6)
+    a, b, q2 = rng.integers(2, 64, 50).tolist(), rng.integers(2, 64, 40).tolist(), rng.integers(2, 64, 4).tolist()
+    turn = a[:45] + q2
+    with Model(tmp_path / "t.gguf", n_ctx=256, n_threads=1, n_seq_max=1, cache_ram=16) as t, \
+            Model(tmp_path / "d.gguf", n_ctx=256, n_threads=1) as d:
+        draft = d if drafter == "model" else drafter
+        pyllamaspec.generate(a, t, draft, max_tokens=20, temperature=0)
+        pyllamaspec.generate(b, t, draft, max_tokens=20, temperature=0)
+        r = pyllamaspec.generate(turn, t, draft, max_tokens=40, temperature=0, adaptive=False, n_draft=4)
+        assert t.prompt_cache.hits == 1 and r.stats.n_reused == 45 and r.stats.drafted > 0
+    with Model(tmp_path / "t.gguf", n_ctx=256, n_threads=1) as fresh:
+        assert pyllamaspec.generate(turn, fresh, max_tokens=40, temperature=0).tokens == r.tokens

@@ -17,13 +17,13 @@ B = [{"role": "system", "content": "Another system prompt, about cooking. " * 20
 A2 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What do you do on Mondays?"}]
 
 
-def _run(flags: list[str], requests=(A, B, A2)) -> tuple[list[dict], str, dict, str]:
-    s = Server(["-m", str(real_model_path("smollm2")), "-c", "2048", "-np", "1", "-t", "1", "--temp", "0",
+def _run(flags: list[str], requests=(A, B, A2), model=None, max_tokens: int = 8) -> tuple[list[dict], str, dict, str]:
+    s = Server(["-m", str(model or real_model_path("smollm2")), "-c", "2048", "-np", "1", "-t", "1", "--temp", "0",
                 "--metrics", "--slots-debug", *flags])
     try:
         out = []
         for msgs in requests:
-            code, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 8})
+            code, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": max_tokens})
             assert code == 200, r
             out.append(r)
         import urllib.request
@@ -50,3 +50,24 @@ def test_a_resent_system_prompt_evaluates_only_the_new_turn(runs):
     assert off_out[2]["timings"]["prompt_n"] > 280 and off_health["prompt_cache"] is None
     live_out, live_answer, _, _ = runs["live"]
     assert live_out[1]["timings"]["prompt_n"] == third["timings"]["prompt_n"] and answer == live_answer
+
+
+def test_a_hybrids_new_question_resumes_at_its_turn(tmp_path):
+    """qwen35 (hybrid, tiny): the recurrent state cannot be cut back to the turn, so the slot
+    keeps checkpoints where a chat's user turns begin (--ctx-checkpoints, llama-server's): A, B,
+    then A's system prompt with a new question evaluates from its turn on, answering as the slot
+    that still holds A; with --ctx-checkpoints 0 it evaluates everything again."""
+    from models_qwen35 import write_qwen35_gguf
+    path = tmp_path / "qwen35.gguf"
+    write_qwen35_gguf(path)
+    system = "abcdefgh ijkl mnop qrst uvwx yz " * 8
+    a = [{"role": "system", "content": system}, {"role": "user", "content": "first question"}]
+    b = [{"role": "system", "content": "zzzz yyyy " * 20}, {"role": "user", "content": "hi"}]
+    a2 = [{"role": "system", "content": system}, {"role": "user", "content": "the second one"}]
+
+    on, off, live = (_run(flags, reqs, model=path, max_tokens=6)[0]
+                     for flags, reqs in (([], (a, b, a2)), (["--ctx-checkpoints", "0"], (a, b, a2)), ([], (a, a2))))
+    assert on[2]["timings"]["prompt_n"] < 60 < 250 < on[2]["timings"]["cache_n"], on[2]["timings"]   # its turn: ~45 characters
+    assert off[2]["timings"]["prompt_n"] > 250 and off[2]["timings"]["cache_n"] == 0, off[2]["timings"]
+    assert on[2]["choices"][0]["message"] == live[1]["choices"][0]["message"]
+    assert live[1]["timings"]["prompt_n"] == on[2]["timings"]["prompt_n"]

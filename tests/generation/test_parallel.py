@@ -283,9 +283,9 @@ def _draft_later_flags(monkeypatch) -> list[bool]:
     flags: list[bool] = []
     prefill = Decoder.prefill
 
-    def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False):
+    def spy(self, prompt, fresh=False, progress=None, draft_later=False, target_later=False, **kw):
         flags.append(draft_later)
-        return prefill(self, prompt, fresh, progress, draft_later, target_later)
+        return prefill(self, prompt, fresh, progress, draft_later, target_later, **kw)
     monkeypatch.setattr(Decoder, "prefill", spy)
     return flags
 

@@ -200,6 +200,7 @@ def open_models(a: argparse.Namespace, target_path: str, draft_path: str | None,
     target = stack.enter_context(Model(target_path, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads,
                                        type_k=a.cache_type_k, type_v=a.cache_type_v, rpc=a.rpc,
                                        tensor_split=a.tensor_split, rpc_timeout=a.rpc_timeout, **kw))
+    target.n_ctx_checkpoints = getattr(a, "ctx_checkpoints", target.n_ctx_checkpoints)
     draft = None
     if draft_path:
         draft = open_draft(draft_path, target, stack, spec_type=a.spec_types, n_gpu_layers=a.n_gpu_layers_draft,

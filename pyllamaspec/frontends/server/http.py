@@ -3,13 +3,15 @@ send a whole request head, from when it opens and again after each answer (a con
 never sends one, or trickles its headers a byte at a time, is closed: uvicorn times out only the
 idle keep-alive wait, and any byte cancels that); a body that stops arriving, or an answer the
 client stops reading, is cut after io_timeout (llama-server's -to); a head of more than max_head
-bytes is refused with 431 (uvicorn's h11 bounds only a head still incomplete); a request with
+bytes is refused with 431 (uvicorn's h11 bounds only a head still incomplete: past that, a 431
+too); a request with
 both Content-Length and Transfer-Encoding is refused with 400 (RFC 9112 6.3: the framing is
 ambiguous, the root of request smuggling)."""
 from __future__ import annotations
 
 import json
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEAD_TIMEOUT = 10.0        # seconds (llama-server closes a silent connection after about as long)
@@ -32,7 +34,28 @@ class GuardedH11(H11Protocol):
         super().connection_made(transport)
         self._head_timer = self._io_timer = None
         self._head_bytes = 0
+        self._too_large = False
         self._await_head()
+        next_event = self.conn.next_event
+
+        def next_event_noting_size():             # h11 refuses a head still incomplete past its bound
+            try:
+                return next_event()
+            except h11.RemoteProtocolError as e:
+                self._too_large = e.error_status_hint == 431
+                raise
+        self.conn.next_event = next_event_noting_size
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a head h11 refused: a 431, as HeadCheck gives a whole one, where the
+        head grew too large before it was complete (how much of it one read brings varies)."""
+        if not self._too_large:
+            return super().send_400_response(msg)
+        body = json.dumps({"error": {"message": "the request's headers are too large", "type": "invalid_request_error",
+                                     "param": None, "code": None}}).encode()
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+        self.transport.close()
 
     def _await_head(self) -> None:
         self._cancel("_head_timer")

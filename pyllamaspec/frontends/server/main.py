@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=8192, metavar="MiB",
                    help="host memory for prompts a slot lets go of, resumed when a request shares them "
                         "(llama-server's; default 8192, 0: off)")
+    g.add_argument("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", dest="ctx_checkpoints", type=int, default=8,
+                   metavar="N", help="a hybrid model's checkpoints a slot keeps: its recurrent state where a chat's "
+                                     "user turns begin (default 8, 0: none)")
     g.add_argument("--slot-save-path", dest="slot_save_path", default=None, metavar="DIR",
                    help="where POST /slots/{id}?action=save|restore writes and reads slot files")
     g.add_argument("-np", "--parallel", type=int, default=-1,

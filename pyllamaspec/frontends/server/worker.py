@@ -65,6 +65,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     constraint: GrammarSpec | None = None     # with a chat's schema: the response-format grammar
     grammar: Grammar | None = None            # the constraint on the target's vocabulary, made once
+    checkpoints: list[int] = field(default_factory=list)   # where a hybrid keeps its state (user turns)
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
@@ -248,7 +249,7 @@ class Worker:
             raise APIError(f"'id_slot' {req.id_slot}: this server has {self.n_slots} slot"
                            f"{'s' if self.n_slots > 1 else ''} (id{'s 0..' if self.n_slots > 1 else ' '}"
                            f"{self.n_slots - 1})", param="id_slot")
-        ids, stops, constraint, grammar = self._prompt(req, stops)
+        ids, stops, constraint, grammar, turns = self._prompt(req, stops)
         n_ctx = self.n_ctx_slot
         if not ids:
             raise APIError("the prompt is empty (no tokens)", param="prompt")
@@ -265,19 +266,23 @@ class Worker:
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
-        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint, grammar)
+        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint, grammar, checkpoints=turns)
 
-    def _prompt(self, req: GenRequest, stops: list[str]) -> "tuple[list[int], list[str], GrammarSpec | None, Grammar | None]":
+    def _prompt(self, req: GenRequest, stops: list[str]) -> "tuple[list[int], list[str], GrammarSpec | None, Grammar | None, list[int]]":
         """The prompt's ids (a chat rendered with its tools), its stops, the request's constraint
         and its grammar on the target's vocabulary (made here, once: a bad grammar or a <token>
-        the vocabulary lacks is the request's 400, not a failure in the queue)."""
+        the vocabulary lacks is the request's 400, not a failure in the queue), and where a
+        hybrid target keeps checkpoints (a chat's user turns)."""
         t = self.target
         constraint = req.constraint or self.defaults.constraint
+        turns: list[int] = []
         try:
             if req.kind == "chat":
                 prompt, constraint = self.chat_prompt(req, constraint)
                 ids, chat_stops = prompt.render(t, max_chars=self.n_ctx_slot * self.max_piece)
                 stops += [s for s in chat_stops if s not in stops]
+                if t.memory.get("recurrent_bytes", 0):
+                    turns = prompt.turn_starts(t, ids)
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
             else:
@@ -294,7 +299,7 @@ class Worker:
                                                                                        "response_format")) from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
-        return ids, stops, constraint, grammar
+        return ids, stops, constraint, grammar, turns
 
     def chat_prompt(self, req: GenRequest, constraint: GrammarSpec | None) -> "tuple[ChatPrompt, GrammarSpec]":
         """A chat's prompt and what constrains and reads its answer, with the server's and the
@@ -402,7 +407,8 @@ class Worker:
             g = Generation(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
                            max_tokens=job.max_tokens, stop=job.stops, logprobs=job.req.logprobs,
                            per_token=job.req.logprobs is not None or job.req.return_tokens, cancel=job.cancel,
-                           cache_prompt=job.req.cache_prompt, constraint=job.constraint, grammar=job.grammar)
+                           cache_prompt=job.req.cache_prompt, constraint=job.constraint, grammar=job.grammar,
+                           checkpoints=job.checkpoints)
             taken = {j.slot for j in self._running}
             if not self.sched.has_room(g) or job.req.id_slot in taken:
                 return                             # (a request for a busy slot waits for it)

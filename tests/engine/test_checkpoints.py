@@ -1,0 +1,100 @@
+"""Checkpoints of a hybrid model's recurrent state (issue 43, item 2; llama-server's context
+checkpoints): a sequence cut back past its ring of states would replay its tokens from the start;
+a checkpoint taken at a chat's user turn (ChatPrompt.turn_starts) lets the next question after
+the same conversation resume there, on the same sequence and from the prompt cache after another
+conversation took the slot. The answers are those of a fresh model, which evaluates the prompt in
+the same two parts (up to the turn, then the rest): a resumed state is the very bytes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyllamaspec
+from pyllamaspec import Model
+from pyllamaspec.engine.chat_template import ChatPrompt
+from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
+from models_qwen35 import write_qwen35_gguf
+
+SYSTEM = "abcdefgh ijkl mnop qrst uvwx yz " * 8
+
+
+@pytest.fixture(scope="module")
+def qwen35_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "qwen35.gguf"
+    write_qwen35_gguf(path)
+    return path
+
+
+def _model(path, **kw):
+    return Model(path, n_ctx=512, n_threads=1, n_seq_max=1, **kw)
+
+
+def _chat(question: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+def _ask(m, question: str):
+    return pyllamaspec.chat(_chat(question), m, max_tokens=6, temperature=0)
+
+
+def test_the_next_question_resumes_at_the_users_turn(qwen35_path):
+    with _model(qwen35_path) as fresh:
+        want = _ask(fresh, "what about the second step?")
+        turn = ChatPrompt.make(_chat("x")).turn_starts(fresh, want.prompt_tokens)
+    assert len(turn) == 1 and 50 < turn[0] < len(want.prompt_tokens) - 5
+    with _model(qwen35_path) as m:
+        _ask(m, "what is the first step?")
+        assert list(m.sequence(0).checkpoints) == turn
+        m.perf(reset=True)
+        r = _ask(m, "what about the second step?")
+        assert r.stats.n_reused == turn[0]                  # without it: all of it again
+        assert m.perf()["n_tokens"] <= len(r.prompt_tokens) - turn[0] + 6
+        assert r.tokens == want.tokens
+        # and after another conversation took the only sequence: from the prompt cache
+    with _model(qwen35_path, cache_ram=64) as m:
+        _ask(m, "what is the first step?")
+        pyllamaspec.generate("zzzz yyyy xxxx " * 10, m, max_tokens=4, temperature=0)
+        r = _ask(m, "what about the second step?")
+        assert m.prompt_cache.hits == 1 and r.stats.n_reused == turn[0]
+        assert r.tokens == want.tokens
+
+
+def test_without_checkpoints_the_same_prompt_is_evaluated_whole(qwen35_path):
+    """The negative control: a plain-text prompt takes no checkpoint, and its next question
+    shares as much but reuses nothing (the ring does not reach back to it): the core evaluates
+    every token of it (its perf counts replays too)."""
+    with _model(qwen35_path) as m:
+        a = m.tokenize(SYSTEM + "first question, at some length")
+        pyllamaspec.generate(a, m, max_tokens=6, temperature=0)
+        assert m.sequence(0).checkpoints == {}
+        m.perf(reset=True)
+        b = m.tokenize(SYSTEM + "second")
+        r = pyllamaspec.generate(b, m, max_tokens=6, temperature=0)
+        assert r.stats.n_reused == 0 and m.perf()["n_tokens"] >= len(b)
+
+
+def test_checkpoints_are_checked(qwen35_path, smollm2_path):
+    rng = np.random.default_rng(2)
+    toks = rng.integers(0, 64, 40).tolist()
+    with _model(qwen35_path) as m:
+        s = m.sequence(0)
+        s.eval(toks[:30], logits="none")
+        assert s.take_checkpoint()
+        blob = s.checkpoints[30]
+        c = m._context
+        with pytest.raises(InvalidArgumentError, match="holds 30|truncate it"):
+            s.eval(toks[30:], logits="none")
+            c.seq_set_checkpoint(0, blob)                      # the sequence is at 40, not 30
+        s.truncate(0)
+        s.eval([t ^ 1 for t in toks[:30]], logits="none")      # 30 other tokens
+        with pytest.raises(InvalidArgumentError, match="other tokens"):
+            c.seq_set_checkpoint(0, blob)
+        for bad in (blob[:-1], blob + b"\0", b"nope" + blob[4:]):
+            with pytest.raises(InvalidArgumentError):
+                c.seq_set_checkpoint(0, bad)
+        assert s.cached_tokens == [t ^ 1 for t in toks[:30]]
+    with Model(smollm2_path, n_ctx=256, n_threads=1) as kv:
+        kv.eval(kv.tokenize("hello there"), logits="none")
+        assert not kv.sequence(0).take_checkpoint()            # its cache rolls back exactly
+        with pytest.raises(UnsupportedModelError):
+            kv._context.seq_set_checkpoint(0, blob)
