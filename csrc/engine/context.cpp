@@ -488,41 +488,91 @@ void psl_context::copy(int32_t src, int32_t dst, int32_t n) {
     if (draft_head) draft_head->truncate(mem->n_past(0));
 }
 
-// A sequence's state or a hybrid's checkpoint (memory/seq_state.cpp); not with an MTP block or a
-// draft head yet (their own per-sequence state would not follow).
+// A sequence's state or a hybrid's checkpoint (memory/seq_state.cpp); with an MTP block, the
+// hidden rows its drafts read follow in a trailer (positions n - k .. n - 1, then MtpTrailer):
+// the newest 17 for a state (as far as the recurrent ring rolls back), the last one for a
+// checkpoint. Not with a draft head yet (its own state would not follow).
+namespace {
+struct MtpTrailer {
+    uint32_t magic, n_rows, n_embd, pad;
+};
+constexpr uint32_t MTP_MAGIC = 0x504d544d;   // "MTMP"
+constexpr int32_t MTP_STATE_ROWS = 17;
+}  // namespace
+
 void psl_context::check_state(int32_t seq, const char * what) const {
     check_seq(seq);
-    if (mtp || draft_head) fail(PSL_ERR_UNSUPPORTED, "%s with an MTP block or a draft head attached", what);
+    if (draft_head) fail(PSL_ERR_UNSUPPORTED, "%s with a draft head attached", what);
+}
+
+size_t psl_context::mtp_trailer_size(int32_t seq, int32_t most) const {
+    if (!mtp) return 0;
+    const int32_t k = mtp->hidden_rows(seq, mem->n_past(seq), most);
+    return sizeof(MtpTrailer) + sizeof(float) * (size_t) k * (size_t) mtp->n_embd();
+}
+
+void psl_context::mtp_trailer_get(int32_t seq, int32_t most, uint8_t * dst) const {
+    if (!mtp) return;
+    const int32_t n = mem->n_past(seq), k = mtp->hidden_rows(seq, n, most);
+    mtp->hidden_get(seq, n, k, (float *) dst);
+    const MtpTrailer t{MTP_MAGIC, (uint32_t) k, (uint32_t) mtp->n_embd(), 0};
+    std::memcpy(dst + sizeof(float) * (size_t) k * (size_t) mtp->n_embd(), &t, sizeof t);
+}
+
+// The bytes before the trailer (all of them without an MTP block); the trailer checked.
+size_t psl_context::mtp_trailer_check(const uint8_t * src, size_t size, MtpRows & rows) const {
+    if (!mtp) return size;
+    MtpTrailer t{};
+    if (size < sizeof t) fail(PSL_ERR_INVALID_ARGUMENT, "a state of %zu bytes is truncated", size);
+    std::memcpy(&t, src + size - sizeof t, sizeof t);
+    const size_t bytes = sizeof(float) * (size_t) t.n_rows * (size_t) t.n_embd;
+    if (t.magic != MTP_MAGIC || t.n_embd != (uint32_t) mtp->n_embd() || size < sizeof t + bytes) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "the state carries no MTP block's rows of this model (one saved without MTP "
+             "drafting, or another model's)");
+    }
+    rows.k = (int32_t) t.n_rows;
+    rows.data = src + size - sizeof t - bytes;
+    return size - sizeof t - bytes;
 }
 
 size_t psl_context::seq_state_size(int32_t seq) const {
     check_state(seq, "a sequence's state");
-    return mem->state_size(seq);
+    return mem->state_size(seq) + mtp_trailer_size(seq, MTP_STATE_ROWS);
 }
 
 void psl_context::seq_state_get(int32_t seq, uint8_t * dst, size_t cap) const {
-    check_state(seq, "a sequence's state");
-    mem->state_get(seq, dst, cap);
+    const size_t need = seq_state_size(seq);
+    if (cap < need) fail(PSL_ERR_BUFFER_TOO_SMALL, "the state of sequence %d takes %zu bytes, the buffer %zu", seq, need, cap);
+    const size_t head = mem->state_size(seq);
+    mem->state_get(seq, dst, head);
+    mtp_trailer_get(seq, MTP_STATE_ROWS, dst + head);
 }
 
 void psl_context::seq_state_set(int32_t seq, const uint8_t * src, size_t size) {
     check_state(seq, "a sequence's state");
-    mem->state_set(seq, src, size);
+    MtpRows rows;
+    mem->state_set(seq, src, mtp_trailer_check(src, size, rows));
+    if (mtp) mtp->hidden_set(seq, mem->n_past(seq), std::min(rows.k, mem->n_past(seq)), (const float *) rows.data);
 }
 
 size_t psl_context::seq_checkpoint_size(int32_t seq) const {
     check_state(seq, "a checkpoint");
-    return mem->checkpoint_size(seq);
+    return mem->checkpoint_size(seq) + mtp_trailer_size(seq, 1);
 }
 
 void psl_context::seq_checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const {
-    check_state(seq, "a checkpoint");
-    mem->checkpoint_get(seq, dst, cap);
+    const size_t need = seq_checkpoint_size(seq);
+    if (cap < need) fail(PSL_ERR_BUFFER_TOO_SMALL, "the checkpoint of sequence %d takes %zu bytes, the buffer %zu", seq, need, cap);
+    const size_t head = mem->checkpoint_size(seq);
+    mem->checkpoint_get(seq, dst, head);
+    mtp_trailer_get(seq, 1, dst + head);
 }
 
 void psl_context::seq_checkpoint_set(int32_t seq, const uint8_t * src, size_t size) {
     check_state(seq, "a checkpoint");
-    mem->checkpoint_set(seq, src, size);
+    MtpRows rows;
+    mem->checkpoint_set(seq, src, mtp_trailer_check(src, size, rows));
+    if (mtp) mtp->hidden_set(seq, mem->n_past(seq), std::min(rows.k, mem->n_past(seq)), (const float *) rows.data);
 }
 
 void psl_context::clear() {

@@ -72,6 +72,13 @@ struct psl_context {
     void seq_state_get(int32_t seq, uint8_t * dst, size_t cap) const;
     void seq_state_set(int32_t seq, const uint8_t * src, size_t size);
     void check_state(int32_t seq, const char * what) const;
+    struct MtpRows {
+        int32_t k = 0;
+        const uint8_t * data = nullptr;
+    };
+    size_t mtp_trailer_size(int32_t seq, int32_t most) const;
+    void mtp_trailer_get(int32_t seq, int32_t most, uint8_t * dst) const;
+    size_t mtp_trailer_check(const uint8_t * src, size_t size, MtpRows & rows) const;
     size_t seq_checkpoint_size(int32_t seq) const;
     void seq_checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const;
     void seq_checkpoint_set(int32_t seq, const uint8_t * src, size_t size);

@@ -7,6 +7,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace psl {
 
@@ -38,6 +39,25 @@ void MtpState::clear() {
 void MtpState::copy(int32_t src, int32_t dst) {
     if (src == dst) return;
     seqs_[dst] = std::make_unique<Seq>(Seq{seq(src).hidden, {}, {}, {}, -1});   // a draft is the sequence's own
+}
+
+int32_t MtpState::hidden_rows(int32_t s, int32_t n, int32_t most) {
+    const HiddenRing & h = seq(s).hidden;
+    return h.hi() >= n ? std::max(0, std::min({most, n - h.lo(), n_rows_})) : 0;
+}
+
+void MtpState::hidden_get(int32_t s, int32_t n, int32_t k, float * dst) {
+    for (int32_t i = 0; i < k; ++i) {
+        std::memcpy(dst + (size_t) i * n_embd_, seq(s).hidden.at(n - k + i), sizeof(float) * (size_t) n_embd_);
+    }
+}
+
+void MtpState::hidden_set(int32_t s, int32_t n, int32_t k, const float * src) {
+    end_draft(s);
+    Seq & q = seq(s);
+    q.hidden.clear();
+    const int32_t keep = std::min(k, n_rows_);   // a larger ring may have saved more
+    if (keep > 0) q.hidden.store(n - keep, keep, src + (size_t) (k - keep) * n_embd_);
 }
 
 int32_t MtpState::held(int32_t s) {

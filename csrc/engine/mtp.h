@@ -49,6 +49,13 @@ public:
     void clear();
     // Sequence dst now holds src's first n tokens (shared cells): it takes src's hidden rows.
     void copy(int32_t src, int32_t dst);
+    // For a sequence's state or checkpoint (engine/context.cpp): how many of the hidden rows
+    // before position n seq keeps (up to `most`, newest last), reading them, and setting them
+    // for a sequence of n tokens (the rows of positions n - k .. n - 1).
+    int32_t hidden_rows(int32_t s, int32_t n, int32_t most);
+    void hidden_get(int32_t s, int32_t n, int32_t k, float * dst);
+    void hidden_set(int32_t s, int32_t n, int32_t k, const float * src);
+    int32_t n_embd() const { return n_embd_; }
     // One draft step of seq (see the header comment) after its n_past cached tokens (no replay
     // pending): step 0 starts a draft, step s > 0 is a node whose parent is the last node
     // evaluated, which must be at depth s - 1. Logits [n_vocab] into out. A computation stopped

@@ -241,8 +241,8 @@ PSL_API psl_status psl_context_seq_copy(psl_context * ctx, int32_t src, int32_t 
 
 /* A sequence's state (its tokens and their K/V rows, layer by layer; a hybrid's recurrent states
  * after its last positions, as far back as it rolls back in O(1)) as bytes, for prompt caches
- * and state files. psl_context_seq_state_size writes the bytes to *size (a context with an MTP
- * block or a draft head is PSL_ERR_UNSUPPORTED). psl_context_seq_state_set makes seq hold exactly that state; a state of
+ * and state files; with an MTP block, the hidden rows its drafts read too. psl_context_seq_state_size
+ * writes the bytes to *size (a context with a draft head is PSL_ERR_UNSUPPORTED). psl_context_seq_state_set makes seq hold exactly that state; a state of
  * another model or cache type, or a truncated one, is PSL_ERR_INVALID_ARGUMENT with seq
  * unchanged (as when it does not fit: PSL_ERR_CONTEXT_FULL). */
 PSL_API psl_status psl_context_seq_state_size(const psl_context * ctx, int32_t seq, int64_t * size);
@@ -251,8 +251,9 @@ PSL_API psl_status psl_context_seq_state_set(psl_context * ctx, int32_t seq, con
 /* A hybrid model's checkpoint of sequence seq: its recurrent state after its last position, and a
  * hash of its tokens (no K/V rows: those roll back exactly). Taken at chosen positions of a long
  * prompt, it lets a later prompt that shares the prefix up to there resume without replaying it:
- * truncate the sequence to the checkpoint's position, then set it. PSL_ERR_UNSUPPORTED for a
- * model without a recurrent state, or with an MTP block or a draft head; set refuses
+ * truncate the sequence to the checkpoint's position, then set it (with an MTP block, its hidden
+ * row there follows). PSL_ERR_UNSUPPORTED for a model without a recurrent state, or with a draft
+ * head; set refuses
  * (PSL_ERR_INVALID_ARGUMENT, the sequence unchanged) a checkpoint of another model, position or
  * text. */
 PSL_API psl_status psl_context_seq_checkpoint_size(const psl_context * ctx, int32_t seq, int64_t * size);

@@ -24,6 +24,9 @@ public:
     // are replaced; with a gap before n_past, nothing older is known any more.
     void store(int32_t n_past, int32_t n, const float * rows);
     void clear() { lo_ = hi_ = 0; }
+    // The positions whose rows are kept: [lo, hi).
+    int32_t lo() const { return lo_; }
+    int32_t hi() const { return hi_; }
 
 private:
     int32_t n_embd_, n_rows_;

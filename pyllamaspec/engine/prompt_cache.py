@@ -98,7 +98,7 @@ def keep(cache: PromptCache | None, s: ContextSequence, prompt: list[int] | None
         return
     try:
         state = s.model._context.seq_state(s.id)
-    except PyllamaspecError:                # a remote context's, one with an MTP block: not kept
+    except PyllamaspecError:                # a remote context's, one with a draft head: not kept
         return
     cache.put(ids, state, {p: b for p, b in s.checkpoints.items() if p <= len(ids)})
 

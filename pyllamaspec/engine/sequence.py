@@ -146,7 +146,7 @@ class ContextSequence:
 
     def take_checkpoint(self) -> bool:
         """A hybrid's checkpoint at its length now (psl_context_seq_checkpoint_get); False where
-        there is none to take (no recurrent state, an MTP block, a remote context, the Model's
+        there is none to take (no recurrent state, a draft head, a remote context, the Model's
         n_ctx_checkpoints at 0). At most n_ctx_checkpoints are kept: then the one closest above
         another goes (the first and the last stay)."""
         limit = getattr(self.model, "n_ctx_checkpoints", MAX_CHECKPOINTS)
@@ -184,8 +184,9 @@ class ContextSequence:
     def save_state(self) -> bytes:
         """Its state as bytes (psl_context_seq_state_get): its tokens, their K/V rows and a
         hybrid's recurrent states after its last positions (as far back as truncate() rolls back
-        without a replay), for load_state on a context of the same model and cache types. Not
-        with an MTP block or a draft head: UnsupportedModelError."""
+        without a replay; the MTP block's hidden rows where it drafts), for load_state on a
+        context of the same model and cache types (and MTP drafting on or off as here). Not with a
+        draft head: UnsupportedModelError."""
         return self.model._call(self, lambda c: c.seq_state(self.id), interruptible=False)
 
     def load_state(self, state: bytes) -> None:

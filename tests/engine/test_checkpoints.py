@@ -98,3 +98,31 @@ def test_checkpoints_are_checked(qwen35_path, smollm2_path):
         assert not kv.sequence(0).take_checkpoint()            # its cache rolls back exactly
         with pytest.raises(UnsupportedModelError):
             kv._context.seq_set_checkpoint(0, blob)
+
+
+def test_an_mtp_blocks_rows_follow_a_state_and_a_checkpoint(tmp_path):
+    """With the MTP block drafting (qwen35 NextN), a state and a checkpoint carry the hidden rows
+    its drafts read: after a load, and after a checkpoint taken back past the ring, the next
+    draft step's logits are those of the sequence they came from. A state saved with MTP
+    drafting does not load where it is off (its MTP cache rows would be missing)."""
+    path = tmp_path / "mtp.gguf"
+    write_qwen35_gguf(path, n_nextn=1, n_vocab=64, n_embd=32, n_layer=4, seed=5)
+    rng = np.random.default_rng(3)
+    toks = rng.integers(0, 64, 60).tolist()
+    with _model(path) as a:
+        a.enable_mtp()
+        s = a.sequence(0)
+        s.eval(toks[:20], logits="none")
+        assert s.take_checkpoint()
+        at20 = a.mtp_draft(toks[20], 0).copy()
+        s.eval(toks[20:], logits="none")
+        state, want = s.save_state(), a.mtp_draft(5, 0).copy()
+        assert s.reuse_prefix(toks[:30] + [1, 2]) == 20          # 40 back: past the ring, the checkpoint
+        np.testing.assert_array_equal(a.mtp_draft(toks[20], 0), at20)
+    with _model(path) as b:
+        b.enable_mtp()
+        b.sequence(0).load_state(state)
+        np.testing.assert_array_equal(b.mtp_draft(5, 0), want)
+    with _model(path) as off:
+        with pytest.raises(InvalidArgumentError):
+            off.sequence(0).load_state(state)
