@@ -107,6 +107,15 @@ def gemma3_path() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def qwen35_path(tmp_path_factory) -> pathlib.Path:
+    """The default tiny random hybrid (tests/models_qwen35.py), written once."""
+    from models_qwen35 import write_qwen35_gguf
+    path = tmp_path_factory.mktemp("qwen35") / "qwen35.gguf"
+    write_qwen35_gguf(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory) -> pathlib.Path:
     return tmp_path_factory.mktemp("synthetic")
 

@@ -16,6 +16,8 @@ Memory::Memory(const psl_model & m, int32_t n_ctx, int32_t n_seq, ggml_type type
     if (m.hp.hybrid()) rs_ = std::make_unique<RecurrentState>(m, recurrent_snapshots(), n_seq);
 }
 
+const std::vector<int32_t> & Memory::history(int32_t seq) const { return rs_ ? rs_->history(seq) : history_[seq]; }
+
 int32_t Memory::max_rollback() const { return rs_ ? rs_->n_snap() - 1 : n_ctx_; }
 
 void Memory::begin_batch(int32_t seq, int32_t pos0, int32_t n_tokens) {

@@ -88,8 +88,6 @@ uint64_t hash_tokens(const int32_t * t, int32_t n) {
 
 }  // namespace
 
-const std::vector<int32_t> & Memory::history(int32_t seq) const { return rs_ ? rs_->history(seq) : history_[seq]; }
-
 int32_t Memory::state_rs_rows(int32_t seq) const {
     const int32_t n = n_past(seq);
     return rs_ && n > 0 ? std::min(rs_->n_snap(), n - rs_->lo(seq)) : 0;

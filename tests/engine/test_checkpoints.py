@@ -18,13 +18,6 @@ from models_qwen35 import write_qwen35_gguf
 SYSTEM = "abcdefgh ijkl mnop qrst uvwx yz " * 8
 
 
-@pytest.fixture(scope="module")
-def qwen35_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt") / "qwen35.gguf"
-    write_qwen35_gguf(path)
-    return path
-
-
 def _model(path, **kw):
     return Model(path, n_ctx=512, n_threads=1, n_seq_max=1, **kw)
 

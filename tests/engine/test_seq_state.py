@@ -12,7 +12,6 @@ import pytest
 import pyllamaspec
 from pyllamaspec import Model
 from pyllamaspec.errors import ContextFullError, InvalidArgumentError, UnsupportedModelError
-from models_qwen35 import write_qwen35_gguf
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 12
 
@@ -59,13 +58,6 @@ def test_bad_states_are_refused_and_the_sequence_kept(smollm2_path, gemma3_path,
     with Model(gemma3_path, n_ctx=512, n_threads=1) as other:
         with pytest.raises(InvalidArgumentError, match="another model"):
             other.sequence(0).load_state(state)
-
-
-@pytest.fixture(scope="module")
-def qwen35_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hybrid") / "qwen35.gguf"
-    write_qwen35_gguf(path)
-    return path
 
 
 def _hybrid(path, **kw):
