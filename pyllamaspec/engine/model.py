@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelIOError, ModelNotFoundError
+from ..errors import (EvaluationInterrupted, InvalidArgumentError, ModelIOError, ModelNotFoundError,
+                      NoVocabularyError, UnsupportedModelError)
 from ..files import split as _split
 from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
@@ -176,6 +178,7 @@ class Model(VocabMixin, _native.Closeable):
         self.output_ids: np.ndarray | None = None   # see set_output_ids
         self._metadata: dict[str, Any] | None = None
         self.head: "DraftHead | None" = None        # the draft head attached (attach_head)
+        self._draft_modes: "weakref.WeakKeyDictionary[Model, str]" = weakref.WeakKeyDictionary()  # check_draft
         # The sequences (each keeps the ids in its cache, in order, as the core keeps only K/V:
         # a new prompt then evaluates only what follows its longest common prefix with them)
         self.n_seq_max: int = c.n_seq_max
@@ -600,13 +603,39 @@ class Model(VocabMixin, _native.Closeable):
             rows = pool(self.embed_tokens(ids), pooling)
         return rows if pooling == "none" else norm(rows, normalize)
 
-    def check_draft(self, draft: "Model") -> None:
-        """Raise UnsupportedModelError unless `draft` tokenizes exactly as this model (same ids,
-        token text and types, special tokens), naming the first difference."""
+    def check_draft(self, draft: "Model") -> str:
+        """How `draft` can draft for this model: "same" (it tokenizes exactly as this model:
+        same ids, token text and types, special tokens) or "cross-vocabulary" (another
+        tokenizer: its drafts are text this model tokenizes again,
+        speculation/drafters/cross_vocab.py). Raises NoVocabularyError where either model has
+        no tokenizer (no text to bridge them by)."""
+        mode = self._draft_modes.get(draft)
+        if mode is not None:
+            return mode
+        why = self.vocab_difference(draft)
+        if why is None:
+            self._draft_modes[draft] = "same"
+            return "same"
+        for m, name in ((self, "target"), (draft, "draft")):
+            try:
+                m.tokenize(b"a", add_special=False)
+            except NoVocabularyError as e:
+                raise NoVocabularyError(f"the vocabularies differ ({why}), and the {name} cannot write text "
+                                        f"({e}): a draft of another vocabulary is bridged by text") from None
+        self._draft_modes[draft] = "cross-vocabulary"
+        return "cross-vocabulary"
+
+    def vocab_difference(self, draft: "Model") -> str | None:
+        """None where `draft` tokenizes exactly as this model, else the first difference (read
+        from the files' tokenizer arrays: a draft loaded without its tokenizer is compared too)."""
         if not isinstance(draft, Model):
             raise InvalidArgumentError(f"a draft is a Model, got {type(draft).__name__}")
         with self._users, draft._users:
-            self._check(lib.psl_vocab_compatible(self._model, draft._model))
+            try:
+                self._check(lib.psl_vocab_compatible(self._model, draft._model))
+                return None
+            except UnsupportedModelError as e:
+                return str(e)
 
     def truncate(self, n_keep: int) -> None:
         """Keep the first n_keep tokens of the cache (sequence 0; O(1) rollback)."""

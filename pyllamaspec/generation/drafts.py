@@ -42,8 +42,8 @@ def own_mtp(path, target: Model, spec_type) -> bool:
 def open_draft(given, target: Model, stack: ExitStack, *, spec_type=None, n_gpu_layers: int = 0,
                **model_kw) -> Draft:
     """given, opened for target (a file's model or head enters stack: closed with it); model_kw
-    go to a draft model's Model() (DRAFT_OPTIONS added). The draft model's vocabulary is not
-    checked here: Model.check_draft."""
+    go to a draft model's Model() (DRAFT_OPTIONS added: no tokenizer, unless its vocabulary
+    differs from the target's, Model.check_draft)."""
     if given is None or isinstance(given, (Model, DraftHead, Drafter)):
         if getattr(given, "closed", False):
             raise InvalidArgumentError("the draft model is closed")
@@ -54,4 +54,9 @@ def open_draft(given, target: Model, stack: ExitStack, *, spec_type=None, n_gpu_
         return "mtp"
     if file_arch(given) in HEAD_TYPES:
         return stack.enter_context(DraftHead(given, n_gpu_layers=n_gpu_layers))
-    return stack.enter_context(Model(given, n_gpu_layers=n_gpu_layers, **{**DRAFT_OPTIONS, **model_kw}))
+    kw = {**DRAFT_OPTIONS, **model_kw}
+    draft = Model(given, n_gpu_layers=n_gpu_layers, **kw)
+    if not kw["tokenizer"] and target.vocab_difference(draft) is not None:
+        draft.close()                    # another vocabulary: its drafts are text, it needs its tokenizer
+        draft = Model(given, n_gpu_layers=n_gpu_layers, **{**kw, "tokenizer": True})
+    return stack.enter_context(draft)

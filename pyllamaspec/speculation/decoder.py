@@ -72,6 +72,9 @@ class Stats:
     tree_nodes: int = 0          # the nodes those rounds verified, summed
     tree_rows: int = 0           # the target rows they evaluated (a hybrid repeats shared nodes)
     tree_shape: str = ""         # the shape drafted last (speculation/tree/draft.py)
+    # how the drafter's tokens become the target's: "" (the same vocabulary), "cross-vocabulary"
+    # (a draft model of another tokenizer: its text re-tokenized, drafters/cross_vocab.py)
+    draft_mode: str = ""
     # per tree round: (nodes verified, depth accepted, the branch kept: its leaf's rank)
     tree_log: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -177,7 +180,7 @@ class Decoder:
         self.policy = DraftPolicy(self.k_max,
                                   stats=registry.lookup(target, self.drafter.key if self.drafter else None))
         self.policy.per_round = self.drafter is not None and self.drafter.cost_per_round
-        self.stats = Stats()
+        self.stats = Stats(draft_mode=self.drafter.mode if self.drafter is not None else "")
         self.tree = TreeVerifier(target, self.t_sampler)
         self.policy.tree_whole_branches = self.tree.hybrid
         self.seq: list[int] = []

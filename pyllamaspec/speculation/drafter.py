@@ -113,6 +113,7 @@ class Drafter(ABC):
     # features for the target's sequence 0 only), refused in batched generation / parallel slots
     max_sequences: int = 1 << 30
     tree_shape: str = ""     # the shape of its last tree draft, for the stats ("" : chains)
+    mode: str = ""           # how its tokens become the target's, for the stats (Stats.draft_mode)
 
     def open(self, prompt: list[int], fresh: bool = False, stop: "Callable[[], bool] | None" = None) -> None:
         """Takes what it evaluates in for a generation after `prompt` (a draft model's

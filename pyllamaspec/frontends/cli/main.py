@@ -58,6 +58,8 @@ def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys
     p()
     if has_draft:
         p(f"n_draft   = {a.draft_max}")
+        if stats.draft_mode:
+            p(f"mode      = {stats.draft_mode} (the draft's text re-tokenized; counts in target tokens)")
         p(f"n_predict = {stats.n_generated}")
         p(f"n_drafted = {stats.drafted}")
         p(f"n_accept  = {stats.accepted}")

@@ -433,6 +433,8 @@ def timings(stats: Stats | None, has_drafter: bool) -> dict:
     if has_drafter:
         t.update(draft_n=stats.drafted, draft_n_accepted=stats.accepted, draft_acceptance=stats.acceptance_rate,
                  draft_rounds=stats.rounds, tokens_per_round=stats.mean_accepted)
+        if stats.draft_mode:
+            t["draft_mode"] = stats.draft_mode
     if stats.tree_rounds:                     # token trees: how many, how big, what they kept
         t.update(tree_rounds=stats.tree_rounds, tree_nodes=stats.tree_nodes, tree_shape=stats.tree_shape,
                  tree_depth_accepted=sum(d for _, d, _ in stats.tree_log) / stats.tree_rounds)

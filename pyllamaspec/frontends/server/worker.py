@@ -175,6 +175,8 @@ def task_line(slot: int, task: int, result: dict, constraint: GrammarSpec | None
             f"{1e3 * s.t_generate:.0f} ms ({s.generate_tps:.1f} t/s), finish {result.get('finish_reason')}")
     if s.drafted:
         line += f", drafted {s.drafted} accepted {s.accepted} ({100 * s.accepted / s.drafted:.0f}%)"
+        if s.draft_mode:
+            line += f" [{s.draft_mode}]"
         split = s.thinking_acceptance()
         if split is not None:
             line += f" [thinking {100 * split[0]:.0f}%, answer {100 * split[1]:.0f}%]"

@@ -1,7 +1,7 @@
-"""Drafters, one module each: a draft model (model.py), our prompt lookup (ngram.py), llama.cpp's
-n-gram kinds (ngram/: simple.py, map.py, mod.py, cache.py), the target's MTP
-head (mtp.py), EAGLE-3 and DFlash heads and Gemma 4's assistant (eagle3.py, dflash.py,
-assistant.py), and several chained (chain.py).
+"""Drafters, one module each: a draft model (model.py), one of another vocabulary (cross_vocab.py),
+our prompt lookup (ngram.py), llama.cpp's n-gram kinds (ngram/: simple.py, map.py, mod.py,
+cache.py), the target's MTP head (mtp.py), EAGLE-3 and DFlash heads and Gemma 4's assistant
+(eagle3.py, dflash.py, assistant.py), and several chained (chain.py).
 base.py is the interface the Decoder's round uses; sampled.py the drafting loop of the drafters
 with a distribution of their own."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..spec_types import parse as parse_spec_types
 from .assistant import AssistantDrafter
 from ..drafter import NO_DRAFT, Draft, Drafter
 from .chain import ChainDrafter
+from .cross_vocab import MODE as CROSS_VOCAB, CrossVocabDrafter
 from .dflash import DflashDrafter
 from .eagle3 import Eagle3Drafter
 from .model import DraftModelDrafter
@@ -26,7 +27,7 @@ from .ngram.mod import NgramModDrafter
 from .ngram.simple import NgramSimpleDrafter
 
 __all__ = ["Draft", "Drafter", "NO_DRAFT", "DraftModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
-           "DflashDrafter", "AssistantDrafter", "ChainDrafter", "make_drafter", "spec_types_of"]
+           "DflashDrafter", "AssistantDrafter", "ChainDrafter", "CrossVocabDrafter", "make_drafter", "spec_types_of"]
 
 _HEAD_NAMES = {"eagle3": "an EAGLE-3", "dflash": "a DFlash"}
 # what draft_model= names stand for, as --spec-type names
@@ -88,6 +89,8 @@ def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: Draf
     if kind == "draft-simple":
         if not isinstance(draft, Model):
             raise InvalidArgumentError(f"draft-simple drafts with a draft model: give one (-md), got {draft!r}")
+        if target.check_draft(draft) == CROSS_VOCAB:      # another tokenizer: text re-tokenized
+            return CrossVocabDrafter(draft, target, params)
         return DraftModelDrafter(draft, sampling, params, eog, target)
     head_kind = "eagle3" if kind == "draft-eagle3" else "dflash"
     if not isinstance(draft, DraftHead) or draft.kind != head_kind:

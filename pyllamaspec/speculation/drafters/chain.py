@@ -21,6 +21,7 @@ class ChainDrafter(Drafter):
     def __init__(self, drafters: list[Drafter], n_draft: int):
         self.drafters = drafters
         self.key = ",".join(d.key for d in drafters)
+        self.mode = ",".join(m for m in (getattr(d, "mode", "") for d in drafters) if m)
         self.winner: Drafter | None = None
         # each member's longest draft: its own size, else --draft-max (llama.cpp's impl n_max)
         self.caps = [d.n_max if d.n_max is not None else n_draft for d in drafters]
