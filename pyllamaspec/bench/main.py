@@ -250,7 +250,7 @@ def bench_speculative(target_path: str, draft: str | None, message: str, threads
                t_draft=st.t_draft / st.t_generate, t_target=st.t_target / st.t_generate,
                t_loop=st.t_loop / st.t_generate, peak_rss=peak, files_plus_kv=files + kv,
                first_difference=min((x for x in same if x is not None), default=None),
-               runs_differing=sum(x is not None for x in same))
+               runs_differing=sum(x is not None for x in same), draft_mode=st.draft_mode)
     row["ratio"] = row["spec_tps"] / row["plain_tps"]
     if lc_spec:
         row.update(llama_cpp_plain_tps=statistics.median(lc_plain), llama_cpp_spec_tps=statistics.median(lc_spec),
@@ -261,7 +261,7 @@ def bench_speculative(target_path: str, draft: str | None, message: str, threads
     if verbose:
         print(f"{row['target']} + {row['draft']}: {len(ids)}-token prompt, {n_gen} tokens, greedy, "
               f"n_draft {n_draft}, p_min {'auto' if p_min is None else p_min}, {'cost model' if adaptive else 'fixed draft length'}; "
-              f"medians of {rounds}")
+              f"medians of {rounds}" + (f"; {st.draft_mode} (counts in target tokens)" if st.draft_mode else ""))
         print(f"plain {row['plain_tps']:.1f} t/s, speculative {row['spec_tps']:.1f} t/s, ratio {row['ratio']:.3f}; "
               f"acceptance {row['acceptance']:.2f}, {row['tokens_per_round']:.2f} tokens/round; time: draft "
               f"{100 * row['t_draft']:.1f}%, target {100 * row['t_target']:.1f}%, python loop {100 * row['t_loop']:.1f}%")

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.model import DRAFT_OPTIONS, Model
+from ..engine.model import Model
+from ..generation.drafts import open_draft
 from ..engine.sampling import SamplingParams
 from ..errors import PyllamaspecError
 from ..generation.generate import iter_generate
@@ -83,8 +85,9 @@ def measure(target_path: str, draft_path: str, ids_of, threads: int, n_gen: int,
             k_max: int = 16) -> PairMeasure:
     """ids_of(target) -> the prompt's ids. Alternates plain, each fixed k and the adaptive run."""
     import os
-    with Model(target_path, n_ctx=2048, n_threads=threads) as target, \
-            Model(draft_path, n_ctx=2048, n_threads=threads, **DRAFT_OPTIONS) as draft:
+    with ExitStack() as stack:
+        target = stack.enter_context(Model(target_path, n_ctx=2048, n_threads=threads))
+        draft = open_draft(draft_path, target, stack, n_ctx=2048, n_threads=threads)   # (another vocabulary too)
         ids = ids_of(target)
         m = PairMeasure(label=f"{os.path.basename(target_path)} + {os.path.basename(draft_path)}")
         m.curve = verify_curve(target, ids, k_max + 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...engine.head import DraftHead
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, NoVocabularyError
 from ..params import DraftParams
 from ..spec_types import parse as parse_spec_types
 from .assistant import AssistantDrafter
@@ -67,6 +67,16 @@ def make_drafter(target: Model, draft: "Model | DraftHead | str | Drafter | None
     return drafters[0] if len(drafters) == 1 else ChainDrafter(drafters, params.n_draft)
 
 
+def _draft_mode(target: Model, draft: Model) -> str:
+    """Model.check_draft's mode; "same" where no token texts tell (ids only, as given: the draft
+    model's drafter checks the sizes)."""
+    try:
+        target.vocab_difference(draft)
+    except NoVocabularyError:
+        return "same"
+    return target.check_draft(draft)
+
+
 def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: DraftParams,
          eog: frozenset[int]) -> Drafter:
     if kind == "ngram-simple":
@@ -89,7 +99,7 @@ def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: Draf
     if kind == "draft-simple":
         if not isinstance(draft, Model):
             raise InvalidArgumentError(f"draft-simple drafts with a draft model: give one (-md), got {draft!r}")
-        if target.check_draft(draft) == CROSS_VOCAB:      # another tokenizer: text re-tokenized
+        if _draft_mode(target, draft) == CROSS_VOCAB:      # another tokenizer: text re-tokenized
             return CrossVocabDrafter(draft, target, params)
         return DraftModelDrafter(draft, sampling, params, eog, target)
     head_kind = "eagle3" if kind == "draft-eagle3" else "dflash"

@@ -6,8 +6,8 @@ Each round:
      last one whose bytes still agree with that text, less one (a word cut by the last round is
      tokenized again whole), and evaluates the draft tokenizer's tokens of the rest;
   2. it drafts greedily, token by token, until the target's tokenization of the drafted text
-     holds more than k tokens (or the draft ends its turn: the target's end-of-turn token is
-     proposed in its place);
+     holds k tokens (or the draft ends its turn: the target's end-of-turn token is proposed in
+     its place);
   3. the target's tokens of that text, cut to k, are the draft, a point mass (q = None).
 Exactness does not depend on how the draft was found: a draft token chosen without the target's
 randomness and verified as a point mass (accepted with probability p(x), else a token drawn
@@ -20,7 +20,6 @@ text): it sees the chat as characters, not as its own template. Bytes of a chara
 tokens are held back until it completes (neither tokenizer is given half a character)."""
 from __future__ import annotations
 
-import bisect
 import time
 from typing import TYPE_CHECKING
 
@@ -186,11 +185,14 @@ class CrossVocabDrafter(Drafter):
         row = yield Eval(self.draft_seq, rest, "last", self.logits)
         self._extend_ends(rest, start)
         t1 = time.perf_counter()
-        tokens = yield from self._draft(row, k_max)
+        # the draft's confidence is a signal here even when decoding greedily (its argmax is
+        # not the target's): the cost model stops it token by token, as a sampled draft
+        per_token = self.params.adaptive and not batch and not policy.measuring
+        tokens, conf = yield from self._draft(row, k_max, policy if per_token else None)
         if not batch:
             policy.observe_catch_up(t1 - t0, len(rest))
             policy.observe_draft(time.perf_counter() - t1, max(1, len(tokens)))
-        return Draft(np.asarray(tokens, np.int32))
+        return Draft(np.asarray(tokens, np.int32), p_max=conf)
 
     def _extend_ends(self, ids, start: int) -> None:
         at = start
@@ -198,42 +200,73 @@ class CrossVocabDrafter(Drafter):
             at += len(self._piece(int(t)))
             self.d_ends.append(at)
 
-    def _draft(self, row: np.ndarray, k_max: int) -> Steps:
-        """Greedy draft tokens until the target's tokens of their text outnumber k_max: the
-        target's first k_max (or all, and its end of turn, where the draft ended its own)."""
+    def _draft(self, row: np.ndarray, k_max: int, policy: "DraftPolicy | None") -> Steps:
+        """Greedy draft tokens until the target's tokens of their text reach k_max (the last one
+        may be a word cut short: it costs only its own rejection); returns (those tokens, the
+        draft's confidence in each: its lowest top probability over the draft tokens that spell
+        it), with the target's end of turn last where the draft ended its own. The draft stops
+        early below p_min, or where the cost model (policy) finds the next token not worth it."""
         full = complete_utf8(self.text)
         held = bytes(self.text[full:])        # a character the target has begun, not finished
-        drafted = bytearray()
+        drafted, conf, ends = bytearray(), [], []
         self.evals = 0
-        p_min = self.params.stop_p
+        p_min, p_all, end = self.params.stop_p, 1.0, False
         for i in range(4 * k_max + 4):
             logits = row[0] if row.ndim == 2 else row
             tok = int(np.argmax(logits))
-            if p_min > 0 and _top_p(logits) < p_min:
+            c = _top_p(logits)
+            if i >= self.params.n_min and c < p_min:
                 break
             if tok in self.d_eog:
-                return self._target_ids(drafted, held, k_max, end=True)
+                end = True
+                break
             piece = self._piece(tok)
             if self.model.token_to_piece(tok) != piece:   # a control token of the draft's own
                 break
             drafted += piece
-            ids = self._target_ids(drafted, held, k_max + 1)
-            if len(ids) > k_max or i == 4 * k_max + 3:
+            conf.append(c)
+            ends.append(len(drafted))
+            more = True
+            if policy is not None and i >= self.params.n_min:
+                p_all *= policy.token_alpha(c)
+                keep, more = policy.keep_drafting(p_all, first=i == 0)
+                if not keep:
+                    del drafted[ends[-2] if len(ends) > 1 else 0:], conf[-1], ends[-1]
+                    break
+            if not more or len(self._target_ids(drafted, held, k_max)) >= k_max or i == 4 * k_max + 3:
                 break
             self.step_buf[0] = tok
             self.fed.append(piece)
             row = yield Eval(self.draft_seq, self.step_buf, "last", self.logits)
             self.evals += 1
-        return self._target_ids(drafted, held, k_max)
+        ids = self._target_ids(drafted, held, k_max, end=end)
+        return ids, self._confidence(ids, held, conf, ends)
+
+    def _confidence(self, ids: list[int], held: bytes, conf: list[float], ends: list[int]) -> np.ndarray:
+        """Each target token's confidence: the lowest of the draft tokens its bytes overlap."""
+        out = np.ones(len(ids), np.float32)
+        at, i = len(held), 0                  # the target's tokens start after the held bytes
+        for j, t in enumerate(ids):
+            a, at = at, at + len(self.target.token_to_piece(t))
+            lo = 1.0
+            while i < len(ends) and ends[i] <= a:
+                i += 1
+            k = i
+            while k < len(ends) and (k == i or ends[k - 1] < at):
+                lo = min(lo, conf[k])
+                k += 1
+            out[j] = lo
+        return out
 
     def _target_ids(self, drafted: bytearray, held: bytes, k: int, end: bool = False) -> list[int]:
         """The target's tokens of the drafted text (after the character it holds), at most k;
         with end, its end of turn after them."""
         if not drafted.startswith(held):
             return []
-        text = bytes(drafted[len(held):complete_utf8(drafted)])
+        n = complete_utf8(drafted)
+        text = bytes(drafted[len(held):n])
         ids = self.target.tokenize(text, add_special=False, parse_special=False)[:k] if text else []
-        if end and self.t_end is not None and len(ids) < k and complete_utf8(drafted) == len(drafted):
+        if end and self.t_end is not None and len(ids) < k and n == len(drafted):
             ids.append(self.t_end)
         return ids
 
