@@ -622,6 +622,14 @@ class Model(VocabMixin, _native.Closeable):
             except NoVocabularyError as e:
                 raise NoVocabularyError(f"the vocabularies differ ({why}), and the {name} cannot write text "
                                         f"({e}): a draft of another vocabulary is bridged by text") from None
+            probe = b"x y\n"
+            back = b"".join(m.token_to_piece(t, render_special=True) for t in m.tokenize(probe, add_special=False))
+            if back != probe:
+                raise UnsupportedModelError(
+                    f"the vocabularies differ ({why}), and the {name}'s tokenizer does not give text back as it "
+                    f"read it ({probe!r} -> {back!r}: a space added before the text, SentencePiece's "
+                    f"add_space_prefix, or a normalization): drafts cannot be bridged by text; use a draft of the "
+                    f"target's vocabulary")
         self._draft_modes[draft] = "cross-vocabulary"
         return "cross-vocabulary"
 

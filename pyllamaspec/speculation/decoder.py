@@ -226,7 +226,8 @@ class Decoder:
         user turns), the evaluation split there; not with target_later."""
         if not prompt:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
-        for m in (self.target, self.draft):
+        # (a draft of another vocabulary reads a window of the text: cross_vocab.py)
+        for m in (self.target, None if self.stats.draft_mode else self.draft):
             if m is not None and len(prompt) >= m.n_ctx:
                 raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {m.n_ctx} "
                                        f"(raise n_ctx / -c)")

@@ -101,8 +101,9 @@ def test_the_draft_sequence_spells_the_target_text(gemma, smol, monkeypatch):
         out = orig(self)
         if out is not None:
             rest, start = out
-            held = smol.detokenize_bytes(self.draft_seq.cached_tokens)
-            seen.append((held, smol.detokenize_bytes(rest), bytes(self.text[:complete_utf8(self.text)]), start))
+            held = self.model.detokenize_bytes(self.draft_seq.cached_tokens)
+            seen.append((held, self.model.detokenize_bytes(rest), bytes(self.text[self.base:complete_utf8(self.text)]),
+                         start - self.base, self.base))
         return out
 
     monkeypatch.setattr(CrossVocabDrafter, "_sync", spy)
@@ -110,7 +111,18 @@ def test_the_draft_sequence_spells_the_target_text(gemma, smol, monkeypatch):
                     p_min=0.0)
     assert spec.stats.drafted > spec.stats.accepted > 0      # rejections happened: rollbacks were made
     assert len(seen) > 3
-    for held, rest, text, start in seen:
+    for held, rest, text, start, base in seen:
+        assert base == 0 and len(held) == start and held + rest == text
+    # a draft whose context holds a window of the text only: its tail, moved on when full
+    seen.clear()
+    with Model(smol.path, n_ctx=128) as small:
+        prompt = "Count with me: " + ", ".join(str(i) for i in range(1, 60)) + ","
+        plain = generate(prompt, gemma, max_tokens=64, temperature=0)
+        spec = generate(prompt, gemma, small, max_tokens=64, temperature=0, n_draft=4, adaptive=False, p_min=0.0)
+    assert spec.tokens == plain.tokens and spec.stats.accepted > 0
+    bases = {b for *_, b in seen}
+    assert len(bases) > 1 and min(bases) > 0                 # windows, and more than one
+    for held, rest, text, start, base in seen:
         assert len(held) == start and held + rest == text
 
 
@@ -121,6 +133,16 @@ def test_a_draft_without_a_tokenizer_cannot_be_bridged(smol, tmp_path):
         with pytest.raises(pyllamaspec.NoVocabularyError, match="the vocabularies differ .* bridged by text"):
             smol.check_draft(draft)
     # the CLI says so before any output: tests/frontends/test_cli_flags.py
+
+
+def test_a_tokenizer_that_adds_a_space_cannot_be_bridged(gemma3_path, smollm2_path, monkeypatch):
+    """A tokenizer that does not give text back as it read it (SentencePiece's add_space_prefix:
+    Llama 2, Mistral 7B v0.1) would re-tokenize every cut with a space that is not there."""
+    with Model(gemma3_path, n_ctx=64) as target, Model(smollm2_path, n_ctx=64) as draft:
+        orig = draft.tokenize
+        monkeypatch.setattr(draft, "tokenize", lambda text, **kw: orig(b" " + bytes(text), **kw))
+        with pytest.raises(pyllamaspec.UnsupportedModelError, match="does not give text back as it read it"):
+            target.check_draft(draft)
 
 
 def test_cli_says_which_mode_runs(gemma3_path, smollm2_path):

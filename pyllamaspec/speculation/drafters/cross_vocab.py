@@ -65,6 +65,7 @@ class CrossVocabDrafter(Drafter):
         self.d_bos = [model.bos_token] if model.vocab_info.add_bos and model.bos_token is not None else []
         self.text = bytearray()               # the target's text so far (seq[:n_text] rendered)
         self.n_text = 0
+        self.base = 0                         # where the draft's sequence starts in self.text (its window)
         self.d_ends: list[int] = []           # where each token of the draft's sequence ends in self.text
         self.fed: list[bytes] = []            # then the pieces of the draft tokens fed after them
         self.pieces: dict[int, bytes] = {}
@@ -96,10 +97,29 @@ class CrossVocabDrafter(Drafter):
             self.draft_seq = self.model.lease(None if fresh else self._prompt_ids(prompt), stop=stop)
 
     def _prompt_ids(self, prompt: list[int]) -> list[int]:
-        """The draft's tokens for the prompt's text (all but its last token)."""
+        """The draft's tokens for the prompt's text (all but its last token; its tail where the
+        draft's context cannot take it all)."""
         self.text, self.n_text = bytearray(), 0
         self._follow(prompt[:-1])
-        return self.d_bos + self._draft_ids(bytes(self.text[:complete_utf8(self.text)]))
+        ids, self.base = self._tail(0, complete_utf8(self.text))
+        return self.d_bos + ids
+
+    def _tail(self, start: int, end: int) -> tuple[list[int], int]:
+        """The draft's tokens of text[start:end], only the last half context's worth where the
+        draft's context would not hold them with a draft after; (tokens, where they start)."""
+        ids = self._draft_ids(bytes(self.text[start:end])) if start < end else []
+        cap = (self.model.n_ctx - len(self.d_bos) - self.margin) // 2
+        if cap < 1:                           # a context too small to draft in
+            return [], end
+        if len(ids) > cap:
+            ids = ids[len(ids) - cap:]
+            start = end - sum(len(self._piece(t)) for t in ids)
+        return ids, start
+
+    @property
+    def margin(self) -> int:
+        """Room a round's drafts may take in the draft's context."""
+        return 4 * self.params.n_draft + 4
 
     def prefill(self, prompt: list[int], target=None, fresh: bool = False) -> int:
         ids = self._prompt_ids(prompt)
@@ -107,8 +127,7 @@ class CrossVocabDrafter(Drafter):
         if fresh:
             self.draft_seq.clear()
         n_keep = self.draft_seq.reuse_prefix(ids)
-        room = self.model.n_ctx - 1 - self.params.n_draft
-        if n_keep < len(ids) - 1 and len(ids) - 1 <= room:
+        if n_keep < len(ids) - 1:
             self.draft_seq.eval(np.asarray(ids[n_keep:-1], np.int32), logits="none")
         self._index()
         return min(n_keep, self.draft_seq.n_past)
@@ -128,7 +147,7 @@ class CrossVocabDrafter(Drafter):
     def _agree(self) -> None:
         """The tokens fed to the draft since d_ends was last set (a round's drafts): those that
         spell the text join d_ends, the sequence is cut after them."""
-        at = self.d_ends[-1] if self.d_ends else 0
+        at = self.d_ends[-1] if self.d_ends else self.base
         for piece in self.fed:
             if not piece or self.text[at:at + len(piece)] != piece:
                 break
@@ -155,16 +174,18 @@ class CrossVocabDrafter(Drafter):
         rest: list[int] = []
         while agree >= 0:
             agree = max(0, agree - 1)
-            start = self.d_ends[agree - 1] if agree else 0
+            start = self.d_ends[agree - 1] if agree else self.base
             rest = self._draft_ids(bytes(self.text[start:full])) if start < full else []
             if rest or agree == 0:
                 break
+        if len(self.d_bos) + agree + len(rest) + self.margin >= self.model.n_ctx:
+            agree = 0                         # the context is full: a new window, the text's tail
+            rest, start = self._tail(self.base, full)
+            self.base = start
         if not rest:
             return None
         del self.d_ends[agree:]
         self.draft_seq.truncate(len(self.d_bos) + agree)
-        if self.draft_seq.n_past + len(rest) + 4 * self.params.n_draft + 4 >= self.model.n_ctx:
-            return None
         return np.asarray(rest, np.int32), start
 
     # -- a round ------------------------------------------------------------------------------
