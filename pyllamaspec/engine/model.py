@@ -21,7 +21,7 @@ from . import prompt_cache
 from .metadata import meta_value
 from .prompt_cache import PromptCache
 from .sequence import MAX_CHECKPOINTS, ContextSequence, SequencePool, check_out, common_prefix, logits_mode
-from .vocab import VocabMixin
+from .vocab import TokenAttr, VocabMixin
 
 # llama.cpp's llama_ftype names for general.file_type.
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
@@ -62,6 +62,23 @@ class ModelInfo:
 
 # How generate(), the CLI and the benchmark load a draft model given as a path.
 DRAFT_OPTIONS = dict(tokenizer=False, prefetch=False)
+
+
+def _round_trip_probe(m: "Model") -> bytes:
+    """Text of the model's own ordinary tokens (two pieces that start and end with no
+    whitespace), which a tokenizer that gives text back as it read it tokenizes back to itself."""
+    pieces: list[bytes] = []
+    for t in range(min(m.n_vocab, 4096)):
+        piece = m.token_to_piece(t)
+        if piece and piece.strip() == piece and m.token_attr(t) == TokenAttr.NORMAL:
+            try:
+                piece.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            pieces.append(piece)
+            if len(pieces) == 2:
+                break
+    return b"".join(pieces)
 
 
 class Model(VocabMixin, _native.Closeable):
@@ -622,7 +639,7 @@ class Model(VocabMixin, _native.Closeable):
             except NoVocabularyError as e:
                 raise NoVocabularyError(f"the vocabularies differ ({why}), and the {name} cannot write text "
                                         f"({e}): a draft of another vocabulary is bridged by text") from None
-            probe = b"x y\n"
+            probe = _round_trip_probe(m)
             back = b"".join(m.token_to_piece(t, render_special=True) for t in m.tokenize(probe, add_special=False))
             if back != probe:
                 raise UnsupportedModelError(
