@@ -9,8 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import (EvaluationInterrupted, InvalidArgumentError, ModelIOError, ModelNotFoundError,
-                      NoVocabularyError, UnsupportedModelError)
+from ..errors import EvaluationInterrupted, InvalidArgumentError, ModelIOError, ModelNotFoundError
 from ..files import split as _split
 from . import _args, _native, remote as rpc_mod
 from ._native import Exclusive, Users, ffi, lib
@@ -21,7 +20,8 @@ from . import prompt_cache
 from .metadata import meta_value
 from .prompt_cache import PromptCache
 from .sequence import MAX_CHECKPOINTS, ContextSequence, SequencePool, check_out, common_prefix, logits_mode
-from .vocab import TokenAttr, VocabMixin
+from . import vocab_bridge
+from .vocab import VocabMixin
 
 # llama.cpp's llama_ftype names for general.file_type.
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
@@ -62,23 +62,6 @@ class ModelInfo:
 
 # How generate(), the CLI and the benchmark load a draft model given as a path.
 DRAFT_OPTIONS = dict(tokenizer=False, prefetch=False)
-
-
-def _round_trip_probe(m: "Model") -> bytes:
-    """Text of the model's own ordinary tokens (two pieces that start and end with no
-    whitespace), which a tokenizer that gives text back as it read it tokenizes back to itself."""
-    pieces: list[bytes] = []
-    for t in range(min(m.n_vocab, 4096)):
-        piece = m.token_to_piece(t)
-        if piece and piece.strip() == piece and m.token_attr(t) == TokenAttr.NORMAL:
-            try:
-                piece.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            pieces.append(piece)
-            if len(pieces) == 2:
-                break
-    return b"".join(pieces)
 
 
 class Model(VocabMixin, _native.Closeable):
@@ -621,46 +604,20 @@ class Model(VocabMixin, _native.Closeable):
         return rows if pooling == "none" else norm(rows, normalize)
 
     def check_draft(self, draft: "Model") -> str:
-        """How `draft` can draft for this model: "same" (it tokenizes exactly as this model:
-        same ids, token text and types, special tokens) or "cross-vocabulary" (another
-        tokenizer: its drafts are text this model tokenizes again,
-        speculation/drafters/cross_vocab.py). Raises NoVocabularyError where either model has
-        no tokenizer (no text to bridge them by)."""
-        mode = self._draft_modes.get(draft)
-        if mode is not None:
-            return mode
-        why = self.vocab_difference(draft)
-        if why is None:
-            self._draft_modes[draft] = "same"
-            return "same"
-        for m, name in ((self, "target"), (draft, "draft")):
-            try:
-                m.tokenize(b"a", add_special=False)
-            except NoVocabularyError as e:
-                raise NoVocabularyError(f"the vocabularies differ ({why}), and the {name} cannot write text "
-                                        f"({e}): a draft of another vocabulary is bridged by text") from None
-            probe = _round_trip_probe(m)
-            back = b"".join(m.token_to_piece(t, render_special=True) for t in m.tokenize(probe, add_special=False))
-            if back != probe:
-                raise UnsupportedModelError(
-                    f"the vocabularies differ ({why}), and the {name}'s tokenizer does not give text back as it "
-                    f"read it ({probe!r} -> {back!r}: a space added before the text, SentencePiece's "
-                    f"add_space_prefix, or a normalization): drafts cannot be bridged by text; use a draft of the "
-                    f"target's vocabulary")
-        self._draft_modes[draft] = "cross-vocabulary"
-        return "cross-vocabulary"
+        """How `draft` can draft for this model: "same" (it tokenizes exactly as this model) or
+        "cross-vocabulary" (its drafts are text this model tokenizes again); raises where they
+        cannot be bridged (vocab_bridge.py)."""
+        return vocab_bridge.draft_mode(self, self._a_draft(draft), self._draft_modes)
 
     def vocab_difference(self, draft: "Model") -> str | None:
-        """None where `draft` tokenizes exactly as this model, else the first difference (read
-        from the files' tokenizer arrays: a draft loaded without its tokenizer is compared too)."""
+        """None where `draft` tokenizes exactly as this model, else the first difference."""
+        return vocab_bridge.vocab_difference(self, self._a_draft(draft))
+
+    @staticmethod
+    def _a_draft(draft: "Model") -> "Model":
         if not isinstance(draft, Model):
             raise InvalidArgumentError(f"a draft is a Model, got {type(draft).__name__}")
-        with self._users, draft._users:
-            try:
-                self._check(lib.psl_vocab_compatible(self._model, draft._model))
-                return None
-            except UnsupportedModelError as e:
-                return str(e)
+        return draft
 
     def truncate(self, n_keep: int) -> None:
         """Keep the first n_keep tokens of the cache (sequence 0; O(1) rollback)."""

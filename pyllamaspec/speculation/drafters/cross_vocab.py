@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...engine.model import Model
+from ...engine.vocab_bridge import CROSS
 from ..drafter import NO_DRAFT, Draft, Drafter, Eval, Steps, drive
 from ..params import DraftParams
 
 if TYPE_CHECKING:
     from ..cost_model import DraftPolicy
 
-MODE = "cross-vocabulary"
+MODE = CROSS
 
 
 def complete_utf8(b: bytes | bytearray) -> int:
@@ -127,8 +128,9 @@ class CrossVocabDrafter(Drafter):
         if fresh:
             self.draft_seq.clear()
         n_keep = self.draft_seq.reuse_prefix(ids)
-        if n_keep < len(ids) - 1:
-            self.draft_seq.eval(np.asarray(ids[n_keep:-1], np.int32), logits="none")
+        upto = max(len(self.d_bos), len(ids) - 1)    # (the BOS at least: the rounds keep it)
+        if n_keep < upto:
+            self.draft_seq.eval(np.asarray(ids[n_keep:upto], np.int32), logits="none")
         self._index()
         return min(n_keep, self.draft_seq.n_past)
 
