@@ -193,6 +193,25 @@ def test_reasoning_flags_take_effect():
             reasoning_from_args(parse(*bad))
 
 
+def test_log_verbosity_as_llama_cpp(capsys):
+    """Issue 46, item 7: -lv N / --verbosity / --log-verbosity, llama.cpp's threshold (0 output,
+    1 error, 2 warning, 3 info, 4 debug): 4 and above as -v; the server's line per request is
+    info; the CLI below 2 prints what --log-disable prints."""
+    from pyllamaspec.frontends.server.main import build_parser as server_parser
+    for flag in ("-lv", "--verbosity", "--log-verbosity"):
+        assert parse(flag, "4").verbose is True
+    assert parse().verbosity is None and not parse("-lv", "3").verbose and not parse("-lv", "3").log_disable
+    assert parse("-lv", "1").log_disable is True and parse("-lv", "2").log_disable is False
+    server = lambda *argv: cli_args.parse_args(server_parser(), list(argv))
+    assert [cli_args.request_lines(server(*argv)) for argv in ([], ["-lv", "3"], ["-lv", "4"], ["-lv", "2"],
+            ["-lv", "0"], ["--log-disable"], ["--log-disable", "-lv", "4"])] == [True, True, True, False, False,
+                                                                                 False, False]
+    assert server("--log-verbosity", "5").verbose is True
+    with pytest.raises(SystemExit):
+        parse("-lv", "-1")
+    assert "-lv/--verbosity must be 0 or more" in capsys.readouterr().err
+
+
 def test_interactive_flags_read_as_a_conversation():
     a = parse("-i")
     cli._interactive(a)

@@ -262,11 +262,11 @@ def test_errors_do_not_echo_large_inputs_and_client_mistakes_are_4xx(quick):
     assert code == 400 and "outside the vocabulary" in err["error"]["message"]    # a 500 before
 
 
-@pytest.mark.parametrize("quiet", [False, True])
+@pytest.mark.parametrize("quiet", [[], ["--log-disable"], ["-lv", "2"]], ids=["info", "log-disable", "lv2"])
 def test_one_log_line_per_request_without_its_text(smollm2_path, quiet):
     """Issue 46, item 7: the server logs each request's counts and timings, as llama-server logs
-    a task's (--log-disable: none); never its text."""
-    s = Server(["-m", str(smollm2_path), "-np", "1", *MODEL_FLAGS] + (["--log-disable"] if quiet else []))
+    a task's (--log-disable, or -lv below 3 (info): none); never its text."""
+    s = Server(["-m", str(smollm2_path), "-np", "1", *MODEL_FLAGS] + quiet)
     try:
         code, _ = s.post("/v1/completions", {"prompt": "The word is zebra-secret.", "max_tokens": 3})
         assert code == 200

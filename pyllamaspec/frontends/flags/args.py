@@ -175,6 +175,10 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-lm", "--load-mode", choices=["auto", "none", "mmap", "mlock", "mmap+mlock"], default=None,
                    help="llama.cpp's newer spelling of --mmap / --no-mmap / --mlock (auto: as with neither)")
     g.add_argument("-v", "--verbose", action="store_true", help="let ggml log to stderr")
+    g.add_argument("-lv", "--verbosity", "--log-verbosity", dest="verbosity", type=int, default=None, metavar="N",
+                   help="llama.cpp's log threshold (0 output, 1 error, 2 warning, 3 info, 4 debug; default 3): "
+                        "4 and above as -v; the server's line per request is info (below 3: none); the "
+                        "CLI below 2 as --log-disable")
 
 
 def add_interactive_args(ap: argparse.ArgumentParser) -> None:
@@ -285,7 +289,28 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
         i += 1
     ns = ap.parse_args(out)
     ns.given = given
+    _verbosity(ap, ns)
     return ns
+
+
+def _verbosity(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """-lv N as llama.cpp's threshold: 4 (debug) and above lets ggml log (-v); the levels below
+    are read where they decide (request_lines; the CLI's quiet)."""
+    n = getattr(a, "verbosity", None)
+    if n is None:
+        return
+    if n < 0:
+        ap.error(f"-lv/--verbosity must be 0 or more, got {n}")
+    if n >= 4 and hasattr(a, "verbose"):
+        a.verbose = True
+    if n < 2 and hasattr(a, "log_disable"):
+        a.log_disable = True
+
+
+def request_lines(a: argparse.Namespace) -> bool:
+    """Whether the server logs its line per request (info): not with --log-disable or -lv below 3."""
+    n = getattr(a, "verbosity", None)
+    return not getattr(a, "log_disable", False) and (n is None or n >= 3)
 
 
 def penalty_kwargs(a: argparse.Namespace) -> dict:

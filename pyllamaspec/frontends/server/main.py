@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ...errors import PyllamaspecError
-    from ..flags.args import parse_args
+    from ..flags.args import parse_args, request_lines
     from ..flags.launch import open_models, resolve_models, settings_from_args
     from ...speculation.drafters import spec_types_of
     from .app import create_app
@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = build_parser()
     a = parse_args(ap, argv)
+    # the line per request is info: --log-disable or -lv below 3 drops it (as llama-server's threshold)
+    logging.getLogger("pyllamaspec.server").setLevel(logging.INFO if request_lines(a) else logging.WARNING)
     a.prompt = a.file = None                   # what cli's helpers read and a server has not
     if not (a.model or a.hf_repo or a.demo):
         ap.error("give a model: -m TARGET.gguf, -hf user/repo[:QUANT] or --demo")
@@ -223,8 +225,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> int:
     """`python -m pyllamaspec.server`: main() with warnings logged to stderr (and a line per
-    request unless --log-disable)."""
+    request unless --log-disable or -lv below 3)."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if "--log-disable" not in sys.argv[1:]:
-        logging.getLogger("pyllamaspec.server").setLevel(logging.INFO)
     return main()
