@@ -151,7 +151,8 @@ def test_greedy_is_plain_and_later_requests_draft_from_earlier_answers(smollm2_p
         corpus = corpus_of(m, SuffixParams().max_tokens, SuffixParams().max_depth)
         plain = [chat(_ask(n), m, max_tokens=64, temperature=0, cache_prompt=False) for n in CUSTOMERS]
         corpus.clear()
-        spec = [chat(_ask(n), m, "suffix", max_tokens=64, temperature=0, cache_prompt=False, adaptive=False) for n in CUSTOMERS]
+        spec = [chat(_ask(n), m, "suffix", max_tokens=64, temperature=0, cache_prompt=False, adaptive=False)
+                for n in CUSTOMERS]
         assert [s.tokens for s in spec] == [p.tokens for p in plain]
         assert corpus.n_tokens > 0
         corpus.clear()

@@ -191,3 +191,11 @@ def corpus_of(target, max_tokens: int, depth: int) -> SuffixCorpus:
     if (c.max_tokens, c.depth) != (max_tokens, depth):
         c.configure(max_tokens, depth)
     return c
+
+
+def forget(target) -> None:
+    """Drops what the target's suffix drafters learned (a benchmark's next round starts afresh)."""
+    with _lock:
+        c = _corpora.get(target)
+    if c is not None:
+        c.clear()
