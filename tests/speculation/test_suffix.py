@@ -45,7 +45,7 @@ def test_corpus_match_is_the_longest_suffix_found():
         c.add(d)
     for _ in range(200):
         ctx = rng.integers(0, 3, int(rng.integers(1, 9))).tolist()
-        m, starts = c.match(np.asarray(ctx))
+        m, starts, _ = c.match(np.asarray(ctx))
         want_m, want = _brute_longest(docs, ctx, 6)
         assert m == want_m and sorted(starts.tolist()) == want, ctx
 
@@ -131,6 +131,17 @@ def test_flags():
     resolve_spec_type(a)
     assert a.spec_types == ("suffix",)
     assert ngram_params(a).suffix == SuffixParams(max_tokens=4096, factor=2.0, min_prob=0.3)
+    # a suffix flag without suffix drafting: a warning
+    from pyllamaspec.frontends.flags import args as cli_args
+    from pyllamaspec.frontends.flags.checks import Setup, ineffective_flags
+    setup = Setup(drafter="ngram", conversing=False, has_template=True, n_ctx_train=8192, n_ctx=4096)
+    a, b = (cli_args.parse_args(cli_args.build_parser(), ["-m", "x.gguf", *f, "--spec-suffix-factor", "2"])
+            for f in (["--spec-type", "suffix"], ["--lookup"]))
+    resolve_spec_type(a)
+    resolve_spec_type(b)
+    assert not [m for m in ineffective_flags(a, setup) if "suffix" in m]
+    assert [m for m in ineffective_flags(b, setup) if "suffix" in m] == \
+        ["--spec-suffix-factor has no effect without --spec-type suffix"]
 
 
 CUSTOMERS = ["Alice Martin", "Bob Chen", "Carla Diaz"]

@@ -69,13 +69,11 @@ class SuffixDrafter(Drafter):
         best_score, self.match, self.source = 0.0, 0, ""
         depth = self.sp.max_depth
         ctx = self.text[max(0, self.n - depth):self.n]
-        for source, (m, starts), text in (
-                ("request", longest_match(self.text, self.n, depth), self.text[:self.n]),
-                ("corpus", self.corpus.match(ctx), None)):
+        for source, (m, starts, text) in (
+                ("request", (*longest_match(self.text, self.n, depth), self.text[:self.n])),
+                ("corpus", self.corpus.match(ctx))):
             if not m:
                 continue
-            if text is None:
-                text = self.corpus.flat
             cap = min(k_max, max(1, math.floor(self.sp.factor * m)))
             toks, probs = walk(text, starts, cap, self.sp.min_prob)
             score = sum(probs)

@@ -154,9 +154,10 @@ class SuffixCorpus:
         self._sa = suffix_array(self.flat[::-1].astype(np.int64), self.depth)
         self._built = True
 
-    def match(self, context: np.ndarray) -> tuple[int, np.ndarray]:
+    def match(self, context: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
         """The longest suffix of `context` (at most depth tokens) found in the corpus: (its length,
-        the positions in self.flat where its occurrences' continuations start)."""
+        the positions where its occurrences' continuations start, in the text they index: the
+        documents as they stood, SEP after each)."""
         with self.lock:
             if not self._built:
                 self._build()
@@ -170,8 +171,8 @@ class SuffixCorpus:
                     break
                 lo, hi, m = lo + a, lo + b, j + 1
             if m == 0:
-                return 0, np.empty(0, np.int64)
-            return m, (n - 1 - sa[lo:hi]) + 1
+                return 0, np.empty(0, np.int64), self.flat
+            return m, (n - 1 - sa[lo:hi]) + 1, self.flat
 
 
 _corpora: "weakref.WeakKeyDictionary[object, SuffixCorpus]" = weakref.WeakKeyDictionary()
