@@ -157,7 +157,7 @@ def test_greedy_is_plain_and_later_requests_draft_from_earlier_answers(smollm2_p
     (and has accepted) more with the first two's answers in the corpus than with it empty. Each
     prompt is evaluated whole (cache_prompt=False): resumed from another prompt's prefix, the
     first token is a near-tie that the batch's split decides (plain decoding's too)."""
-    from pyllamaspec import Model, chat
+    from pyllamaspec import Model, chat, generate
     with Model(smollm2_path, n_ctx=1024, n_threads=2) as m:
         corpus = corpus_of(m, SuffixParams().max_tokens, SuffixParams().max_depth)
         plain = [chat(_ask(n), m, max_tokens=64, temperature=0, cache_prompt=False) for n in CUSTOMERS]
@@ -175,6 +175,12 @@ def test_greedy_is_plain_and_later_requests_draft_from_earlier_answers(smollm2_p
         # the cost model on: still the plain output
         adaptive = chat(_ask(CUSTOMERS[1]), m, "suffix", max_tokens=64, temperature=0, cache_prompt=False)
         assert adaptive.tokens == plain[1].tokens
+        # several at once (a server's slots: batch rounds), one corpus: each answer is plain's
+        texts = [f"Customer record of {n} as JSON:\n" for n in CUSTOMERS[:2]]
+        alone = [generate(t, m, max_tokens=32, temperature=0, cache_prompt=False) for t in texts]
+        together = generate(texts, m, "suffix", max_tokens=32, temperature=0, cache_prompt=False, adaptive=False)
+        assert [r.tokens for r in together] == [r.tokens for r in alone]
+        assert sum(r.stats.drafted for r in together) > 0
 
 
 TINY = NgramParams(suffix=SuffixParams(factor=4.0))
