@@ -9,6 +9,8 @@ target's cost curve; speculative decoding against plain decoding.
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf|ngram [-n 128] [--rounds 5] [--llama-cpp PY]
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf --plot pair.png   (a picture: bench/plot.py)
     python -m pyllamaspec.bench -m TARGET.gguf -md EAGLE3-or-DFLASH-HEAD.gguf [--spec-type ngram-mod,draft-eagle3]
+    python -m pyllamaspec.bench -m TARGET.gguf --prompts question.jsonl --spec-type suffix [--per-category 10]
+        [--llama-server PATH --llama-server-args='--spec-type ngram-mod'] [--plot tasks.png]   (bench/spec_bench.py)
 
 Other engines time the same models in the same run, alternating rounds with this build, and the
 ratios are printed (bench_engines.py): --vs-lib, another build of the core (say, on the previous
@@ -32,7 +34,7 @@ import os
 import statistics
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -320,6 +322,43 @@ def plot_pair(a: argparse.Namespace) -> int:
     return 0
 
 
+def bench_prompts(a: argparse.Namespace) -> int:
+    """--prompts: Spec-Bench's questions per category (bench/spec_bench.py)."""
+    from . import spec_bench
+    if a.plot:
+        from .plot import _check_matplotlib
+        _check_matplotlib()
+    questions = spec_bench.load_prompts(a.prompts, a.per_category)
+    n_gen = a.n_gen or 64
+    with ExitStack() as stack:
+        target = stack.enter_context(Model(a.model[0], n_ctx=a.ctx_size, n_threads=a.threads))
+        draft = open_draft(a.model_draft, target, stack, spec_type=a.spec_type, n_ctx=a.ctx_size,
+                           n_threads=a.threads)
+        engines = {"plain": spec_bench.Ours(target, None, n_gen)}
+        if draft is not None or a.spec_type:
+            engines["ours"] = spec_bench.Ours(target, draft, n_gen, spec_type=a.spec_type, n_draft=a.draft_max,
+                                              p_min=a.draft_p_min, adaptive=not a.no_adaptive)
+        if a.llama_server:
+            engines["llama-server"] = stack.enter_context(closing(spec_bench.LlamaServer(
+                a.llama_server, a.model[0], a.threads, a.ctx_size, n_gen, a.llama_server_args)))
+        progress = None if a.json else \
+            lambda r, i: print(f"\rround {r + 1}/{a.rounds}, question {i + 1}/{len(questions)}", end="",
+                               file=sys.stderr, flush=True)
+        run = spec_bench.measure(questions, engines, a.rounds, progress)
+    table = spec_bench.rows(run, questions, a.rounds)
+    label = a.spec_type or os.path.basename(a.model_draft or "")
+    if a.json:
+        json.dump(table, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"\n{os.path.basename(a.model[0])}, ours: {label or 'plain only'}; {len(questions)} questions, "
+              f"-n {n_gen}, greedy, medians of {a.rounds} rounds")
+        spec_bench.print_table(table, list(engines))
+    if a.plot:
+        spec_bench.draw(table, list(engines), a.plot, f"{os.path.basename(a.model[0])}: {label or 'plain'}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pyllamaspec.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -357,8 +396,19 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
     ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
-    ap.add_argument("--plot", metavar="FILE.png", help="with -md: draw the verification cost curve, the cost "
-                    "model's choice and tokens/s by draft length, plain against speculative (needs matplotlib)")
+    ap.add_argument("--prompts", metavar="FILE.jsonl", help="Spec-Bench's questions ({question_id, category, "
+                    "turns}): per category tokens/s of plain decoding and of -md / --spec-type, speed-up, "
+                    "tokens per round")
+    ap.add_argument("--per-category", type=int, default=0, help="with --prompts: the first N questions of each "
+                    "category (0: all)")
+    ap.add_argument("-c", "--ctx-size", type=int, default=4096, help="with --prompts: the context size")
+    ap.add_argument("--llama-server", metavar="PATH", help="with --prompts: llama.cpp's llama-server binary, "
+                    "asked the same conversations, alternated with ours")
+    ap.add_argument("--llama-server-args", default="", help="with --llama-server: its own flags as one string, "
+                    "its drafting ones say (--llama-server-args='--spec-type ngram-mod')")
+    ap.add_argument("--plot", metavar="FILE.png", help="with --prompts: tokens/s per category and engine; with "
+                    "-md: draw the verification cost curve, the cost model's choice and tokens/s by draft length, "
+                    "plain against speculative (needs matplotlib)")
     return ap
 
 
@@ -376,6 +426,13 @@ def main(argv: list[str] | None = None) -> int:
             for p, c in curve.items():
                 print(f"{os.path.basename(p)}: ms per call by tokens: " + ", ".join(f"{n}:{t:.1f}" for n, t in c))
         return 0
+    if a.prompts:
+        from ..errors import PyllamaspecError
+        try:
+            return bench_prompts(a)
+        except (PyllamaspecError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if a.plot:
         return plot_pair(a)
     if a.model_draft or a.spec_type:

@@ -38,15 +38,34 @@ class NgramModParams:
 
 
 @dataclass
+class SuffixParams:
+    """Suffix drafting (--spec-type suffix, drafters/ngram/suffix.py): the most tokens of earlier
+    prompts and answers kept per target (the oldest dropped first), the longest match looked for,
+    a draft's length at most factor x its match's, and the least empirical probability of a draft."""
+    max_tokens: int = 1 << 17
+    max_depth: int = 64
+    factor: float = 1.0
+    min_prob: float = 0.1
+
+    def __post_init__(self) -> None:
+        _args.integer("max_tokens", self.max_tokens, 1, 1 << 30)
+        _args.integer("max_depth", self.max_depth, 1, 1024)
+        _args.real("factor", self.factor, 0.0, 1024.0)
+        _args.real("min_prob", self.min_prob, 0.0, 1.0)
+
+
+@dataclass
 class NgramParams:
     """The parameters of llama.cpp's n-gram kinds, with its defaults; ngram-cache's static and
-    dynamic lookup caches (-lcs, -lcd: files made by llama.cpp's llama-lookup-create)."""
+    dynamic lookup caches (-lcs, -lcd: files made by llama.cpp's llama-lookup-create); and our
+    suffix drafting's (SuffixParams)."""
     simple: NgramMapParams = field(default_factory=NgramMapParams)
     map_k: NgramMapParams = field(default_factory=NgramMapParams)
     map_k4v: NgramMapParams = field(default_factory=NgramMapParams)
     mod: NgramModParams = field(default_factory=NgramModParams)
     cache_static: str | None = None
     cache_dynamic: str | None = None
+    suffix: SuffixParams = field(default_factory=SuffixParams)
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Several types chain: each round the n-gram kinds are asked first, then the drafts, in llama.cpp's
 order of preference whatever the order given, and the first that proposes a non-empty draft wins
 the round. Our own prompt lookup (draft_model="ngram", --lookup) keeps a name of its own,
-"ngram-lookup", and comes after llama.cpp's n-gram kinds."""
+"ngram-lookup", and comes after llama.cpp's n-gram kinds; our suffix drafting ("suffix": earlier
+requests' text too) after it."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -13,7 +14,7 @@ from ..errors import InvalidArgumentError, UnsupportedModelError
 NGRAM_KINDS = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFTS = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash")
 # llama.cpp's order of preference (common_speculative_init), with ours after its n-gram kinds
-ORDER = NGRAM_KINDS + ("ngram-lookup",) + DRAFTS
+ORDER = NGRAM_KINDS + ("ngram-lookup", "suffix") + DRAFTS
 REFUSED = {"draft-dspark": "DSpark heads (DFlash with a Markov head) are not supported"}
 
 

@@ -60,6 +60,15 @@ def _no_draft_model(a: argparse.Namespace, s: Setup) -> list[str]:
     return out
 
 
+SUFFIX_FLAGS = ("suffix_max_tokens", "suffix_factor", "suffix_min_prob")
+
+
+def _no_suffix(a: argparse.Namespace, s: Setup) -> list[str]:
+    if "suffix" in (getattr(a, "spec_types", None) or ()):
+        return []
+    return [f"{f} has no effect without --spec-type suffix" for d in SUFFIX_FLAGS if (f := _flag(a, d))]
+
+
 def _conversation(a: argparse.Namespace, s: Setup) -> list[str]:
     if s.conversing:
         return [f"{f} has no effect in a conversation" for d in PROMPT_ONLY_FLAGS if (f := _flag(a, d))]
@@ -114,7 +123,7 @@ def _unsupported(a: argparse.Namespace, s: Setup) -> list[str]:
 def ineffective_flags(a: argparse.Namespace, s: Setup) -> list[str]:
     """One message per flag given that has no effect in this run."""
     out: list[str] = []
-    for check in (_no_drafter, _no_draft_model, _conversation, _context, _sampling, _unsupported):
+    for check in (_no_drafter, _no_draft_model, _no_suffix, _conversation, _context, _sampling, _unsupported):
         out += check(a, s)
     return out
 

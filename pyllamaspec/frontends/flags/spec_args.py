@@ -1,7 +1,7 @@
 """The speculation flags (shared by the CLI and the server), with llama.cpp's names: --spec-type
 (every llama.cpp type, several chained; given more than once, the lists add up as in llama.cpp),
 the draft's --spec-draft-* flags, the n-gram kinds' --spec-ngram-* flags and lookup caches (-lcs,
--lcd), and ours (--lookup, the cost model's --no-adaptive, --draft-vocab).
+-lcd), suffix drafting's --spec-suffix-* flags, and ours (--lookup, the cost model's --no-adaptive, --draft-vocab).
 
 Without --spec-type the draft decides: -md names a draft model (draft-simple) or a head, detected
 from its GGUF (general.architecture eagle3 / dflash), as llama.cpp detects a draft's type."""
@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from ...errors import PyllamaspecError
-from ...speculation.params import NgramMapParams, NgramModParams, NgramParams
+from ...speculation.params import NgramMapParams, NgramModParams, NgramParams, SuffixParams
 from ...speculation.spec_types import parse
 
 _NEEDS_DRAFT_FILE = ("draft-simple", "draft-eagle3", "draft-dflash")
@@ -31,7 +31,8 @@ def add_speculation_args(ap: argparse.ArgumentParser) -> None:
                         "non-empty draft wins): draft-simple (a draft model), draft-eagle3 / draft-dflash (a head, "
                         "-md), draft-mtp (the target's MTP layers, or a Gemma 4 assistant: -md), ngram-simple, "
                         "ngram-map-k, ngram-map-k4v, "
-                        "ngram-mod, ngram-cache (llama.cpp's n-gram kinds), ngram-lookup (--lookup), none "
+                        "ngram-mod, ngram-cache (llama.cpp's n-gram kinds), ngram-lookup (--lookup), suffix (the "
+                        "text of this and earlier requests: a server's slots share it), none "
                         "(default: what -md is)")
     g.add_argument("--lookup", action="store_true",
                    help="draft without a model: copy what followed the last n-gram earlier in the text")
@@ -68,6 +69,12 @@ def _add_ngram_args(ap: argparse.ArgumentParser) -> None:
                    help="ngram-mod: longest draft (default 64)")
     g.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_min", type=int, default=48,
                    help="ngram-mod: shortest draft kept (default 48)")
+    g.add_argument("--spec-suffix-max-tokens", dest="suffix_max_tokens", type=int, default=1 << 17,
+                   help="suffix: tokens of earlier prompts and answers kept (the oldest dropped first; default 131072)")
+    g.add_argument("--spec-suffix-factor", dest="suffix_factor", type=float, default=1.0,
+                   help="suffix: a draft at most this many times its match's length (default 1.0)")
+    g.add_argument("--spec-suffix-min-prob", dest="suffix_min_prob", type=float, default=0.1,
+                   help="suffix: the least empirical probability of a draft (default 0.1)")
     g.add_argument("-lcs", "--lookup-cache-static", dest="lookup_cache_static", default=None,
                    help="ngram-cache: a static lookup cache (llama-lookup-create's file)")
     g.add_argument("-lcd", "--lookup-cache-dynamic", dest="lookup_cache_dynamic", default=None,
@@ -81,7 +88,9 @@ def ngram_params(a: argparse.Namespace) -> NgramParams:
                               getattr(a, f"ngram_{kind}_hits"))
     return NgramParams(simple=m("simple"), map_k=m("map_k"), map_k4v=m("map_k4v"),
                        mod=NgramModParams(a.ngram_mod_match, a.ngram_mod_max, a.ngram_mod_min),
-                       cache_static=a.lookup_cache_static, cache_dynamic=a.lookup_cache_dynamic)
+                       cache_static=a.lookup_cache_static, cache_dynamic=a.lookup_cache_dynamic,
+                       suffix=SuffixParams(max_tokens=a.suffix_max_tokens, factor=a.suffix_factor,
+                                           min_prob=a.suffix_min_prob))
 
 
 def resolve_spec_type(a: argparse.Namespace) -> None:

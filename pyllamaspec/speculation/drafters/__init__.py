@@ -1,7 +1,8 @@
 """Drafters, one module each: a draft model (model.py), one of another vocabulary (cross_vocab.py),
-our prompt lookup (ngram.py), llama.cpp's n-gram kinds (ngram/: simple.py, map.py, mod.py,
-cache.py), the target's MTP head (mtp.py), EAGLE-3 and DFlash heads and Gemma 4's assistant
-(eagle3.py, dflash.py, assistant.py), and several chained (chain.py).
+our prompt lookup (ngram/lookup.py) and suffix drafting over earlier requests too (ngram/suffix.py),
+llama.cpp's n-gram kinds (ngram/: simple.py, map.py, mod.py, cache.py), the target's MTP head
+(mtp.py), EAGLE-3 and DFlash heads and Gemma 4's assistant (eagle3.py, dflash.py, assistant.py),
+and several chained (chain.py).
 base.py is the interface the Decoder's round uses; sampled.py the drafting loop of the drafters
 with a distribution of their own."""
 from __future__ import annotations
@@ -25,9 +26,11 @@ from .ngram.cache import NgramCacheDrafter
 from .ngram.map import NgramMapDrafter
 from .ngram.mod import NgramModDrafter
 from .ngram.simple import NgramSimpleDrafter
+from .ngram.suffix import SuffixDrafter
 
 __all__ = ["Draft", "Drafter", "NO_DRAFT", "DraftModelDrafter", "MtpDrafter", "NgramDrafter", "Eagle3Drafter",
-           "DflashDrafter", "AssistantDrafter", "ChainDrafter", "CrossVocabDrafter", "make_drafter", "spec_types_of"]
+           "DflashDrafter", "AssistantDrafter", "ChainDrafter", "CrossVocabDrafter", "SuffixDrafter", "make_drafter",
+           "spec_types_of"]
 
 _HEAD_NAMES = {"eagle3": "an EAGLE-3", "dflash": "a DFlash"}
 # what draft_model= names stand for, as --spec-type names
@@ -89,6 +92,8 @@ def _one(kind: str, target: Model, draft, sampling: SamplingParams, params: Draf
         return NgramCacheDrafter(params)
     if kind == "ngram-lookup":
         return NgramDrafter(params)
+    if kind == "suffix":         # shares what it learns with the target's other suffix drafters
+        return SuffixDrafter(params, target)
     if kind == "draft-mtp":      # the target's own MTP layers, or a Gemma 4 assistant
         if isinstance(draft, DraftHead) and draft.kind == "gemma4-assistant":
             return AssistantDrafter(target, draft, sampling, params, eog)
