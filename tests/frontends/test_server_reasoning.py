@@ -96,3 +96,18 @@ def test_tools_without_tool_syntax_use_the_generic_format(server):
     server.stop()
     log = server.proc.stdout.read()
     assert "tool calls in the generic JSON format" in log
+
+
+def test_a_warning_is_one_line_in_the_server_log(gemma3_path):
+    """Gemma 3's file has no chat template: a tool request says so in one line, as the CLI does,
+    not Python's file:line and source line (the issue-46 re-trial found the raw form)."""
+    s = Server(["-m", str(gemma3_path), "-c", "512", "-t", "2", "-np", "1"])
+    try:
+        code, out = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Weather in Paris?"}],
+                                                    "tools": [WEATHER], "tool_choice": "required", "max_tokens": 8})
+    finally:
+        s.stop()
+    assert code == 200, out
+    log = s.proc.stdout.read()
+    assert "warning: " in log and "no chat template" in log, log
+    assert "UserWarning" not in log and ".py:" not in log, log

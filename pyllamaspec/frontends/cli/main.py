@@ -27,7 +27,7 @@ from ...speculation.decoder import DraftParams, Stats
 from ...generation.generate import iter_generate
 from ..flags.args import build_parser, parse_args
 from .conversation import CTRL_C, run_conversation
-from ..flags.checks import Setup, ineffective_flags
+from ..flags.checks import Setup, ineffective_flags, show_warning
 from .compare import Run, alternate, report, warm_up
 from ..flags.launch import DEFAULT_PROMPT, open_models, process_escapes, resolve_models, settings_from_args  # noqa: F401
 
@@ -189,11 +189,6 @@ def _print_cost_model(pol, a: argparse.Namespace, show: bool) -> None:
           "plain decoding pays best here"), file=sys.stderr)
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Python warnings as one line each, as a command line says them (no file, no line number)."""
-    print(f"warning: {message}", file=sys.stderr)
-
-
 def _drafter(a: argparse.Namespace, draft):
     """The drafter's kind as the flag checks name it."""
     if a.lookup:
@@ -251,7 +246,7 @@ def run(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(build_parser(__doc__), argv)
     with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
+        warnings.showwarning = show_warning
         if a.log_disable:
             warnings.simplefilter("ignore")
         try:

@@ -6,6 +6,7 @@ one-line warning naming it as it was spelled; two drafters at once are refused."
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 
 from ...errors import PyllamaspecError
@@ -128,4 +129,10 @@ def ineffective_flags(a: argparse.Namespace, s: Setup) -> list[str]:
     return out
 
 
-__all__ = ["Setup", "check_drafters", "ineffective_flags", "unsupported_flags"]
+__all__ = ["Setup", "check_drafters", "ineffective_flags", "unsupported_flags", "show_warning"]
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python warnings as one line each, as a command line says them (no file, no line number):
+    warnings.showwarning for the CLI and the server."""
+    print(f"warning: {message}", file=sys.stderr)

@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from contextlib import ExitStack
 
 from . import ServerDependencyError, check_dependencies
@@ -227,4 +228,6 @@ def run() -> int:
     """`python -m pyllamaspec.server`: main() with warnings logged to stderr (and a line per
     request unless --log-disable or -lv below 3)."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from ..flags.checks import show_warning
+    warnings.showwarning = show_warning            # one line each, as the CLI
     return main()
