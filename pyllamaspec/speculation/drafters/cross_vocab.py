@@ -66,6 +66,7 @@ class CrossVocabDrafter(Drafter):
         self.d_bos = [model.bos_token] if model.vocab_info.add_bos and model.bos_token is not None else []
         self.text = bytearray()               # the target's text so far (seq[:n_text] rendered)
         self.n_text = 0
+        self.n_synced = 0                     # len(seq) when the draft last read the text
         self.base = 0                         # where the draft's sequence starts in self.text (its window)
         self.d_ends: list[int] = []           # where each token of the draft's sequence ends in self.text
         self.fed: list[bytes] = []            # then the pieces of the draft tokens fed after them
@@ -102,6 +103,7 @@ class CrossVocabDrafter(Drafter):
         draft's context cannot take it all)."""
         self.text, self.n_text = bytearray(), 0
         self._follow(prompt[:-1])
+        self.n_synced = len(prompt) - 1
         ids, self.base = self._tail(0, complete_utf8(self.text))
         return self.d_bos + ids
 
@@ -198,13 +200,18 @@ class CrossVocabDrafter(Drafter):
                       batch: bool = False) -> Steps:
         t0 = time.perf_counter()
         self._follow(seq)
+        # the cost model first: a round it decodes plainly costs nothing here (what the draft
+        # would catch up on: about a token of its own per target token since it last drafted)
+        if self.params.adaptive and not batch:
+            k_cap = policy.choose(k_cap, len(seq) - self.n_synced + 1)
+        if k_cap <= 0:
+            return NO_DRAFT
         synced = self._sync()
         if synced is None:
             return NO_DRAFT
         rest, start = synced
-        k_max = policy.choose(k_cap, len(rest)) if self.params.adaptive and not batch else k_cap
-        if k_max <= 0:
-            return NO_DRAFT
+        self.n_synced = len(seq)
+        k_max = k_cap
         row = yield Eval(self.draft_seq, rest, "last", self.logits)
         self._extend_ends(rest, start)
         t1 = time.perf_counter()
