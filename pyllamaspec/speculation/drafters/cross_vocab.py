@@ -6,8 +6,8 @@ Each round:
      last one whose bytes still agree with that text, less one (a word cut by the last round is
      tokenized again whole), and evaluates the draft tokenizer's tokens of the rest;
   2. it drafts greedily, token by token, until the target's tokenization of the drafted text
-     holds k tokens (or the draft ends its turn: the target's end-of-turn token is proposed in
-     its place);
+     holds more than k tokens (or the draft ends its turn: the target's end-of-turn token is
+     proposed in its place);
   3. the target's tokens of that text, cut to k, are the draft, a point mass (q = None).
 Exactness does not depend on how the draft was found: a draft token chosen without the target's
 randomness and verified as a point mass (accepted with probability p(x), else a token drawn
@@ -214,14 +214,14 @@ class CrossVocabDrafter(Drafter):
         k_max = k_cap
         row = yield Eval(self.draft_seq, rest, "last", self.logits)
         self._extend_ends(rest, start)
-        t1 = time.perf_counter()
         # the draft's confidence is a signal here even when decoding greedily (its argmax is
         # not the target's): the cost model stops it token by token, as a sampled draft
         per_token = self.params.adaptive and not batch and not policy.measuring
         tokens, conf = yield from self._draft(row, k_max, policy if per_token else None)
         if not batch:
-            policy.observe_catch_up(t1 - t0, len(rest))
-            policy.observe_draft(time.perf_counter() - t1, max(1, len(tokens)))
+            # every drafting round re-reads the text's end (its first logits come from it): a
+            # cost of the draft, not a catch-up after plain rounds, so it is counted in c_draft
+            policy.observe_draft(time.perf_counter() - t0, max(1, len(tokens)))
         return Draft(np.asarray(tokens, np.int32), p_max=conf)
 
     def _extend_ends(self, ids, start: int) -> None:
@@ -231,8 +231,9 @@ class CrossVocabDrafter(Drafter):
             self.d_ends.append(at)
 
     def _draft(self, row: np.ndarray, k_max: int, policy: "DraftPolicy | None") -> Steps:
-        """Greedy draft tokens until the target's tokens of their text reach k_max (the last one
-        may be a word cut short: it costs only its own rejection); returns (those tokens, the
+        """Greedy draft tokens until the target's tokens of their text outnumber k_max (so that
+        the last one kept is whole: a word cut short would be rejected every round, and the cost
+        model would read that as the draft's acceptance); returns (the first k_max, the
         draft's confidence in each: its lowest top probability over the draft tokens that spell
         it), with the target's end of turn last where the draft ended its own. The draft stops
         early below p_min, or where the cost model (policy) finds the next token not worth it."""
@@ -263,7 +264,7 @@ class CrossVocabDrafter(Drafter):
                 if not keep:
                     del drafted[ends[-2] if len(ends) > 1 else 0:], conf[-1], ends[-1]
                     break
-            if not more or len(self._target_ids(drafted, held, k_max)) >= k_max or i == 4 * k_max + 3:
+            if not more or len(self._target_ids(drafted, held, k_max + 1)) > k_max or i == 4 * k_max + 3:
                 break
             self.step_buf[0] = tok
             self.fed.append(piece)
