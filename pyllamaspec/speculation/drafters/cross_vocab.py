@@ -73,7 +73,6 @@ class CrossVocabDrafter(Drafter):
         self.pieces: dict[int, bytes] = {}
         self.logits = np.empty((1, model.n_vocab), np.float32)
         self.step_buf = np.empty(1, np.int32)
-        self.evals = 0
         self._open = True
 
     # -- the target's text -------------------------------------------------------------------
@@ -240,7 +239,6 @@ class CrossVocabDrafter(Drafter):
         full = complete_utf8(self.text)
         held = bytes(self.text[full:])        # a character the target has begun, not finished
         drafted, conf, ends = bytearray(), [], []
-        self.evals = 0
         p_min, p_all, end = self.params.stop_p, 1.0, False
         for i in range(4 * k_max + 4):
             logits = row[0] if row.ndim == 2 else row
@@ -269,7 +267,6 @@ class CrossVocabDrafter(Drafter):
             self.step_buf[0] = tok
             self.fed.append(piece)
             row = yield Eval(self.draft_seq, self.step_buf, "last", self.logits)
-            self.evals += 1
         ids = self._target_ids(drafted, held, k_max, end=end)
         return ids, self._confidence(ids, held, conf, ends)
 
