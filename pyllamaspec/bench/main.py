@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -41,6 +42,7 @@ import numpy as np
 
 from ..engine._native import system_info
 from ..engine.model import Model
+from ..errors import InvalidArgumentError
 from ..generation.drafts import open_draft
 from . import engines
 from .engines import llama_cpp_probe
@@ -323,37 +325,48 @@ def plot_pair(a: argparse.Namespace) -> int:
 
 
 def bench_prompts(a: argparse.Namespace) -> int:
-    """--prompts: Spec-Bench's questions per category (bench/spec_bench.py)."""
+    """--prompts: Spec-Bench's questions per task (bench/spec_bench.py); one engine of ours per
+    --spec-type (or -md alone), one llama-server per --llama-server-args."""
     from . import spec_bench
     if a.plot:
         from .plot import _check_matplotlib
         _check_matplotlib()
     questions = spec_bench.load_prompts(a.prompts, a.per_category)
     n_gen = a.n_gen or 64
+    kinds = a.spec_types or ([None] if a.model_draft else [])
+    if sum("suffix" in (k or "") or a.model_draft == "suffix" for k in kinds) > 1:
+        raise InvalidArgumentError("one suffix engine a run: suffix drafters of one target share what they learn")
     with ExitStack() as stack:
         target = stack.enter_context(Model(a.model[0], n_ctx=a.ctx_size, n_threads=a.threads))
-        draft = open_draft(a.model_draft, target, stack, spec_type=a.spec_type, n_ctx=a.ctx_size,
-                           n_threads=a.threads)
-        engines = {"plain": spec_bench.Ours(target, None, n_gen)}
-        if draft is not None or a.spec_type:
-            engines["ours"] = spec_bench.Ours(target, draft, n_gen, spec_type=a.spec_type, n_draft=a.draft_max,
-                                              p_min=a.draft_p_min, adaptive=not a.no_adaptive)
-        if a.llama_server:
-            engines["llama-server"] = stack.enter_context(closing(spec_bench.LlamaServer(
-                a.llama_server, a.model[0], a.threads, a.ctx_size, n_gen, a.llama_server_args)))
+        draft = open_draft(a.model_draft, target, stack, spec_type=kinds[0] if kinds else None,
+                           n_ctx=a.ctx_size, n_threads=a.threads)
+        tmpl = {"chat_template": a.chat_template} if a.chat_template else {}
+        engines = {"plain": spec_bench.Ours(target, None, n_gen, **tmpl)}
+        for k in kinds:
+            engines[k or os.path.basename(str(a.model_draft))] = spec_bench.Ours(
+                target, draft, n_gen, spec_type=k, n_draft=a.draft_max, p_min=a.draft_p_min,
+                adaptive=not a.no_adaptive, **tmpl)
+        # llama-server takes a built-in template's name in its non-Jinja path (with Jinja, the
+        # name would be the template's text)
+        ls_tmpl = f" --no-jinja --chat-template {shlex.quote(a.chat_template)}" if a.chat_template else ""
+        for args in a.llama_server_args or [""]:
+            if a.llama_server:
+                name = "llama-server" + (f" {args}" if len(a.llama_server_args) > 1 else "")
+                engines[name] = stack.enter_context(closing(spec_bench.LlamaServer(
+                    a.llama_server, a.model[0], a.threads, a.ctx_size, n_gen, args + ls_tmpl)))
         progress = None if a.json else \
             lambda r, i: print(f"\rround {r + 1}/{a.rounds}, question {i + 1}/{len(questions)}", end="",
                                file=sys.stderr, flush=True)
         run = spec_bench.measure(questions, engines, a.rounds, progress)
     table = spec_bench.rows(run, questions, a.rounds)
-    label = a.spec_type or os.path.basename(a.model_draft or "")
+    label = ", ".join(e for e in engines if e != "plain" and e not in run.servers)
     if a.json:
         json.dump(table, sys.stdout, indent=1)
         print()
     else:
         print(f"\n{os.path.basename(a.model[0])}, ours: {label or 'plain only'}; {len(questions)} questions, "
               f"-n {n_gen}, greedy, medians of {a.rounds} rounds")
-        spec_bench.print_table(table, list(engines))
+        spec_bench.print_table(table, run)
     if a.plot:
         spec_bench.draw(table, list(engines), a.plot, f"{os.path.basename(a.model[0])}: {label or 'plain'}")
     return 0
@@ -386,7 +399,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reference", default=str(engines.REFERENCE_DIR), help="folder of llama.cpp's gen_*.jsonl")
     ap.add_argument("-md", "--model-draft", help="speculative run: draft model or EAGLE-3 / DFlash head, or "
                                                 "'ngram' (prompt lookup)")
-    ap.add_argument("--spec-type", help="speculative run: llama.cpp's --spec-type names (default: what -md is)")
+    ap.add_argument("--spec-type", dest="spec_types", action="append", default=[],
+                    help="speculative run: llama.cpp's --spec-type names (default: what -md is); with --prompts "
+                         "repeatable, an engine each (--spec-type suffix --spec-type ngram-mod)")
     ap.add_argument("--prompt", default=SPEC_MESSAGE,
                     help="user message of the speculative run (put in the model's chat format)")
     ap.add_argument("--raw-prompt", action="store_true", help="use --prompt as it is, without the chat format")
@@ -402,10 +417,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--per-category", type=int, default=0, help="with --prompts: the first N questions of each "
                     "category (0: all)")
     ap.add_argument("-c", "--ctx-size", type=int, default=4096, help="with --prompts: the context size")
+    ap.add_argument("--chat-template", metavar="NAME", help="with --prompts: a built-in chat template (gemma, "
+                    "chatml, llama3, ...) for every engine, llama-server's too (its --no-jinja --chat-template "
+                    "NAME); without it each engine's own choice")
     ap.add_argument("--llama-server", metavar="PATH", help="with --prompts: llama.cpp's llama-server binary, "
                     "asked the same conversations, alternated with ours")
-    ap.add_argument("--llama-server-args", default="", help="with --llama-server: its own flags as one string, "
-                    "its drafting ones say (--llama-server-args='--spec-type ngram-mod')")
+    ap.add_argument("--llama-server-args", action="append", default=[],
+                    help="with --llama-server: its own flags as one string, its drafting ones say "
+                         "(--llama-server-args='--spec-type ngram-mod'); repeatable, a server each")
     ap.add_argument("--plot", metavar="FILE.png", help="with --prompts: tokens/s per category and engine; with "
                     "-md: draw the verification cost curve, the cost model's choice and tokens/s by draft length, "
                     "plain against speculative (needs matplotlib)")
@@ -415,6 +434,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     a = ap.parse_args(argv)
+    if len(a.spec_types) > 1 and not a.prompts:
+        ap.error("--spec-type more than once is for --prompts (a chain of kinds is one comma-separated value)")
+    a.spec_type = a.spec_types[0] if a.spec_types else None
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
         ap.error("repetitions must be >= 1; sizes and threads >= 0")
     if a.curve:

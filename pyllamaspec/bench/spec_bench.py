@@ -36,10 +36,16 @@ class Question:
     turns: list[str]
 
 
+# Spec-Bench's multi-turn task is MT-Bench's 80 questions, filed under 8 categories; its speed.py
+# counts them as one task, "mt_bench", and so does the table.
+MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+
+
 def load_prompts(path: str, per_category: int = 0) -> list[Question]:
-    """Spec-Bench's questions from a JSONL file (per_category > 0: the first that many of each)."""
+    """Spec-Bench's questions from a JSONL file, MT-Bench's categories as one task, "mt_bench"
+    (per_category > 0: that many of each task, evenly spaced in the file's order, so a subset
+    of mt_bench spans its categories)."""
     out: list[Question] = []
-    seen: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
@@ -52,11 +58,16 @@ def load_prompts(path: str, per_category: int = 0) -> list[Question]:
                                            f"({{question_id, category, turns: [...]}}): {e}") from None
             if not q.turns:
                 raise InvalidArgumentError(f"{path}:{i}: a question without turns")
-            seen[q.category] = seen.get(q.category, 0) + 1
-            if not per_category or seen[q.category] <= per_category:
-                out.append(q)
+            if q.category in MT_BENCH:
+                q.category = "mt_bench"
+            out.append(q)
     if not out:
         raise InvalidArgumentError(f"{path}: no questions")
+    if per_category:
+        tasks = {c: [q for q in out if q.category == c] for c in dict.fromkeys(q.category for q in out)}
+        keep = {id(qs[j * len(qs) // per_category]) for qs in tasks.values()
+                for j in range(min(per_category, len(qs)))}
+        out = [q for q in out if id(q) in keep]
     return out
 
 
@@ -186,6 +197,7 @@ class Tally:
 class Run:
     """Everything measured: tallies by (engine, category, round), our answers by (engine, question)."""
     engines: list[str]
+    servers: list[str] = field(default_factory=list)      # the engines that are llama-server's
     tallies: dict = field(default_factory=dict)
     answers: dict = field(default_factory=dict)
 
@@ -193,7 +205,7 @@ class Run:
 def measure(questions: list[Question], engines: dict, rounds: int, progress=None) -> Run:
     """Every question through every engine, `rounds` times, the engines' order rotating."""
     names = list(engines)
-    run = Run(names)
+    run = Run(names, [n for n, e in engines.items() if isinstance(e, LlamaServer)])
     for r in range(rounds):
         for e in engines.values():
             getattr(e, "new_round", lambda: None)()
@@ -220,46 +232,62 @@ def _median_tps(run: Run, engine: str, cats: list[str], n_rounds: int) -> float:
     return statistics.median(per_round) if per_round else 0.0
 
 
-def rows(run: Run, questions: list[Question], n_rounds: int, spec: str = "ours") -> list[dict]:
-    """Per category, then "all": each engine's tokens/s, and the drafting engine's speed-up over
-    plain, tokens per round, acceptance and ratio to llama-server's tokens/s."""
+def rows(run: Run, questions: list[Question], n_rounds: int) -> list[dict]:
+    """Per task, then "all": each engine's tokens/s; each drafting engine's speed-up over plain,
+    tokens per round, acceptance and greedy answers equal to plain's; the best of ours (the
+    drafting engines of this build) and of llama-server's, and the one over the other."""
     cats = list(dict.fromkeys(q.category for q in questions))
+    ours = [e for e in run.engines if e != "plain" and e not in run.servers]
     out = []
     for label, cs in [(c, [c]) for c in cats] + [("all", cats)]:
         row: dict = {"category": label, "questions": sum(q.category in cs for q in questions)}
+        idx = [i for i, q in enumerate(questions) if q.category in cs]
         for e in run.engines:
             row[f"{e}_tps"] = _median_tps(run, e, cs, n_rounds)
+            if e == "plain":
+                continue
             tallies = [t for (en, c, _), t in run.tallies.items() if en == e and c in cs]
             drafted, accepted = sum(t.drafted for t in tallies), sum(t.accepted for t in tallies)
             n_rounds_e = sum(t.rounds for t in tallies)
-            if e != "plain":
-                row[f"{e}_acceptance"] = accepted / drafted if drafted else 0.0
-                row[f"{e}_tokens_per_round"] = (accepted + n_rounds_e) / n_rounds_e if n_rounds_e else None
-        if spec in run.engines and row.get("plain_tps"):
-            row["speedup"] = row[f"{spec}_tps"] / row["plain_tps"]
-        if spec in run.engines and row.get("llama-server_tps"):
-            row["vs_llama_server"] = row[f"{spec}_tps"] / row["llama-server_tps"]
-        if spec in run.engines and "plain" in run.engines:
-            idx = [i for i, q in enumerate(questions) if q.category in cs]
-            row["same_as_plain"] = sum(run.answers.get((spec, i)) == run.answers.get(("plain", i)) for i in idx)
+            row[f"{e}_acceptance"] = accepted / drafted if drafted else 0.0
+            row[f"{e}_tokens_per_round"] = (accepted + n_rounds_e) / n_rounds_e if n_rounds_e else None
+            if row.get("plain_tps"):
+                row[f"{e}_speedup"] = row[f"{e}_tps"] / row["plain_tps"]
+            if e in ours and "plain" in run.engines:
+                row[f"{e}_same_as_plain"] = sum(run.answers.get((e, i)) == run.answers.get(("plain", i))
+                                                for i in idx)
+        best = max(ours, key=lambda e: row[f"{e}_tps"], default=None)
+        best_ls = max(run.servers, key=lambda e: row[f"{e}_tps"], default=None)
+        if best is not None:
+            row["best"] = best
+            if f"{best}_speedup" in row:
+                row["speedup"] = row[f"{best}_speedup"]
+            if "plain" in run.engines:
+                row["same_as_plain"] = min(row[f"{e}_same_as_plain"] for e in ours)
+        if best_ls is not None:
+            row["best_llama_server"] = best_ls
+            if best is not None and row[f"{best_ls}_tps"]:
+                row["vs_llama_server"] = row[f"{best}_tps"] / row[f"{best_ls}_tps"]
         out.append(row)
     return out
 
 
-def print_table(table: list[dict], engines: list[str], spec: str = "ours") -> None:
-    lls = "llama-server" in engines
-    head = ["category", "n"] + [f"{e} t/s" for e in engines] + ["speed-up", "tok/round", "accept"] \
-        + (["vs llama-server", "ls accept"] if lls else []) + ["= plain"]
+def print_table(table: list[dict], run: Run) -> None:
+    """Tokens/s of every engine; then the best of ours: its speed-up over plain, tokens per round,
+    acceptance, and its ratio to the best of llama-server's; our greedy answers equal to plain's."""
+    engines, lls = run.engines, bool(run.servers)
+    head = ["task", "n"] + [f"{e} t/s" for e in engines] + ["best of ours", "speed-up", "tok/round", "accept"] \
+        + (["vs best llama-server"] if lls else []) + ["= plain"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in table:
-        tpr = r.get(f"{spec}_tokens_per_round")
+        b = r.get("best")
+        tpr = r.get(f"{b}_tokens_per_round")
         cells = [r["category"], str(r["questions"])] + [f"{r[f'{e}_tps']:.1f}" for e in engines] + [
-            f"{r['speedup']:.2f}x" if "speedup" in r else "-", f"{tpr:.2f}" if tpr else "-",
-            f"{r[f'{spec}_acceptance']:.2f}" if f"{spec}_acceptance" in r else "-"]
+            b or "-", f"{r['speedup']:.2f}x" if "speedup" in r else "-", f"{tpr:.2f}" if tpr else "-",
+            f"{r[f'{b}_acceptance']:.2f}" if b else "-"]
         if lls:
-            cells += [f"{r['vs_llama_server']:.2f}x" if "vs_llama_server" in r else "-",
-                      f"{r['llama-server_acceptance']:.2f}"]
+            cells.append(f"{r['vs_llama_server']:.2f}x ({r['best_llama_server']})" if "vs_llama_server" in r else "-")
         cells.append(f"{r['same_as_plain']}/{r['questions']}" if "same_as_plain" in r else "-")
         print("| " + " | ".join(cells) + " |")
 
