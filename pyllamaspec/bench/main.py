@@ -5,7 +5,7 @@ target's cost curve; speculative decoding against plain decoding.
     python -m pyllamaspec.bench -m MODEL.gguf -t 2 --llama-cpp /path/to/venv/bin/python
     python -m pyllamaspec.bench -m A.gguf -m B.gguf -t 2 --vs-lib OLD/libpyllamaspec.so --llama-bench BIN
     python -m pyllamaspec.bench -m A.gguf -m B.gguf --fidelity [--vs-lib OLD/libpyllamaspec.so]
-    python -m pyllamaspec.bench -m MODEL.gguf --curve
+    python -m pyllamaspec.bench -m MODEL.gguf --curve [--llama-bench BIN] [--plot curve.png]   (bench/curve.py)
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf|ngram [-n 128] [--rounds 5] [--llama-cpp PY]
     python -m pyllamaspec.bench -m TARGET.gguf -md DRAFT.gguf --plot pair.png   (a picture: bench/plot.py)
     python -m pyllamaspec.bench -m TARGET.gguf -md EAGLE3-or-DFLASH-HEAD.gguf [--spec-type ngram-mod,draft-eagle3]
@@ -23,7 +23,8 @@ ppN evaluates N random tokens in one call on an empty cache; tgN evaluates N tok
 at a time (each producing logits), as llama-bench does. Each figure is the median of -r
 repetitions after one warm-up. The Python overhead of a one-token eval is the wall time of
 Model.eval minus the time the core itself reports for it. --curve times one call of n = 1..16
-tokens with all logits after 128 tokens of context. -md decodes greedily, plainly and with
+tokens with all logits after 128 tokens of context, beside llama-bench's ppN after as many
+(--llama-bench, alternated over --rounds) and a roofline from the measured bandwidth and peak. -md decodes greedily, plainly and with
 the drafter in turn, and reports medians, acceptance, the time split and peak RSS.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..engine._native import system_info
 from ..engine.model import Model
 from ..errors import InvalidArgumentError
 from ..generation.drafts import open_draft
-from . import engines
+from . import curve, engines
 from .engines import llama_cpp_probe
 
 # The speculative run's default request ("rewrite this code with one change"): an answer
@@ -191,21 +192,8 @@ def bench_tokenizer(paths: list[str], reps: int, verbose: bool = True) -> list[R
 
 def cost_curve(path: str, threads: int, n_max: int = 16, reps: int = 5) -> list[tuple[int, float]]:
     """The target's time (ms, median) to evaluate n = 1..n_max tokens in one call with all
-    logits, after 128 tokens of context: the curve speculation lives on."""
-    out = []
-    with Model(path, n_ctx=512, n_threads=threads) as m:
-        rng = np.random.default_rng(0)
-        m.eval(rng.integers(0, m.n_vocab, 128, dtype=np.int32), logits="none")
-        for n in range(1, n_max + 1):
-            toks = rng.integers(0, m.n_vocab, n, dtype=np.int32)
-            times = []
-            for _ in range(reps + 1):
-                m.truncate(128)
-                t0 = time.perf_counter()
-                m.eval(toks, logits="all")
-                times.append(time.perf_counter() - t0)
-            out.append((n, 1e3 * statistics.median(times[1:])))
-    return out
+    logits, after 128 tokens of context: the curve speculation lives on (bench/curve.py)."""
+    return sorted(curve.ours(path, threads, range(1, n_max + 1), reps).items())
 
 
 def bench_speculative(target_path: str, draft: str | None, message: str, threads: int, n_gen: int, n_draft: int,
@@ -409,7 +397,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--draft-p-min", type=float, default=None,
                     help="as llama.cpp's --draft-p-min (default: ours decides per token, llama.cpp's side 0.75)")
     ap.add_argument("--no-adaptive", action="store_true", help="speculative run with a fixed draft length")
-    ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call")
+    ap.add_argument("--curve", action="store_true", help="the target's cost of n = 1..16 tokens in one call "
+                    "(with --llama-bench: llama-bench's ppN beside it; --plot: drawn)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--prompts", metavar="FILE.jsonl", help="Spec-Bench's questions ({question_id, category, "
                     "turns}): per category tokens/s of plain decoding and of -md / --spec-type, speed-up, "
@@ -440,13 +429,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.repetitions < 1 or a.n_prompt < 0 or a.n_gen < 0 or a.threads < 0:
         ap.error("repetitions must be >= 1; sizes and threads >= 0")
     if a.curve:
-        curve = {p: cost_curve(p, a.threads) for p in a.model}
+        if a.plot:
+            from .plot import _check_matplotlib
+            _check_matplotlib()
+        curves = {p: curve.measure(p, a.threads, a.rounds, a.llama_bench) for p in a.model}
         if a.json:
-            json.dump(curve, sys.stdout, indent=1)
+            json.dump({p: asdict(c) for p, c in curves.items()}, sys.stdout, indent=1)
             print()
         else:
-            for p, c in curve.items():
-                print(f"{os.path.basename(p)}: ms per call by tokens: " + ", ".join(f"{n}:{t:.1f}" for n, t in c))
+            for p, c in curves.items():
+                curve.print_curves(p, c)
+        if a.plot:
+            curve.draw(curves, a.plot)
         return 0
     if a.prompts:
         from ..errors import PyllamaspecError
