@@ -24,8 +24,9 @@ at a time (each producing logits), as llama-bench does. Each figure is the media
 repetitions after one warm-up. The Python overhead of a one-token eval is the wall time of
 Model.eval minus the time the core itself reports for it. --curve times one call of n = 1..16
 tokens with all logits after 128 tokens of context, beside llama-bench's ppN after as many
-(--llama-bench, alternated over --rounds) and a roofline from the measured bandwidth and peak. -md decodes greedily, plainly and with
-the drafter in turn, and reports medians, acceptance, the time split and peak RSS.
+(--llama-bench, alternated over --rounds) and a roofline from the measured bandwidth and peak.
+-md decodes greedily, plainly and with the drafter in turn, and reports medians, acceptance,
+the time split and peak RSS.
 """
 from __future__ import annotations
 
@@ -401,10 +402,10 @@ def _parser() -> argparse.ArgumentParser:
                     "(with --llama-bench: llama-bench's ppN beside it; --plot: drawn)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--prompts", metavar="FILE.jsonl", help="Spec-Bench's questions ({question_id, category, "
-                    "turns}): per category tokens/s of plain decoding and of -md / --spec-type, speed-up, "
+                    "turns}): per task tokens/s of plain decoding and of each -md / --spec-type, speed-up, "
                     "tokens per round")
-    ap.add_argument("--per-category", type=int, default=0, help="with --prompts: the first N questions of each "
-                    "category (0: all)")
+    ap.add_argument("--per-category", type=int, default=0, help="with --prompts: N questions of each task, evenly "
+                    "spaced in the file (0: all)")
     ap.add_argument("-c", "--ctx-size", type=int, default=4096, help="with --prompts: the context size")
     ap.add_argument("--chat-template", metavar="NAME", help="with --prompts: a built-in chat template (gemma, "
                     "chatml, llama3, ...) for every engine, llama-server's too (its --no-jinja --chat-template "

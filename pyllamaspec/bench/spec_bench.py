@@ -1,18 +1,19 @@
-"""`python -m pyllamaspec.bench -m TARGET --prompts FILE.jsonl [-md DRAFT | --spec-type T]
-[--llama-server PATH [--llama-server-args "..."]] [--per-category N] [--plot FILE.png]`: a public
-benchmark's questions, per category.
+"""`python -m pyllamaspec.bench -m TARGET --prompts FILE.jsonl [-md DRAFT] [--spec-type T ...]
+[--llama-server PATH [--llama-server-args "..." ...]] [--per-category N] [--chat-template NAME]
+[--plot FILE.png]`: a public benchmark's questions, per task.
 
 FILE.jsonl is in Spec-Bench's question format (hemingkx/Spec-Bench, data/spec_bench/question.jsonl:
-the user fetches it), one question a line: {"question_id", "category", "turns": [str, ...]}; a
-question's turns are a conversation, each turn answered (greedy, -n tokens at most) before the
-next is asked. Engines, alternated question by question (the order rotating, so a machine that
-slows down favours none): our plain decoding, ours with the drafter asked for (-md: a draft model,
-a head, "ngram", "suffix"; --spec-type: llama.cpp's names), and with --llama-server the same
-conversations through that llama-server binary (its /v1/chat/completions, started with -m TARGET,
-the threads, and --llama-server-args: its own drafting flags). Per category and over all: each
-engine's tokens/s (generated tokens over generation time, the prompt excluded; the median over
---rounds), ours' speed-up over plain, tokens per round, acceptance, and ours over llama-server's;
-whether our greedy answers equal plain decoding's."""
+the user fetches it), one question a line: {"question_id", "category", "turns": [str, ...]};
+MT-Bench's eight categories are one task, "mt_bench". A question's turns are a conversation,
+each turn answered (greedy, -n tokens at most) before the next is asked. Engines, alternated
+question by question (the order rotating, so a machine that slows down favours none): our plain
+decoding, one engine of ours per drafter asked for (-md: a draft model, a head, "ngram",
+"suffix"; each --spec-type: llama.cpp's names), and with --llama-server the same conversations
+through that binary, one server per --llama-server-args (its /v1/chat/completions, started with
+-m TARGET, the threads and those flags). Per task and over all: each engine's tokens/s
+(generated tokens over generation time, the prompt excluded; the median over --rounds), each
+drafting engine's speed-up over plain, tokens per round and acceptance, the best of ours over
+the best of llama-server's, and whether our greedy answers equal plain decoding's."""
 from __future__ import annotations
 
 import json
