@@ -21,27 +21,18 @@ import numpy as np
 
 from ..engine.model import Model
 from .engines import _run_json
+from .plot import verify_curve
 
 NS = tuple(range(1, 17))
 CONTEXT = 128
 
 
 def ours(path: str, threads: int, ns=NS, reps: int = 5) -> dict[int, float]:
-    """ms (median of reps) of one call of n tokens with all logits, after CONTEXT tokens."""
-    out = {}
+    """ms (median of reps) of one call of n tokens with all logits, after CONTEXT random tokens
+    (plot.verify_curve, which -md --plot draws too)."""
     with Model(path, n_ctx=512, n_threads=threads) as m:
-        rng = np.random.default_rng(0)
-        m.eval(rng.integers(0, m.n_vocab, CONTEXT, dtype=np.int32), logits="none")
-        for n in ns:
-            toks = rng.integers(0, m.n_vocab, n, dtype=np.int32)
-            times = []
-            for _ in range(reps + 1):
-                m.truncate(CONTEXT)
-                t0 = time.perf_counter()
-                m.eval(toks, logits="all")
-                times.append(time.perf_counter() - t0)
-            out[n] = 1e3 * statistics.median(times[1:])
-    return out
+        context = np.random.default_rng(1).integers(0, m.n_vocab, CONTEXT, dtype=np.int32).tolist()
+        return {n: ms for n, ms in verify_curve(m, context, max(ns), reps) if n in ns}
 
 
 def llama_bench(binary: str, path: str, threads: int, ns=NS, reps: int = 5) -> dict[int, float]:
@@ -111,16 +102,15 @@ class Curves:
 def measure(path: str, threads: int, rounds: int = 3, llama_bench_bin: str | None = None, ns=NS) -> Curves:
     """Ours and llama-bench's curves alternated over `rounds` (which goes first alternating), and
     the roofline."""
-    runs: dict[str, list[dict[int, float]]] = {"ours": [], "llama_bench": []}
+    engines = {"ours": lambda: ours(path, threads, ns)}
+    if llama_bench_bin:
+        engines["llama_bench"] = lambda: llama_bench(llama_bench_bin, path, threads, ns)
+    runs: dict[str, list[dict[int, float]]] = {e: [] for e in engines}
     for r in range(rounds):
-        order = ["ours", "llama_bench"] if r % 2 == 0 else ["llama_bench", "ours"]
-        for e in order:
-            if e == "ours":
-                runs[e].append(ours(path, threads, ns))
-            elif llama_bench_bin:
-                runs[e].append(llama_bench(llama_bench_bin, path, threads, ns))
+        for e in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+            runs[e].append(engines[e]())
     med = {e: {n: statistics.median(c[n] for c in cs) for n in ns if all(n in c for c in cs)}
-           for e, cs in runs.items() if cs}
+           for e, cs in runs.items()}
     rl = roofline(path, threads)
     return Curves(med["ours"], med.get("llama_bench", {}), {n: rl.ms(n) for n in ns}, rl.gbs, rl.gflops)
 
