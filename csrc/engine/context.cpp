@@ -213,6 +213,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows, fa_rows);
     graph->embeddings = embd;
+    graph->cpu_attention = !backend_gpu && backends_split.empty();
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
@@ -226,7 +227,8 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
 }
 
 // ggml's CPU flash attention takes a tiled path (F32 queries, blocks of 64 cells) for 64 query
-// rows and more, and goes row by row (F16 queries) below: a sequence's logits would depend on
+// rows and more, and goes row by row (F16 queries) below (or ours does, kernels/attention_rows.h,
+// with the row path's arithmetic, in the same places): a sequence's logits would depend on
 // what else shares its graph (seen: -np 8 servers answering a question two ways). When each
 // sequence of the graph has fewer than 64 rows, so that alone it would go row by row, the
 // attention takes its rows in chunks below 64: each row exactly as alone (a row reads its own

@@ -1,5 +1,6 @@
 #include "models/common/graph_common.h"
 
+#include "kernels/attention_rows.h"
 #include "memory/recurrent_state.h"
 
 #include <algorithm>
@@ -105,6 +106,11 @@ ggml_tensor * Graph::attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cu
 
 ggml_tensor * Graph::flash_attention(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
                                      float scale) {
+    // a few rows on the CPU: ours, which reads each K/V row once for all of them (kernels/)
+    if (cpu_attention && mask && mask->type == GGML_TYPE_F16 && !m.layers[il].attn_sinks &&
+        attention_rows_fit(q, k, v)) {
+        return attention_rows(ctx, q, k, v, mask, &op_floats.emplace_back(scale));
+    }
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);
     ggml_prec_set_acc(out, GGML_PREC_F32);   // accumulate in F32, as llama.cpp asks
     // gpt-oss: one learned logit per head joins every softmax (and takes its share of the mass)

@@ -1,0 +1,287 @@
+#include "kernels/attention_rows.h"
+
+#include "ggml-cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#if defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define PSL_F16_X86 1
+#if defined(__AVX512F__)
+#define PSL_F16_AVX512 1
+#endif
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#define PSL_F16_NEON 1
+#endif
+
+namespace psl {
+namespace {
+
+constexpr int64_t TILE_ROWS = 64;      // ggml-cpu's GGML_FA_TILE_Q: from here ggml tiles, in F32
+constexpr int64_t SPLIT_CELLS = 512;   // ggml splits one row's cells over the threads from here
+constexpr int64_t BLOCK = 16;          // cells scored together, one vector lane each
+constexpr int64_t SIMD_HEAD = 64;      // ggml's GGML_F16_STEP with AVX-512
+
+float to_f16(float x) { return ggml_fp16_to_fp32(ggml_fp32_to_fp16(x)); }
+
+// One SIMD register of F32 lanes, and the rounding to F16 that ggml's F16 accumulator takes at
+// every step (round to nearest even, as its F16C / NEON conversions).
+#if defined(PSL_F16_AVX512)
+struct Vec {
+    static constexpr int N = 16;
+    __m512 r;
+    static Vec load(const float * p) { return {_mm512_loadu_ps(p)}; }
+    void store(float * p) const { _mm512_storeu_ps(p, r); }
+    static Vec splat(float x) { return {_mm512_set1_ps(x)}; }
+    static Vec fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.r, b.r, c.r)}; }
+    static Vec mul(Vec a, Vec b) { return {_mm512_mul_ps(a.r, b.r)}; }
+    static Vec add(Vec a, Vec b) { return {_mm512_add_ps(a.r, b.r)}; }
+    Vec f16() const { return {_mm512_cvtph_ps(_mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT))}; }
+};
+#elif defined(PSL_F16_X86)
+struct Vec {
+    static constexpr int N = 8;
+    __m256 r;
+    static Vec load(const float * p) { return {_mm256_loadu_ps(p)}; }
+    void store(float * p) const { _mm256_storeu_ps(p, r); }
+    static Vec splat(float x) { return {_mm256_set1_ps(x)}; }
+    static Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.r, b.r, c.r)}; }
+    static Vec mul(Vec a, Vec b) { return {_mm256_mul_ps(a.r, b.r)}; }
+    static Vec add(Vec a, Vec b) { return {_mm256_add_ps(a.r, b.r)}; }
+    Vec f16() const { return {_mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT))}; }
+};
+#elif defined(PSL_F16_NEON)
+struct Vec {
+    static constexpr int N = 4;
+    float32x4_t r;
+    static Vec load(const float * p) { return {vld1q_f32(p)}; }
+    void store(float * p) const { vst1q_f32(p, r); }
+    static Vec splat(float x) { return {vdupq_n_f32(x)}; }
+    static Vec fma(Vec a, Vec b, Vec c) { return {vfmaq_f32(c.r, a.r, b.r)}; }
+    static Vec mul(Vec a, Vec b) { return {vmulq_f32(a.r, b.r)}; }
+    static Vec add(Vec a, Vec b) { return {vaddq_f32(a.r, b.r)}; }
+    Vec f16() const { return {vcvt_f32_f16(vcvt_f16_f32(r))}; }
+};
+#else
+struct Vec {
+    static constexpr int N = 1;
+    float r;
+    static Vec load(const float * p) { return {*p}; }
+    void store(float * p) const { *p = r; }
+    static Vec splat(float x) { return {x}; }
+    static Vec fma(Vec a, Vec b, Vec c) { return {a.r * b.r + c.r}; }   // as ggml's scalar code: fused where the compiler fuses
+    static Vec mul(Vec a, Vec b) { return {a.r * b.r}; }
+    static Vec add(Vec a, Vec b) { return {a.r + b.r}; }
+    Vec f16() const { return {to_f16(r)}; }
+};
+#endif
+static_assert(BLOCK % Vec::N == 0, "a block of cells is whole registers");
+
+// A query's scores over a block of cells (kt: [dk][BLOCK]), each summed over d in order, whatever
+// else is computed. The F16 products are exact. ggml's row path sums them in double, in order,
+// for heads below its SIMD step (SIMD_HEAD on AVX-512): so does this, to the bit. Above, ggml sums
+// in F32 lanes in an order of each instruction set's, and so does this in its own: a different
+// sum flips a rounding of the F16 accumulator now and then (2^-11 of a value), as llama.cpp's
+// builds for two instruction sets differ.
+void score_f64(const float * q, const float * kt, int64_t dk, float * out) {
+    double acc[BLOCK] = {};
+    for (int64_t d = 0; d < dk; ++d) {
+        for (int64_t c = 0; c < BLOCK; ++c) acc[c] += (double) q[d] * kt[d * BLOCK + c];
+    }
+    for (int64_t c = 0; c < BLOCK; ++c) out[c] = (float) acc[c];
+}
+
+// (four partial sums over d mod 4, joined as (0 + 1) + (2 + 3): independent chains of FMAs)
+void score_f32(const float * q, const float * kt, int64_t dk, float * out) {
+    constexpr int R = BLOCK / Vec::N, P = 4;
+    Vec acc[P][R];
+    for (auto & a : acc) {
+        for (Vec & x : a) x = Vec::splat(0.0f);
+    }
+    int64_t d = 0;
+    for (; d + P <= dk; d += P) {
+        for (int p = 0; p < P; ++p) {
+            const Vec qd = Vec::splat(q[d + p]);
+            for (int j = 0; j < R; ++j) acc[p][j] = Vec::fma(qd, Vec::load(kt + (d + p) * BLOCK + j * Vec::N), acc[p][j]);
+        }
+    }
+    for (; d < dk; ++d) {
+        const Vec qd = Vec::splat(q[d]);
+        for (int j = 0; j < R; ++j) acc[0][j] = Vec::fma(qd, Vec::load(kt + d * BLOCK + j * Vec::N), acc[0][j]);
+    }
+    for (int j = 0; j < R; ++j) {
+        const Vec a01 = Vec::add(acc[0][j], acc[1][j]), a23 = Vec::add(acc[2][j], acc[3][j]);
+        Vec::add(a01, a23).store(out + j * Vec::N);
+    }
+}
+
+// One cell's step of the online softmax: the accumulator is scaled by ms, then v[cell] * vs is added.
+struct Step {
+    int64_t cell;
+    float ms, vs;
+};
+
+// acc (F16 values in F32) after the steps, each rounded to F16 as ggml_vec_scale_f16 and
+// ggml_vec_mad_f16 round it (one fused multiply-add, then rounded): U registers of acc stay in
+// registers across a block's cells. v: [cells][dv].
+void accumulate(float * acc, const float * v, int64_t dv, const Step * steps, int64_t n) {
+    constexpr int U = 4;
+    int64_t i = 0;
+    for (; i + U * Vec::N <= dv; i += U * Vec::N) {
+        Vec a[U];
+        for (int u = 0; u < U; ++u) a[u] = Vec::load(acc + i + u * Vec::N);
+        for (int64_t t = 0; t < n; ++t) {
+            if (steps[t].ms != 1.0f) {
+                const Vec ms = Vec::splat(steps[t].ms);
+                for (int u = 0; u < U; ++u) a[u] = Vec::mul(a[u], ms).f16();
+            }
+            const Vec vs = Vec::splat(steps[t].vs);
+            const float * vr = v + steps[t].cell * dv + i;
+            for (int u = 0; u < U; ++u) a[u] = Vec::fma(Vec::load(vr + u * Vec::N), vs, a[u]).f16();
+        }
+        for (int u = 0; u < U; ++u) a[u].store(acc + i + u * Vec::N);
+    }
+    for (; i < dv; ++i) {
+        float a = acc[i];
+        for (int64_t t = 0; t < n; ++t) {
+            if (steps[t].ms != 1.0f) a = to_f16(a * steps[t].ms);
+            a = to_f16(a + v[steps[t].cell * dv + i] * steps[t].vs);   // as ggml's scalar leftovers
+        }
+        acc[i] = a;
+    }
+}
+
+struct Scratch {
+    std::vector<float> q;     // [nq][dk]: the queries, rounded to F16 as ggml's row path does
+    std::vector<float> kt;    // [dk][BLOCK]: a block of K rows, transposed
+    std::vector<float> k;     // [BLOCK][dk]
+    std::vector<float> v;     // [BLOCK][dv]
+    std::vector<float> mv;    // [BLOCK]: one query row's mask over the block
+    std::vector<float> acc;   // [nq][dv]: V weighted by the softmax so far (F16 values)
+    std::vector<float> m, s;  // [nq]: running maximum and sum
+};
+
+// Queries j0..j1 of K/V head hk: query j is head hk*G + j / n_rows, row j % n_rows.
+void attend(ggml_tensor * dst, int64_t hk, int64_t j0, int64_t j1, float scale, Scratch & w) {
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const ggml_tensor * v = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    const int64_t dk = k->ne[0], dv = v->ne[0], n_kv = k->ne[1], n_rows = q->ne[1];
+    const int64_t group = q->ne[2] / k->ne[2], nq = j1 - j0;
+    auto head = [&](int64_t jj) { return hk * group + (j0 + jj) / n_rows; };
+    auto row = [&](int64_t jj) { return (j0 + jj) % n_rows; };
+
+    w.q.resize(nq * dk), w.kt.assign(dk * BLOCK, 0.0f), w.k.resize(BLOCK * dk), w.v.resize(BLOCK * dv);
+    w.mv.resize(BLOCK), w.acc.assign(nq * dv, 0.0f), w.m.assign(nq, -INFINITY), w.s.assign(nq, 0.0f);
+    for (int64_t jj = 0; jj < nq; ++jj) {
+        const float * pq = (const float *) ((const char *) q->data + row(jj) * q->nb[1] + head(jj) * q->nb[2]);
+        for (int64_t d = 0; d < dk; ++d) w.q[jj * dk + d] = to_f16(pq[d]);
+    }
+    auto mask_row = [&](int64_t jj) {
+        return (const ggml_fp16_t *) ((const char *) mask->data + row(jj) * mask->nb[1]);
+    };
+    const ggml_fp16_t neg_inf = ggml_fp32_to_fp16(-INFINITY);
+
+    for (int64_t c0 = 0; c0 < n_kv; c0 += BLOCK) {
+        const int64_t nb = std::min(BLOCK, n_kv - c0);
+        bool seen = false;   // a block no query sees (the future, unused cells) is not read
+        for (int64_t jj = 0; jj < nq && !seen; ++jj) {
+            const ggml_fp16_t * mr = mask_row(jj) + c0;
+            for (int64_t c = 0; c < nb && !seen; ++c) seen = mr[c] != neg_inf;
+        }
+        if (!seen) continue;
+        for (int64_t c = 0; c < nb; ++c) {
+            const char * kr = (const char *) k->data + (c0 + c) * k->nb[1] + hk * k->nb[2];
+            const char * vr = (const char *) v->data + (c0 + c) * v->nb[1] + hk * v->nb[2];
+            ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) kr, &w.k[c * dk], dk);
+            ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) vr, &w.v[c * dv], dv);
+            for (int64_t d = 0; d < dk; ++d) w.kt[d * BLOCK + c] = w.k[c * dk + d];
+        }
+        for (int64_t c = nb; c < BLOCK; ++c) {
+            for (int64_t d = 0; d < dk; ++d) w.kt[d * BLOCK + c] = 0.0f;
+        }
+        for (int64_t jj = 0; jj < nq; ++jj) {
+            ggml_cpu_fp16_to_fp32(mask_row(jj) + c0, w.mv.data(), nb);
+            if (std::all_of(w.mv.begin(), w.mv.begin() + nb, [](float x) { return x == -INFINITY; })) continue;
+            float sc[BLOCK];
+            (dk < SIMD_HEAD ? score_f64 : score_f32)(&w.q[jj * dk], w.kt.data(), dk, sc);
+            // ggml's online softmax, cell by cell: its maximum and sum first (they do not depend
+            // on V), then the accumulator through the same steps
+            float & M = w.m[jj];
+            float & S = w.s[jj];
+            Step steps[BLOCK];
+            int64_t n_steps = 0;
+            for (int64_t c = 0; c < nb; ++c) {
+                if (w.mv[c] == -INFINITY) continue;
+                const float x = sc[c] * scale + w.mv[c];
+                float ms = 1.0f, vs = 1.0f;
+                if (x > M) {
+                    const float m_old = M;
+                    M = x;
+                    ms = expf(m_old - M);
+                } else {
+                    vs = expf(x - M);
+                }
+                S = S * ms + vs;
+                steps[n_steps++] = {c, ms, vs};
+            }
+            accumulate(&w.acc[jj * dv], w.v.data(), dv, steps, n_steps);
+        }
+    }
+    for (int64_t jj = 0; jj < nq; ++jj) {
+        const float inv = w.s[jj] == 0.0f ? 0.0f : 1.0f / w.s[jj];
+        float * out = (float *) ((char *) dst->data + row(jj) * dst->nb[2] + head(jj) * dst->nb[1]);
+        for (int64_t d = 0; d < dv; ++d) out[d] = w.acc[jj * dv + d] * inv;
+    }
+}
+
+// ggml's custom-op callback: the K/V heads' queries in parts, dealt out to the threads.
+void compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const float scale = *(const float *) userdata;
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const int64_t n_kv_heads = k->ne[2];
+    const int64_t per_head = q->ne[2] / n_kv_heads * q->ne[1];
+    // as few parts as deal out evenly (each part converts its K/V blocks again); a part holds
+    // whole heads' rows where it can, so that causal rows (more cells seen later) even out
+    const int64_t parts = std::clamp<int64_t>(nth / std::gcd<int64_t>(n_kv_heads, nth), 1, per_head);
+    thread_local Scratch w;
+    for (int64_t u = ith; u < n_kv_heads * parts; u += nth) {
+        const int64_t hk = u / parts, p = u % parts;
+        attend(dst, hk, p * per_head / parts, (p + 1) * per_head / parts, scale, w);
+    }
+}
+
+bool enabled() {
+    const char * env = std::getenv("PYLLAMASPEC_ATTN_ROWS");
+    return !env || std::strcmp(env, "ggml") != 0;
+}
+
+}  // namespace
+
+bool attention_rows_fit(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v) {
+    if (q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16) return false;
+    if (q->ne[3] != 1 || k->ne[3] != 1 || v->ne[3] != 1 || k->ne[2] != v->ne[2] || q->ne[2] % k->ne[2] != 0) {
+        return false;
+    }
+    if (q->nb[0] != sizeof(float) || k->nb[0] != sizeof(ggml_fp16_t) || v->nb[0] != sizeof(ggml_fp16_t)) return false;
+    const int64_t n_rows = q->ne[1];
+    if (n_rows >= TILE_ROWS || (n_rows == 1 && k->ne[1] >= SPLIT_CELLS)) return false;
+    return enabled();
+}
+
+ggml_tensor * attention_rows(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                             ggml_tensor * mask, const float * scale) {
+    ggml_tensor * args[4] = {q, k, v, mask};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, args, 4, compute, GGML_N_TASKS_MAX,
+                          (void *) scale);
+}
+
+}  // namespace psl
