@@ -1,6 +1,8 @@
 // The kernel record of a loaded model (kernels.h).
 #include "engine/kernels.h"
 
+#include "kernels/attention_rows.h"
+
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
@@ -95,6 +97,13 @@ std::string describe_kernels(const psl_model & m) {
                path(types[key], buft, experts, m.deterministic) + "\n";
     }
     if (m.deterministic) out += "attention: flash attention one query row at a time, over every cell in order\n";
+    if (!m.dev_gpu && m.offload_devices().empty()) {
+        out += attention_rows_on(m.hp.n_embd_head_v)
+                   ? "attention, below 64 query rows (F16 cache): ours (kernels/attention_rows: each K/V row read "
+                     "once for all the rows; ggml's row-path numbers)\n"
+                   : "attention, below 64 query rows: ggml's flash attention, a row at a time (native F16 "
+                     "arithmetic for these heads, or PYLLAMASPEC_ATTN_ROWS=ggml)\n";
+    }
     return out;
 }
 

@@ -25,8 +25,18 @@ namespace {
 
 constexpr int64_t TILE_ROWS = 64;      // ggml-cpu's GGML_FA_TILE_Q: from here ggml tiles, in F32
 constexpr int64_t SPLIT_CELLS = 512;   // ggml splits one row's cells over the threads from here
-constexpr int64_t BLOCK = 16;          // cells scored together, one vector lane each
-constexpr int64_t SIMD_HEAD = 64;      // ggml's GGML_F16_STEP with AVX-512
+// ggml's F16 step where its row path accumulates V in native F16 arithmetic (AVX512-FP16, ARM's
+// FP16 vector arithmetic): from a head of that many values on it converts nothing and ggml's stays
+// (measured on AVX512-FP16, Gemma 3's heads of 256, 8 rows: ggml 93 us a layer, this 150; ARM's
+// assumed alike). 0: ggml converts to F32 lanes too, as this does.
+#if defined(__AVX512FP16__)
+constexpr int64_t NATIVE_F16_STEP = 128;
+#elif defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
+constexpr int64_t NATIVE_F16_STEP = 32;
+#else
+constexpr int64_t NATIVE_F16_STEP = 0;
+#endif
+constexpr int64_t BLOCK = 16;          // cells converted from F16 together, for every query
 
 float to_f16(float x) { return ggml_fp16_to_fp32(ggml_fp32_to_fp16(x)); }
 
@@ -42,6 +52,7 @@ struct Vec {
     static Vec fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.r, b.r, c.r)}; }
     static Vec mul(Vec a, Vec b) { return {_mm512_mul_ps(a.r, b.r)}; }
     static Vec add(Vec a, Vec b) { return {_mm512_add_ps(a.r, b.r)}; }
+    float sum() const { return _mm512_reduce_add_ps(r); }
     Vec f16() const { return {_mm512_cvtph_ps(_mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT))}; }
 };
 #elif defined(PSL_F16_X86)
@@ -54,6 +65,11 @@ struct Vec {
     static Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.r, b.r, c.r)}; }
     static Vec mul(Vec a, Vec b) { return {_mm256_mul_ps(a.r, b.r)}; }
     static Vec add(Vec a, Vec b) { return {_mm256_add_ps(a.r, b.r)}; }
+    float sum() const {   // in the order of ggml's GGML_F32x8_REDUCE
+        const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+        const __m128 t1 = _mm_hadd_ps(t0, t0);
+        return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    }
     Vec f16() const { return {_mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT))}; }
 };
 #elif defined(PSL_F16_NEON)
@@ -66,6 +82,7 @@ struct Vec {
     static Vec fma(Vec a, Vec b, Vec c) { return {vfmaq_f32(c.r, a.r, b.r)}; }
     static Vec mul(Vec a, Vec b) { return {vmulq_f32(a.r, b.r)}; }
     static Vec add(Vec a, Vec b) { return {vaddq_f32(a.r, b.r)}; }
+    float sum() const { return vaddvq_f32(r); }
     Vec f16() const { return {vcvt_f32_f16(vcvt_f16_f32(r))}; }
 };
 #else
@@ -78,47 +95,31 @@ struct Vec {
     static Vec fma(Vec a, Vec b, Vec c) { return {a.r * b.r + c.r}; }   // as ggml's scalar code: fused where the compiler fuses
     static Vec mul(Vec a, Vec b) { return {a.r * b.r}; }
     static Vec add(Vec a, Vec b) { return {a.r + b.r}; }
+    float sum() const { return r; }
     Vec f16() const { return {to_f16(r)}; }
 };
 #endif
-static_assert(BLOCK % Vec::N == 0, "a block of cells is whole registers");
 
-// A query's scores over a block of cells (kt: [dk][BLOCK]), each summed over d in order, whatever
-// else is computed. The F16 products are exact. ggml's row path sums them in double, in order,
-// for heads below its SIMD step (SIMD_HEAD on AVX-512): so does this, to the bit. Above, ggml sums
-// in F32 lanes in an order of each instruction set's, and so does this in its own: a different
-// sum flips a rounding of the F16 accumulator now and then (2^-11 of a value), as llama.cpp's
-// builds for two instruction sets differ.
-void score_f64(const float * q, const float * kt, int64_t dk, float * out) {
-    double acc[BLOCK] = {};
-    for (int64_t d = 0; d < dk; ++d) {
-        for (int64_t c = 0; c < BLOCK; ++c) acc[c] += (double) q[d] * kt[d * BLOCK + c];
-    }
-    for (int64_t c = 0; c < BLOCK; ++c) out[c] = (float) acc[c];
-}
-
-// (four partial sums over d mod 4, joined as (0 + 1) + (2 + 3): independent chains of FMAs)
-void score_f32(const float * q, const float * kt, int64_t dk, float * out) {
-    constexpr int R = BLOCK / Vec::N, P = 4;
-    Vec acc[P][R];
-    for (auto & a : acc) {
-        for (Vec & x : a) x = Vec::splat(0.0f);
-    }
-    int64_t d = 0;
-    for (; d + P <= dk; d += P) {
-        for (int p = 0; p < P; ++p) {
-            const Vec qd = Vec::splat(q[d + p]);
-            for (int j = 0; j < R; ++j) acc[p][j] = Vec::fma(qd, Vec::load(kt + (d + p) * BLOCK + j * Vec::N), acc[p][j]);
+// q.k over a head (F16 values in F32: the products are exact, only the order of the sum matters),
+// summed as ggml_vec_dot_f16 sums it with this build's registers: four accumulators over steps
+// of four registers, joined (0 + 2) + (1 + 3), the lanes summed in its order, the rest added in
+// double, in order (all of it below one step, and without SIMD). So it is ggml's own number on
+// x86 (AVX2, AVX-512) and without SIMD. On ARM, whose ggml accumulates in F16 where the CPU
+// has F16 arithmetic, it is an F32 sum: a rounding of the F16 accumulator then flips now and
+// then (2^-11 of a value), as llama.cpp's builds for two instruction sets differ.
+float dot(const float * q, const float * k, int64_t dk) {
+    constexpr int N = Vec::N, STEP = 4 * N;
+    const int64_t np = N > 1 ? dk - dk % STEP : 0;
+    double s = 0.0;
+    if (np > 0) {
+        Vec a[4] = {Vec::splat(0.0f), Vec::splat(0.0f), Vec::splat(0.0f), Vec::splat(0.0f)};
+        for (int64_t d = 0; d < np; d += STEP) {
+            for (int j = 0; j < 4; ++j) a[j] = Vec::fma(Vec::load(q + d + j * N), Vec::load(k + d + j * N), a[j]);
         }
+        s = Vec::add(Vec::add(a[0], a[2]), Vec::add(a[1], a[3])).sum();
     }
-    for (; d < dk; ++d) {
-        const Vec qd = Vec::splat(q[d]);
-        for (int j = 0; j < R; ++j) acc[0][j] = Vec::fma(qd, Vec::load(kt + d * BLOCK + j * Vec::N), acc[0][j]);
-    }
-    for (int j = 0; j < R; ++j) {
-        const Vec a01 = Vec::add(acc[0][j], acc[1][j]), a23 = Vec::add(acc[2][j], acc[3][j]);
-        Vec::add(a01, a23).store(out + j * Vec::N);
-    }
+    for (int64_t d = np; d < dk; ++d) s += (double) (q[d] * k[d]);
+    return (float) s;
 }
 
 // One cell's step of the online softmax: the accumulator is scaled by ms, then v[cell] * vs is added.
@@ -159,7 +160,6 @@ void accumulate(float * acc, const float * v, int64_t dv, const Step * steps, in
 
 struct Scratch {
     std::vector<float> q;     // [nq][dk]: the queries, rounded to F16 as ggml's row path does
-    std::vector<float> kt;    // [dk][BLOCK]: a block of K rows, transposed
     std::vector<float> k;     // [BLOCK][dk]
     std::vector<float> v;     // [BLOCK][dv]
     std::vector<float> mv;    // [BLOCK]: one query row's mask over the block
@@ -178,7 +178,7 @@ void attend(ggml_tensor * dst, int64_t hk, int64_t j0, int64_t j1, float scale, 
     auto head = [&](int64_t jj) { return hk * group + (j0 + jj) / n_rows; };
     auto row = [&](int64_t jj) { return (j0 + jj) % n_rows; };
 
-    w.q.resize(nq * dk), w.kt.assign(dk * BLOCK, 0.0f), w.k.resize(BLOCK * dk), w.v.resize(BLOCK * dv);
+    w.q.resize(nq * dk), w.k.resize(BLOCK * dk), w.v.resize(BLOCK * dv);
     w.mv.resize(BLOCK), w.acc.assign(nq * dv, 0.0f), w.m.assign(nq, -INFINITY), w.s.assign(nq, 0.0f);
     for (int64_t jj = 0; jj < nq; ++jj) {
         const float * pq = (const float *) ((const char *) q->data + row(jj) * q->nb[1] + head(jj) * q->nb[2]);
@@ -202,16 +202,10 @@ void attend(ggml_tensor * dst, int64_t hk, int64_t j0, int64_t j1, float scale, 
             const char * vr = (const char *) v->data + (c0 + c) * v->nb[1] + hk * v->nb[2];
             ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) kr, &w.k[c * dk], dk);
             ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) vr, &w.v[c * dv], dv);
-            for (int64_t d = 0; d < dk; ++d) w.kt[d * BLOCK + c] = w.k[c * dk + d];
-        }
-        for (int64_t c = nb; c < BLOCK; ++c) {
-            for (int64_t d = 0; d < dk; ++d) w.kt[d * BLOCK + c] = 0.0f;
         }
         for (int64_t jj = 0; jj < nq; ++jj) {
             ggml_cpu_fp16_to_fp32(mask_row(jj) + c0, w.mv.data(), nb);
             if (std::all_of(w.mv.begin(), w.mv.begin() + nb, [](float x) { return x == -INFINITY; })) continue;
-            float sc[BLOCK];
-            (dk < SIMD_HEAD ? score_f64 : score_f32)(&w.q[jj * dk], w.kt.data(), dk, sc);
             // ggml's online softmax, cell by cell: its maximum and sum first (they do not depend
             // on V), then the accumulator through the same steps
             float & M = w.m[jj];
@@ -220,7 +214,7 @@ void attend(ggml_tensor * dst, int64_t hk, int64_t j0, int64_t j1, float scale, 
             int64_t n_steps = 0;
             for (int64_t c = 0; c < nb; ++c) {
                 if (w.mv[c] == -INFINITY) continue;
-                const float x = sc[c] * scale + w.mv[c];
+                const float x = dot(&w.q[jj * dk], &w.k[c * dk], dk) * scale + w.mv[c];
                 float ms = 1.0f, vs = 1.0f;
                 if (x > M) {
                     const float m_old = M;
@@ -274,7 +268,11 @@ bool attention_rows_fit(const ggml_tensor * q, const ggml_tensor * k, const ggml
     if (q->nb[0] != sizeof(float) || k->nb[0] != sizeof(ggml_fp16_t) || v->nb[0] != sizeof(ggml_fp16_t)) return false;
     const int64_t n_rows = q->ne[1];
     if (n_rows >= TILE_ROWS || (n_rows == 1 && k->ne[1] >= SPLIT_CELLS)) return false;
-    return enabled();
+    return attention_rows_on(v->ne[0]);
+}
+
+bool attention_rows_on(int64_t dv) {
+    return !(NATIVE_F16_STEP > 0 && dv >= NATIVE_F16_STEP) && enabled();
 }
 
 ggml_tensor * attention_rows(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,

@@ -73,11 +73,9 @@ def smollm2():
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 
 
-def test_logits_and_greedy_match_local(servers, smollm2, monkeypatch):
+def test_logits_and_greedy_match_local(servers, smollm2):
     # no repacking, as a server keeps its weights; the default cache on both sides (F16, as on
-    # any backend: the same model answers alike here and over RPC). The servers run ggml's
-    # attention (our few-row kernel is a node of the local CPU only): so does the local model here.
-    monkeypatch.setenv("PYLLAMASPEC_ATTN_ROWS", "ggml")
+    # any backend: the same model answers alike here and over RPC)
     kw = dict(n_ctx=256, n_threads=1, use_repack=False)
     with Model(smollm2, **kw) as local, Model(smollm2, rpc=servers, tensor_split=[1, 1, 0], **kw) as remote:
         devs = remote.devices
@@ -113,11 +111,10 @@ def test_interrupt_reaches_the_next_eval(servers, smollm2):
         assert m.eval([1, 2]).shape == (2, m.n_vocab)
 
 
-def test_gemma3_logits_match_local(servers, monkeypatch):
+def test_gemma3_logits_match_local(servers):
     """Sliding-window layers and a 262k-row head, split over both servers and this process
     (measured: identical logits)."""
     path = real_model_or_skip("gemma3")
-    monkeypatch.setenv("PYLLAMASPEC_ATTN_ROWS", "ggml")   # as the servers (the first test says why)
     # no repacking on either side: a server keeps weights as they are in the file, and the CPU's
     # repacked Q4_K kernels round differently (up to ~0.9 on these logits, local against local)
     kw = dict(n_ctx=64, n_threads=1, use_repack=False)
