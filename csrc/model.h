@@ -277,6 +277,8 @@ struct psl_model {
     }
     // The devices other than the CPU that hold weights: a context runs a backend on each.
     std::vector<ggml_backend_dev_t> offload_devices() const;
+    // every layer and the head on this process's CPU (no GPU, no RPC split)
+    bool cpu_only() const { return !dev_gpu && offload_devices().empty(); }
 
     std::vector<ggml_context *> ctxs;         // tensor metadata, one context per buffer type
     std::vector<ggml_backend_buffer_t> bufs;  // weight memory

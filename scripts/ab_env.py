@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
+from types import SimpleNamespace
 
 NS = (1, 2, 4, 8, 16)
 
@@ -45,19 +45,18 @@ def summary(rows: list[dict]) -> str:
 
 
 def speculative_simple(binary: str, args: list[str]) -> float | None:
-    """llama.cpp's speculative-simple on -m/-md with bench's chat prompt: its decode tokens/s."""
+    """llama.cpp's speculative-simple on -m/-md with bench's chat prompt, as bench_tree_chain.py
+    runs it (greedy, 16 drafted tokens at most): its decode tokens/s."""
+    from bench_tree_chain import run_llamacpp   # scripts/ is this script's first import path
+
     from pyllamaspec import Model
     from pyllamaspec.bench.main import SPEC_MESSAGE, chat_prompt
     target, draft = args[args.index("-m") + 1], args[args.index("-md") + 1]
-    threads = args[args.index("-t") + 1] if "-t" in args else "2"
     with Model(target, n_ctx=512) as m:
         prompt = chat_prompt(m, SPEC_MESSAGE)
-    out = subprocess.run([binary, "-m", target, "-md", draft, "--spec-type", "draft-simple", "-p", prompt,
-                          "-n", "128", "-t", threads, "-c", "2048", "--temp", "0", "--spec-draft-n-max", "16",
-                          "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.75", "-fa", "on"],
-                         capture_output=True, text=True)
-    m = re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", out.stdout + out.stderr)
-    return float(m.group(1)) if m else None
+    threads = int(args[args.index("-t") + 1]) if "-t" in args else 2
+    return run_llamacpp(os.path.dirname(binary), target, draft, prompt,
+                        SimpleNamespace(n_gen=128, draft_max=16, threads=threads))
 
 
 def main() -> int:

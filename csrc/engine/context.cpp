@@ -213,7 +213,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows, fa_rows);
     graph->embeddings = embd;
-    graph->cpu_attention = !backend_gpu && backends_split.empty();
+    graph->cpu_attention = model->cpu_only();
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;

@@ -97,7 +97,7 @@ std::string describe_kernels(const psl_model & m) {
                path(types[key], buft, experts, m.deterministic) + "\n";
     }
     if (m.deterministic) out += "attention: flash attention one query row at a time, over every cell in order\n";
-    if (!m.dev_gpu && m.offload_devices().empty()) {
+    if (m.cpu_only()) {
         out += attention_rows_on(m.hp.n_embd_head_v)
                    ? "attention, below 64 query rows (F16 cache): ours (kernels/attention_rows: each K/V row read "
                      "once for all the rows; ggml's row-path numbers)\n"

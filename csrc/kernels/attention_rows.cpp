@@ -260,8 +260,9 @@ bool enabled() {
 
 }  // namespace
 
-bool attention_rows_fit(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v) {
+bool attention_rows_fit(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v, const ggml_tensor * mask) {
     if (q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16) return false;
+    if (!mask || mask->type != GGML_TYPE_F16) return false;
     if (q->ne[3] != 1 || k->ne[3] != 1 || v->ne[3] != 1 || k->ne[2] != v->ne[2] || q->ne[2] % k->ne[2] != 0) {
         return false;
     }

@@ -12,13 +12,13 @@
 namespace psl {
 
 // Whether attention_rows() takes this attention: F32 q of fewer than 64 rows ([dk, n_rows,
-// n_head]), F16 K and V ([d, n_kv, n_head_kv] views), where ggml too would go row by row (not one
+// n_head]), F16 K and V ([d, n_kv, n_head_kv] views), an F16 mask, where ggml too would go row by row (not one
 // row over 512 cells or more, which ggml splits over the threads by cells) and would accumulate V
 // in F32 lanes (not where the CPU's native F16 arithmetic does it: AVX512-FP16 from heads of 128,
 // ARM's FP16 vector arithmetic from 32). Where it takes it, a row's numbers are ggml's own on x86
 // (attention_rows.cpp says why). Off with
 // PYLLAMASPEC_ATTN_ROWS=ggml (read when a graph is built), to compare against ggml's.
-bool attention_rows_fit(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v);
+bool attention_rows_fit(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v, const ggml_tensor * mask);
 
 // Whether the kernel runs for heads whose V rows hold dv values: not where ggml's row path has
 // native F16 arithmetic for them (see attention_rows_fit), nor with PYLLAMASPEC_ATTN_ROWS=ggml.
