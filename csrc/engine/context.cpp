@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "host/compute_thread.h"
+#include "kernels/matmul_rows.h"
 #include "models/common/graph_common.h"
 
 #include "ggml-cpu.h"
@@ -213,7 +214,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows, fa_rows);
     graph->embeddings = embd;
-    graph->cpu_attention = model->cpu_only();
+    graph->cpu_kernels = model->cpu_only();
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
     graph->capture = draft_head ? &draft_head->layers() : nullptr;
@@ -224,6 +225,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
                                                       head->nb[1], 0);
     graph->result = model->arch->build(*graph);
     ggml_build_forward_expand(gf, graph->result);
+    if (graph->cpu_kernels) psl::matmul_rows_adopt(graph_ctx.get(), gf);   // a verification's few rows
 }
 
 // ggml's CPU flash attention takes a tiled path (F32 queries, blocks of 64 cells) for 64 query

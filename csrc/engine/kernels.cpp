@@ -2,6 +2,7 @@
 #include "engine/kernels.h"
 
 #include "kernels/attention_rows.h"
+#include "kernels/matmul_rows.h"
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -61,16 +62,24 @@ std::string reference_path(ggml_type t) {
            (two_rows ? " (2-row mmla on even batches: not batch-invariant)" : " (batch-invariant)");
 }
 
-std::string path(ggml_type t, const std::string & buft, bool experts, bool deterministic) {
+std::string path(ggml_type t, const std::string & buft, bool experts, bool deterministic, bool cpu_only) {
     if (buft.find("REPACK") != std::string::npos) {
         return std::string("repacked (ggml's gemv/gemm, activations as ") +
                ggml_type_name(ggml_get_type_traits_cpu(t)->vec_dot_type) + ")";
     }
     if (buft.find("AMX") != std::string::npos) return "AMX tiles";
     if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
-    if (deterministic) return reference_path(t);
+    // ours gives vec_dot's numbers row by row (kernels/matmul_rows.h), deterministic or not
+    const std::string ours = !experts && cpu_only && matmul_rows_takes(t)
+                                 ? "2-" + std::to_string(MATMUL_ROWS_MAX) + " rows: ours (kernels/matmul_rows: each "
+                                   "weight block decoded once for all the rows; vec_dot's numbers); "
+                                 : "";
+    if (deterministic) return ours + reference_path(t);
     if (experts) return vec_dot(t) + " (mul_mat_id: no llamafile)";
     const std::string batched = sgemm_takes(t) ? "llamafile sgemm" : vec_dot(t);
+    if (!ours.empty()) {
+        return "1 token: " + vec_dot(t) + "; " + ours + std::to_string(MATMUL_ROWS_MAX + 1) + "+ rows: " + batched;
+    }
     if (tiled_takes(t)) return "1 token: " + vec_dot(t) + "; 2-7 rows: " + batched + "; 8+ rows: tiled";
     return "1 token: " + vec_dot(t) + "; batched: " + batched;
 }
@@ -94,7 +103,7 @@ std::string describe_kernels(const psl_model & m) {
     for (const auto & [key, n] : groups) {
         const auto & [type, buft, experts] = key;
         out += type + " x" + std::to_string(n) + (experts ? " experts " : " ") + buft + ": " +
-               path(types[key], buft, experts, m.deterministic) + "\n";
+               path(types[key], buft, experts, m.deterministic, m.cpu_only()) + "\n";
     }
     if (m.deterministic) out += "attention: flash attention one query row at a time, over every cell in order\n";
     if (m.cpu_only()) {

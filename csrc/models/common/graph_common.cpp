@@ -107,7 +107,7 @@ ggml_tensor * Graph::attention_heads(int il, ggml_tensor * q, ggml_tensor * k_cu
 ggml_tensor * Graph::flash_attention(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
                                      float scale) {
     // a few rows on the CPU: ours, which reads each K/V row once for all of them (kernels/)
-    if (cpu_attention && !m.layers[il].attn_sinks && attention_rows_fit(q, k, v, mask)) {
+    if (cpu_kernels && !m.layers[il].attn_sinks && attention_rows_fit(q, k, v, mask)) {
         return attention_rows(ctx, q, k, v, mask, &op_floats.emplace_back(scale));
     }
     ggml_tensor * out = ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0f, 0.0f);

@@ -35,9 +35,9 @@ struct Graph {
     // CPU flash attention then takes the path the sequence alone would take)
     int32_t fa_rows = 0;
     static constexpr int32_t FA_ROW_ALONE = -1;
-    // Every node runs on the CPU backend: the attention of a few rows may be our own custom node
-    // (kernels/attention_rows.h), which the other backends do not run.
-    bool cpu_attention = false;
+    // Every node runs on the CPU backend: the attention of a few rows and the products of a few
+    // activation rows may be our own custom nodes (kernels/), which the other backends do not run.
+    bool cpu_kernels = false;
     std::deque<float> op_floats;   // custom nodes' parameters, alive as long as the graph
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output

@@ -1,0 +1,32 @@
+// The product of a weight matrix and a few activation rows (a verification's k+1 tokens) on the
+// CPU, as a custom ggml node. ggml's CPU backend multiplies them one weight row and one activation
+// row at a time (vec_dot) or through llamafile's tiles, decoding every weight block again for each
+// activation row. This kernel decodes a weight block once and multiplies it into every row,
+// whose accumulators stay in registers, and keeps vec_dot's arithmetic per row: the activations
+// quantized by ggml's own from_float, the same integer sums, the block scales and the lanes added
+// in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
+// rows share the call (batch-invariant).
+#pragma once
+
+#include "ggml.h"
+
+namespace psl {
+
+// Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
+// type it has a kernel for on this build (Q4_1, Q8_0 on x86 with AVX2 and FMA) in the CPU's
+// plain buffer (not repacked, not AMX), F32 activations of 2..MATMUL_ROWS_MAX rows. Off with
+// PYLLAMASPEC_MATMUL_ROWS=ggml (read when a graph is built), to compare against ggml's.
+bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x);
+
+// Whether matmul_rows takes weights of type t on this build (for the kernel record): false where
+// it has no kernel for t or is off.
+bool matmul_rows_takes(ggml_type t);
+
+constexpr int64_t MATMUL_ROWS_MAX = 16;
+
+// Turns the graph's products that matmul_rows_fit takes into matmul_rows nodes, in place (the
+// node keeps its operands, shape and identity; its op becomes our custom one). ctx: the graph's
+// context (a scratch node is made there to copy the op from). Returns how many it turned.
+int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf);
+
+}  // namespace psl

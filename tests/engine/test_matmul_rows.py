@@ -1,0 +1,95 @@
+"""Our products of a few activation rows (csrc/kernels/matmul_rows.cpp) against ggml's own,
+which PYLLAMASPEC_MATMUL_ROWS=ggml brings back (read when a graph is built).
+
+Ours keeps ggml's vec_dot arithmetic per row (activations quantized by ggml's from_float, the
+same integer sums, block scales and lane order), so a row's numbers are ggml's one-token numbers
+to the bit, whatever rows share the call. The comparisons are exact: against a deterministic
+model (ggml's reference path, vec_dot for every row at every batch size) and against the rows
+evaluated one token at a time. There is no tolerance to set: any difference is a failure."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyllamaspec
+from pyllamaspec import Model
+
+INFO = pyllamaspec.system_info()
+# where the kernel exists: x86 builds with AVX2, FMA and F16C (ggml's CPU variant says which)
+OURS = all(f"{isa} = 1" in INFO for isa in ("AVX2", "FMA", "F16C"))
+needs_ours = pytest.mark.skipif(not OURS, reason="matmul_rows has kernels for x86 with AVX2/FMA/F16C only")
+
+
+def _switch(monkeypatch, kernel: str) -> None:
+    if kernel == "ggml":
+        monkeypatch.setenv("PYLLAMASPEC_MATMUL_ROWS", "ggml")
+    else:
+        monkeypatch.delenv("PYLLAMASPEC_MATMUL_ROWS", raising=False)
+
+
+def _batched(path, monkeypatch, kernel: str, context, rows, **kw) -> np.ndarray:
+    """All rows' logits of `rows` evaluated in one call after `context`."""
+    _switch(monkeypatch, kernel)
+    with Model(str(path), n_ctx=512, n_threads=2, **kw) as m:
+        m.eval(np.asarray(context, np.int32), logits="none")
+        return np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
+
+
+def _one_at_a_time(path, monkeypatch, kernel: str, context, rows, **kw) -> np.ndarray:
+    _switch(monkeypatch, kernel)
+    with Model(str(path), n_ctx=512, n_threads=2, **kw) as m:
+        m.eval(np.asarray(context, np.int32), logits="none")
+        return np.stack([np.array(m.eval(np.asarray([t], np.int32), logits="all")).reshape(-1) for t in rows])
+
+
+# Q8_0 and Q4_1 matrices everywhere (tied head: the Q8_0 / Q4_1 embedding is the output head too);
+# rows: the smallest batch, one chunk of registers (8), a chunk and a remainder (9, 13), the most (16)
+@needs_ours
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_1"])
+@pytest.mark.parametrize("n_rows", [2, 3, 8, 9, 13, 16])
+def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows):
+    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype=dtype, tied=True, seed=11)
+    rng = np.random.default_rng(n_rows)
+    context, rows = rng.integers(0, 64, 40), rng.integers(0, 64, n_rows)
+    ours = _batched(path, monkeypatch, "ours", context, rows)
+    # ggml's reference path: vec_dot for every row at every batch size
+    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
+    # and ggml's one-token products, a row at a time: batch-invariant
+    np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, "ggml", context, rows))
+    # negative control: a context one token apart moves the rows
+    other = context.copy()
+    other[3] = (other[3] + 1) % 64
+    assert np.abs(_batched(path, monkeypatch, "ours", other, rows) - ours).max() > 1e-3
+
+
+@needs_ours
+@pytest.mark.parametrize("n_rows", [2, 8])
+def test_real_models_equal_ggml_to_the_bit(smollm2_path, gemma3_path, monkeypatch, n_rows):
+    # SmolLM2: Q4_1 layers, Q8_0 head; Gemma 3 Q4_K_M: Q5_0 and Q8_0 matrices beside its K-quants
+    # (vec_dot in a deterministic model, where the repacked and tiled K-quant paths stay off)
+    rng = np.random.default_rng(5)
+    context = [2, *rng.integers(100, 40000, 127)]
+    rows = rng.integers(100, 40000, n_rows)
+    for path in (smollm2_path, gemma3_path):
+        ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
+        np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
+    ours = _batched(smollm2_path, monkeypatch, "ours", context, rows)
+    np.testing.assert_array_equal(ours, _one_at_a_time(smollm2_path, monkeypatch, "ggml", context, rows))
+
+
+def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeypatch):
+    # the equality tests compare ours with ggml's only if the switch switches: the kernel record
+    # says which products the graphs take
+    _switch(monkeypatch, "ours")
+    with Model(str(smollm2_path), n_ctx=256) as m:
+        rec = m.kernels
+    ours = "2-16 rows: ours (kernels/matmul_rows"
+    for line in rec.splitlines():
+        if line.startswith(("q4_1 x210 CPU", "q8_0 x1 CPU")):
+            assert (ours in line) == OURS, rec
+    if OURS:
+        with Model(str(gemma3_path), n_ctx=256) as m:
+            assert any(x.startswith("q5_0 x81 CPU") and ours in x for x in m.kernels.splitlines()), m.kernels
+    _switch(monkeypatch, "ggml")
+    with Model(str(smollm2_path), n_ctx=256) as m:
+        assert "matmul_rows" not in m.kernels, m.kernels
