@@ -4,6 +4,7 @@
 #include "error.h"
 #include "host/compute_thread.h"
 #include "host/huge_pages.h"
+#include "kernels/matmul_rows.h"
 #include "vocab/vocab.h"
 
 #include "ggml-alloc.h"
@@ -92,7 +93,14 @@ ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place pl
     const ggml_tensor * meta = src ? src->meta : nullptr;
     if (matrix && meta) {
         for (ggml_backend_buffer_type_t extra : cpu_extra_) {
-            if (supports_matmul(extra, meta)) return extra;
+            if (!supports_matmul(extra, meta)) continue;
+            // a verification's few rows go through our kernels (kernels/matmul_rows.h), which read
+            // the plain layout: a CPU-only model keeps such weights out of ggml's repacking
+            if (m_.cpu_only() && matmul_rows_takes(meta->type) &&
+                std::string(ggml_backend_buft_name(extra)).find("REPACK") != std::string::npos) {
+                continue;
+            }
+            return extra;
         }
     }
     return buft_cpu_;

@@ -78,7 +78,8 @@ std::string path(ggml_type t, const std::string & buft, bool experts, bool deter
     if (experts) return vec_dot(t) + " (mul_mat_id: no llamafile)";
     const std::string batched = sgemm_takes(t) ? "llamafile sgemm" : vec_dot(t);
     if (!ours.empty()) {
-        return "1 token: " + vec_dot(t) + "; " + ours + std::to_string(MATMUL_ROWS_MAX + 1) + "+ rows: " + batched;
+        return "1 token: " + vec_dot(t) + "; " + ours + std::to_string(MATMUL_ROWS_MAX + 1) +
+               "+ rows: " + (tiled_takes(t) ? "tiled" : batched);
     }
     if (tiled_takes(t)) return "1 token: " + vec_dot(t) + "; 2-7 rows: " + batched + "; 8+ rows: tiled";
     return "1 token: " + vec_dot(t) + "; batched: " + batched;

@@ -1,5 +1,6 @@
 // A weight matrix times a few activation rows, each weight block decoded once (matmul_rows.h).
 #include "kernels/matmul_rows.h"
+#include "kernels/simd.h"
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -12,7 +13,6 @@
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
 #define PSL_MM_AVX2 1
 #endif
 
@@ -31,7 +31,11 @@ struct BlockQ4_1 { uint16_t d, m; uint8_t qs[16]; };
 struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
 struct BlockQ8_1 { uint16_t d, s; int8_t qs[32]; };
 struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
+struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
+struct BlockQ6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
+struct BlockQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
 constexpr int64_t QK = 32;
+constexpr int64_t QK_K = 256;
 
 float f16(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -39,21 +43,40 @@ float f16(uint16_t h) { return _cvtsh_ss(h); }
 // type's vec_dot type, each block's scale (and Q8_1's d * sum) converted to F32 once; stored
 // block-major (a block's rows side by side), so that one pointer walks all the rows.
 struct Rows {
-    int64_t n = 0, nb = 0;
+    int64_t n = 0, k = 0, nb = 0;
     std::vector<int8_t> qs;     // [nb][n][32]
     std::vector<float> d, s;    // [nb][n]
     std::vector<uint8_t> blocks;
+    std::vector<float> f;       // F16 weights: [n][k], the rows rounded to F16 (vec_dot_f16's y)
+    std::vector<BlockQ8_K> kq;  // K-quant weights: [n][k / 256], ggml's Q8_K blocks as they are
+    const BlockQ8_K * k_block(int64_t r, int64_t b) const { return &kq[r * (k / QK_K) + b]; }
 };
 
 void quantize(const ggml_tensor * x, ggml_type vdt, Rows & a) {
     const int64_t k = x->ne[0];
     a.n = x->ne[1];
+    a.k = k;
     a.nb = k / QK;
+    a.blocks.resize(ggml_row_size(vdt, k));
+    const ggml_from_float_t from_float = ggml_get_type_traits_cpu(vdt)->from_float;
+    if (vdt == GGML_TYPE_F16) {
+        a.f.resize(a.n * k);
+        for (int64_t r = 0; r < a.n; ++r) {
+            from_float((const float *) ((const char *) x->data + r * x->nb[1]), a.blocks.data(), k);
+            ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) a.blocks.data(), &a.f[r * k], k);
+        }
+        return;
+    }
+    if (vdt == GGML_TYPE_Q8_K) {
+        a.kq.resize(a.n * (k / QK_K));
+        for (int64_t r = 0; r < a.n; ++r) {
+            from_float((const float *) ((const char *) x->data + r * x->nb[1]), &a.kq[r * (k / QK_K)], k);
+        }
+        return;
+    }
     a.qs.resize(a.n * k);
     a.d.resize(a.n * a.nb);
     a.s.resize(a.n * a.nb);
-    a.blocks.resize(ggml_row_size(vdt, k));
-    const ggml_from_float_t from_float = ggml_get_type_traits_cpu(vdt)->from_float;
     for (int64_t r = 0; r < a.n; ++r) {
         from_float((const float *) ((const char *) x->data + r * x->nb[1]), a.blocks.data(), k);
         for (int64_t b = 0; b < a.nb; ++b) {
@@ -167,7 +190,151 @@ void q4_1_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) + summs[r];
 }
 
+// R activation rows times one Q4_K weight row: ggml_vec_dot_q4_K_q8_K's AVX2 loop per row. A
+// block's integer sums are exact (their order does not matter), its lanes as ggml's: the 6-bit
+// scales and mins unpacked, nibbles times q8 scaled by pairs of lanes, acc += d * sum and
+// acc_m += dmin * (mins . bsums) per block; then hsum_float_8(acc) + acc_m's sum in ggml's order.
+template <int R>
+void q4_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
+    const BlockQ4_K * w = (const BlockQ4_K *) wv;
+    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[R];
+    __m128 acc_m[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
+    for (int64_t b = 0; b < a.k / QK_K; ++b) {
+        const float dw = f16(w[b].d), dminw = f16(w[b].dmin);
+        uint32_t utmp[4];
+        std::memcpy(utmp, w[b].scales, 12);
+        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+        const uint32_t uaux = utmp[1] & kmask1;
+        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= kmask1;
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3], utmp[2], utmp[1], utmp[0]));
+        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        __m256i q4l[4], q4h[4], scale_l[4], scale_h[4];
+        for (int j = 0; j < 4; ++j) {
+            // ggml's get_scale_shuffle_k4(i): the i-th 16-bit scale in every lane
+            scale_l[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 1) << 8) | (4 * j))));
+            scale_h[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 3) << 8) | (4 * j + 2))));
+            const __m256i bits = _mm256_loadu_si256((const __m256i *) (w[b].qs + 32 * j));
+            q4l[j] = _mm256_and_si256(bits, m4);
+            q4h[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        }
+        for (int r = 0; r < R; ++r) {
+            const BlockQ8_K & y = *a.k_block(r0 + r, b);
+            const float d = y.d * dw;
+            const float dmin = -y.d * dminw;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y.bsums);
+            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+            const __m128i prod = _mm_madd_epi16(mins, q8s);
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; ++j) {
+                const __m256i q8l = _mm256_loadu_si256((const __m256i *) (y.qs + 64 * j));
+                const __m256i q8h = _mm256_loadu_si256((const __m256i *) (y.qs + 64 * j + 32));
+                const __m256i p16l = _mm256_madd_epi16(scale_l[j], _mm256_maddubs_epi16(q4l[j], q8l));
+                const __m256i p16h = _mm256_madd_epi16(scale_h[j], _mm256_maddubs_epi16(q4h[j], q8h));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        __m128 m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        res[r] = hsum8(acc[r]) + _mm_cvtss_f32(m);
+    }
+}
+
+// R activation rows times one Q6_K weight row: ggml_vec_dot_q6_K_q8_K's AVX2 loop per row (6-bit
+// values as u8 times q8, scaled by pairs of lanes, less 32 * (scales . bsums); acc += d * sum per
+// block; then hsum_float_8).
+template <int R>
+void q6_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
+    const BlockQ6_K * w = (const BlockQ6_K *) wv;
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a.k / QK_K; ++b) {
+        const float dw = f16(w[b].d);
+        const __m128i scales = _mm_loadu_si128((const __m128i *) w[b].scales);
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(scales);
+        __m256i q[8], sc[8];
+        for (int j = 0; j < 2; ++j) {
+            const __m256i bits1 = _mm256_loadu_si256((const __m256i *) (w[b].ql + 64 * j));
+            const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (w[b].ql + 64 * j + 32));
+            const __m256i bitsH = _mm256_loadu_si256((const __m256i *) (w[b].qh + 32 * j));
+            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bitsH, m3), 4);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(12)), 2);
+            const __m256i h2 = _mm256_and_si256(bitsH, _mm256_set1_epi8(48));
+            const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(-64)), 2);
+            q[4 * j + 0] = _mm256_or_si256(_mm256_and_si256(bits1, m15), h0);
+            q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
+            q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m15), h2);
+            q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m15), h3);
+        }
+        for (int i = 0; i < 8; ++i) {   // ggml's get_scale_shuffle(i): scales 2i (8 lanes), 2i + 1 (8 lanes)
+            const __m128i pick = _mm_set_epi64x(0x0101010101010101LL * (2 * i + 1), 0x0101010101010101LL * (2 * i));
+            sc[i] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+        }
+        for (int r = 0; r < R; ++r) {
+            const BlockQ8_K & y = *a.k_block(r0 + r, b);
+            const float d = y.d * dw;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y.bsums);
+            const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 2; ++j) {
+                __m256i p[4];
+                for (int t = 0; t < 4; ++t) {
+                    const __m256i q8 = _mm256_loadu_si256((const __m256i *) (y.qs + 128 * j + 32 * t));
+                    p[t] = _mm256_madd_epi16(sc[4 * j + t], _mm256_maddubs_epi16(q[4 * j + t], q8));
+                }
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+            }
+            sumi = _mm256_sub_epi32(sumi, q8sclsub);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]);
+}
+
+// R activation rows (from r0) times one F16 weight row: ggml_vec_dot_f16 per row, as kern::dot
+// sums it (four accumulators over steps of four registers, joined (0 + 2) + (1 + 3), the lanes in
+// ggml's order, the rest in double), each weight register converted once for the R rows.
+template <int R>
+void f16_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
+    using kern::Vec;
+    constexpr int N = Vec::N, STEP = 4 * N;
+    const ggml_fp16_t * w = (const ggml_fp16_t *) wv;
+    const int64_t k = a.k;
+    const int64_t np = k - k % STEP;
+    const float * y = &a.f[r0 * k];
+    Vec acc[R][4];
+    for (int r = 0; r < R; ++r) {
+        for (int j = 0; j < 4; ++j) acc[r][j] = Vec::splat(0.0f);
+    }
+    for (int64_t d = 0; d < np; d += STEP) {
+        Vec x[4];
+        for (int j = 0; j < 4; ++j) x[j] = Vec::load_f16(w + d + j * N);
+        for (int r = 0; r < R; ++r) {
+            for (int j = 0; j < 4; ++j) acc[r][j] = Vec::fma(x[j], Vec::load(y + r * k + d + j * N), acc[r][j]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        double s = np > 0 ? Vec::add(Vec::add(acc[r][0], acc[r][2]), Vec::add(acc[r][1], acc[r][3])).sum() : 0.0;
+        for (int64_t d = np; d < k; ++d) s += (double) (ggml_fp16_to_fp32(w[d]) * y[r * k + d]);
+        res[r] = (float) s;
+    }
+}
+
 constexpr int CHUNK = 8;   // activation rows whose accumulators stay in registers (AVX2 has 16)
+// F16 weights: four accumulators a row (AVX2's 16 registers hold two rows' and the weights')
+constexpr int F16_CHUNK = kern::Vec::N >= 16 ? 6 : 2;
 
 using RowsKernel = void (*)(const void * w, const Rows & a, int64_t r0, float * res);
 
@@ -186,8 +353,29 @@ RowsKernel q4_1_for(int r) {
     return table[r - 1];
 }
 
+RowsKernel q4_K_for(int r) {
+    static constexpr RowsKernel table[CHUNK] = {q4_K_rows<1>, q4_K_rows<2>, q4_K_rows<3>, q4_K_rows<4>,
+                                                q4_K_rows<5>, q4_K_rows<6>, q4_K_rows<7>, q4_K_rows<8>};
+    return table[r - 1];
+}
+
+RowsKernel q6_K_for(int r) {
+    static constexpr RowsKernel table[CHUNK] = {q6_K_rows<1>, q6_K_rows<2>, q6_K_rows<3>, q6_K_rows<4>,
+                                                q6_K_rows<5>, q6_K_rows<6>, q6_K_rows<7>, q6_K_rows<8>};
+    return table[r - 1];
+}
+
+RowsKernel f16_for(int r) {
+    static constexpr RowsKernel table[6] = {f16_rows<1>, f16_rows<2>, f16_rows<3>, f16_rows<4>, f16_rows<5>,
+                                            f16_rows<6>};
+    return table[r - 1];
+}
+
 RowsKernel kernel_for(ggml_type t, int r) {
     switch (t) {
+        case GGML_TYPE_F16: return f16_for(r);
+        case GGML_TYPE_Q4_K: return q4_K_for(r);
+        case GGML_TYPE_Q6_K: return q6_K_for(r);
         case GGML_TYPE_Q8_0: return signed_for<Q8_0>(r);
         case GGML_TYPE_Q5_0: return signed_for<Q5_0>(r);
         default: return q4_1_for(r);
@@ -202,11 +390,12 @@ void compute(ggml_tensor * dst, int ith, int nth, void *) {
     thread_local Rows a;
     quantize(x, ggml_get_type_traits_cpu(w->type)->vec_dot_type, a);
     const int64_t n_w = w->ne[1];
+    const int chunk = w->type == GGML_TYPE_F16 ? F16_CHUNK : CHUNK;
     float res[CHUNK];
     for (int64_t i = n_w * ith / nth; i < n_w * (ith + 1) / nth; ++i) {
         const void * wr = (const char *) w->data + i * w->nb[1];
-        for (int64_t r0 = 0; r0 < a.n; r0 += CHUNK) {
-            const int r = (int) std::min<int64_t>(CHUNK, a.n - r0);
+        for (int64_t r0 = 0; r0 < a.n; r0 += chunk) {
+            const int r = (int) std::min<int64_t>(chunk, a.n - r0);
             kernel_for(w->type, r)(wr, a, r0, res);
             for (int j = 0; j < r; ++j) ((float *) ((char *) dst->data + (r0 + j) * dst->nb[1]))[i] = res[j];
         }
@@ -215,6 +404,9 @@ void compute(ggml_tensor * dst, int ith, int nth, void *) {
 
 bool type_takes(ggml_type t) {
     switch (t) {
+        case GGML_TYPE_F16: return true;
+        case GGML_TYPE_Q4_K: return ggml_type_size(t) == sizeof(BlockQ4_K) && ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
+        case GGML_TYPE_Q6_K: return ggml_type_size(t) == sizeof(BlockQ6_K) && ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
         case GGML_TYPE_Q8_0: return ggml_type_size(t) == sizeof(BlockQ8_0) && ggml_blck_size(t) == QK;
         case GGML_TYPE_Q5_0: return ggml_type_size(t) == sizeof(BlockQ5_0) && ggml_blck_size(t) == QK &&
                                     ggml_type_size(GGML_TYPE_Q8_0) == sizeof(BlockQ8_0);

@@ -35,27 +35,29 @@ def _batched(path, monkeypatch, kernel: str, context, rows, **kw) -> np.ndarray:
         return np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
 
 
-def _one_at_a_time(path, monkeypatch, kernel: str, context, rows, **kw) -> np.ndarray:
-    _switch(monkeypatch, kernel)
+def _one_at_a_time(path, monkeypatch, context, rows, **kw) -> np.ndarray:
+    """ggml's one-token products (one row never takes ours), the weights loaded as ours loads them."""
+    _switch(monkeypatch, "ours")
     with Model(str(path), n_ctx=512, n_threads=2, **kw) as m:
         m.eval(np.asarray(context, np.int32), logits="none")
         return np.stack([np.array(m.eval(np.asarray([t], np.int32), logits="all")).reshape(-1) for t in rows])
 
 
-# Q8_0 and Q4_1 matrices everywhere (tied head: the Q8_0 / Q4_1 embedding is the output head too);
-# rows: the smallest batch, one chunk of registers (8), a chunk and a remainder (9, 13), the most (16)
+# Q8_0, Q4_1 or F16 matrices everywhere (tied head: the embedding is the output head too); rows:
+# the smallest batch, one chunk of registers (8; F16: 2), a chunk and a remainder (9, 13), the most
 @needs_ours
-@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_1"])
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_1", "F16"])
 @pytest.mark.parametrize("n_rows", [2, 3, 8, 9, 13, 16])
 def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows):
     path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype=dtype, tied=True, seed=11)
     rng = np.random.default_rng(n_rows)
     context, rows = rng.integers(0, 64, 40), rng.integers(0, 64, n_rows)
-    ours = _batched(path, monkeypatch, "ours", context, rows)
-    # ggml's reference path: vec_dot for every row at every batch size
+    # against ggml's reference path (vec_dot for every row at every batch size, the context too)
+    ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
     np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
-    # and ggml's one-token products, a row at a time: batch-invariant
-    np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, "ggml", context, rows))
+    # against ggml's one-token products, a row at a time, after the same context: batch-invariant
+    ours = _batched(path, monkeypatch, "ours", context, rows)
+    np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
     # negative control: a context one token apart moves the rows
     other = context.copy()
     other[3] = (other[3] + 1) % 64
@@ -63,18 +65,18 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
 
 
 @needs_ours
-@pytest.mark.parametrize("n_rows", [2, 8])
+@pytest.mark.parametrize("n_rows", [2, 8, 16])
 def test_real_models_equal_ggml_to_the_bit(smollm2_path, gemma3_path, monkeypatch, n_rows):
-    # SmolLM2: Q4_1 layers, Q8_0 head; Gemma 3 Q4_K_M: Q5_0 and Q8_0 matrices beside its K-quants
-    # (vec_dot in a deterministic model, where the repacked and tiled K-quant paths stay off)
+    # SmolLM2: Q4_1 layers, Q8_0 head; Gemma 3 Q4_K_M: Q4_K, Q6_K, Q5_0 and Q8_0 (K-quants in the
+    # plain buffer: a CPU-only model keeps the weights ours takes out of ggml's repacking)
     rng = np.random.default_rng(5)
     context = [2, *rng.integers(100, 40000, 127)]
     rows = rng.integers(100, 40000, n_rows)
     for path in (smollm2_path, gemma3_path):
         ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
         np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
-    ours = _batched(smollm2_path, monkeypatch, "ours", context, rows)
-    np.testing.assert_array_equal(ours, _one_at_a_time(smollm2_path, monkeypatch, "ggml", context, rows))
+        ours = _batched(path, monkeypatch, "ours", context, rows)
+        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
 
 
 def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeypatch):
@@ -89,7 +91,9 @@ def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeyp
             assert (ours in line) == OURS, rec
     if OURS:
         with Model(str(gemma3_path), n_ctx=256) as m:
-            assert any(x.startswith("q5_0 x81 CPU") and ours in x for x in m.kernels.splitlines()), m.kernels
+            lines = m.kernels.splitlines()
+        for kind in ("q4_K x27 CPU:", "q6_K x9 CPU:", "q5_0 x81 CPU:", "q8_0 x10 CPU:"):
+            assert any(x.startswith(kind) and ours in x for x in lines), m.kernels
     _switch(monkeypatch, "ggml")
     with Model(str(smollm2_path), n_ctx=256) as m:
         assert "matmul_rows" not in m.kernels, m.kernels
