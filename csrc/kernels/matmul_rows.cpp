@@ -6,10 +6,12 @@
 #include "ggml-cpu.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -338,47 +340,33 @@ constexpr int F16_CHUNK = kern::Vec::N >= 16 ? 6 : 2;
 
 using RowsKernel = void (*)(const void * w, const Rows & a, int64_t r0, float * res);
 
-// The kernels for 1..CHUNK activation rows
-template <class T>
-RowsKernel signed_for(int r) {
-    static constexpr RowsKernel table[CHUNK] = {signed_rows<T, 1>, signed_rows<T, 2>, signed_rows<T, 3>,
-                                                signed_rows<T, 4>, signed_rows<T, 5>, signed_rows<T, 6>,
-                                                signed_rows<T, 7>, signed_rows<T, 8>};
+// A kernel for each count of activation rows, 1..C: table[r - 1]. K wraps a kernel template
+// (function templates cannot be passed as template arguments).
+template <class K, int... R>
+constexpr std::array<RowsKernel, sizeof...(R)> kernels_of(std::integer_sequence<int, R...>) {
+    return {K::template rows<R + 1>...};
+}
+
+template <class K, int C = CHUNK>
+RowsKernel for_rows(int r) {
+    static constexpr auto table = kernels_of<K>(std::make_integer_sequence<int, C>{});
     return table[r - 1];
 }
 
-RowsKernel q4_1_for(int r) {
-    static constexpr RowsKernel table[CHUNK] = {q4_1_rows<1>, q4_1_rows<2>, q4_1_rows<3>, q4_1_rows<4>,
-                                                q4_1_rows<5>, q4_1_rows<6>, q4_1_rows<7>, q4_1_rows<8>};
-    return table[r - 1];
-}
-
-RowsKernel q4_K_for(int r) {
-    static constexpr RowsKernel table[CHUNK] = {q4_K_rows<1>, q4_K_rows<2>, q4_K_rows<3>, q4_K_rows<4>,
-                                                q4_K_rows<5>, q4_K_rows<6>, q4_K_rows<7>, q4_K_rows<8>};
-    return table[r - 1];
-}
-
-RowsKernel q6_K_for(int r) {
-    static constexpr RowsKernel table[CHUNK] = {q6_K_rows<1>, q6_K_rows<2>, q6_K_rows<3>, q6_K_rows<4>,
-                                                q6_K_rows<5>, q6_K_rows<6>, q6_K_rows<7>, q6_K_rows<8>};
-    return table[r - 1];
-}
-
-RowsKernel f16_for(int r) {
-    static constexpr RowsKernel table[6] = {f16_rows<1>, f16_rows<2>, f16_rows<3>, f16_rows<4>, f16_rows<5>,
-                                            f16_rows<6>};
-    return table[r - 1];
-}
+template <class T> struct Signed { template <int R> static constexpr RowsKernel rows = signed_rows<T, R>; };
+struct Q4_1 { template <int R> static constexpr RowsKernel rows = q4_1_rows<R>; };
+struct Q4_K { template <int R> static constexpr RowsKernel rows = q4_K_rows<R>; };
+struct Q6_K { template <int R> static constexpr RowsKernel rows = q6_K_rows<R>; };
+struct F16 { template <int R> static constexpr RowsKernel rows = f16_rows<R>; };
 
 RowsKernel kernel_for(ggml_type t, int r) {
     switch (t) {
-        case GGML_TYPE_F16: return f16_for(r);
-        case GGML_TYPE_Q4_K: return q4_K_for(r);
-        case GGML_TYPE_Q6_K: return q6_K_for(r);
-        case GGML_TYPE_Q8_0: return signed_for<Q8_0>(r);
-        case GGML_TYPE_Q5_0: return signed_for<Q5_0>(r);
-        default: return q4_1_for(r);
+        case GGML_TYPE_F16: return for_rows<F16, F16_CHUNK>(r);
+        case GGML_TYPE_Q4_K: return for_rows<Q4_K>(r);
+        case GGML_TYPE_Q6_K: return for_rows<Q6_K>(r);
+        case GGML_TYPE_Q8_0: return for_rows<Signed<Q8_0>>(r);
+        case GGML_TYPE_Q5_0: return for_rows<Signed<Q5_0>>(r);
+        default: return for_rows<Q4_1>(r);
     }
 }
 
@@ -405,8 +393,10 @@ void compute(ggml_tensor * dst, int ith, int nth, void *) {
 bool type_takes(ggml_type t) {
     switch (t) {
         case GGML_TYPE_F16: return true;
-        case GGML_TYPE_Q4_K: return ggml_type_size(t) == sizeof(BlockQ4_K) && ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
-        case GGML_TYPE_Q6_K: return ggml_type_size(t) == sizeof(BlockQ6_K) && ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
+        case GGML_TYPE_Q4_K: return ggml_type_size(t) == sizeof(BlockQ4_K) &&
+                                    ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
+        case GGML_TYPE_Q6_K: return ggml_type_size(t) == sizeof(BlockQ6_K) &&
+                                    ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
         case GGML_TYPE_Q8_0: return ggml_type_size(t) == sizeof(BlockQ8_0) && ggml_blck_size(t) == QK;
         case GGML_TYPE_Q5_0: return ggml_type_size(t) == sizeof(BlockQ5_0) && ggml_blck_size(t) == QK &&
                                     ggml_type_size(GGML_TYPE_Q8_0) == sizeof(BlockQ8_0);

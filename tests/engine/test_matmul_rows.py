@@ -18,6 +18,9 @@ INFO = pyllamaspec.system_info()
 # where the kernel exists: x86 builds with AVX2, FMA and F16C (ggml's CPU variant says which)
 OURS = all(f"{isa} = 1" in INFO for isa in ("AVX2", "FMA", "F16C"))
 needs_ours = pytest.mark.skipif(not OURS, reason="matmul_rows has kernels for x86 with AVX2/FMA/F16C only")
+# ggml's AMX buffer (Sapphire Rapids and later) takes Q4_0/Q4_1/Q8_0/K-quant weights before ours can:
+# a model that is not deterministic then multiplies them in AMX tiles, whose batches are ggml's affair
+AMX = "AMX_INT8 = 1" in INFO
 
 
 def _switch(monkeypatch, kernel: str) -> None:
@@ -57,7 +60,8 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
     np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
     # against ggml's one-token products, a row at a time, after the same context: batch-invariant
     ours = _batched(path, monkeypatch, "ours", context, rows)
-    np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
+    if not AMX or dtype == "F16":
+        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
     # negative control: a context one token apart moves the rows
     other = context.copy()
     other[3] = (other[3] + 1) % 64
@@ -75,8 +79,9 @@ def test_real_models_equal_ggml_to_the_bit(smollm2_path, gemma3_path, monkeypatc
     for path in (smollm2_path, gemma3_path):
         ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
         np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
-        ours = _batched(path, monkeypatch, "ours", context, rows)
-        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
+        if not AMX:
+            ours = _batched(path, monkeypatch, "ours", context, rows)
+            np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
 
 
 def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeypatch):
@@ -89,7 +94,7 @@ def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeyp
     for line in rec.splitlines():
         if line.startswith(("q4_1 x210 CPU", "q8_0 x1 CPU")):
             assert (ours in line) == OURS, rec
-    if OURS:
+    if OURS and not AMX:
         with Model(str(gemma3_path), n_ctx=256) as m:
             lines = m.kernels.splitlines()
         for kind in ("q4_K x27 CPU:", "q6_K x9 CPU:", "q5_0 x81 CPU:", "q8_0 x10 CPU:"):

@@ -111,12 +111,15 @@ def test_interrupt_reaches_the_next_eval(servers, smollm2):
         assert m.eval([1, 2]).shape == (2, m.n_vocab)
 
 
-def test_gemma3_logits_match_local(servers):
+def test_gemma3_logits_match_local(servers, monkeypatch):
     """Sliding-window layers and a 262k-row head, split over both servers and this process
     (measured: identical logits)."""
     path = real_model_or_skip("gemma3")
     # no repacking on either side: a server keeps weights as they are in the file, and the CPU's
-    # repacked Q4_K kernels round differently (up to ~0.9 on these logits, local against local)
+    # repacked Q4_K kernels round differently (up to ~0.9 on these logits, local against local);
+    # ggml's products on both: a split model runs ggml's kernels, while the local model, on the CPU
+    # alone, would take the prompt's rows through ours (kernels/matmul_rows: vec_dot's sums)
+    monkeypatch.setenv("PYLLAMASPEC_MATMUL_ROWS", "ggml")
     kw = dict(n_ctx=64, n_threads=1, use_repack=False)
     with Model(path, **kw) as local, Model(path, rpc=servers, tensor_split=[1, 1, 1], **kw) as remote:
         assert set(remote.devices) == {"RPC0", "RPC1", "CPU"}, remote.devices
