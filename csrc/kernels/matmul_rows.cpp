@@ -424,11 +424,16 @@ bool plain_cpu(const ggml_tensor * w) {
 
 bool matmul_rows_takes(ggml_type t) { return type_takes(t) && enabled(); }
 
+int64_t matmul_rows_max(ggml_type t) {
+    if (!matmul_rows_takes(t)) return 0;
+    return t == GGML_TYPE_F16 ? 4 : MATMUL_ROWS_MAX;
+}
+
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x) {
     if (!matmul_rows_takes(w->type)) return false;
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] != w->ne[0]) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    if (x->ne[1] < 2 || x->ne[1] > MATMUL_ROWS_MAX || w->nb[0] != ggml_type_size(w->type)) return false;
+    if (x->ne[1] < 2 || x->ne[1] > matmul_rows_max(w->type) || w->nb[0] != ggml_type_size(w->type)) return false;
     return plain_cpu(w);
 }
 

@@ -15,14 +15,19 @@ namespace psl {
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
 // type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
-// plain buffer (not repacked, not AMX), F32 activations of 2..MATMUL_ROWS_MAX rows. Off with
+// plain buffer (not repacked, not AMX), F32 activations of 2..matmul_rows_max(type) rows. Off with
 // PYLLAMASPEC_MATMUL_ROWS=ggml (read when a graph is built and when a model is loaded: a
 // CPU-only model keeps the weights ours takes out of ggml's repacking), to compare with ggml's.
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x);
 
-// Whether matmul_rows takes weights of type t on this build (for the kernel record): false where
-// it has no kernel for t or is off.
+// Whether matmul_rows takes weights of type t on this build: false where it has no kernel for t
+// or is off.
 bool matmul_rows_takes(ggml_type t);
+
+// The most activation rows it takes for weights of type t (0: none). F16 stops at 4: from 8 rows
+// llamafile's tiles, which share each load between several rows and columns, are faster (measured
+// on a Zen 3 core, Gemma 3's F16 head: 84 ms at 8 rows against 146 for ours, 70 against 63 at 4).
+int64_t matmul_rows_max(ggml_type t);
 
 constexpr int64_t MATMUL_ROWS_MAX = 16;
 

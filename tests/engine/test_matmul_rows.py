@@ -47,10 +47,13 @@ def _one_at_a_time(path, monkeypatch, context, rows, **kw) -> np.ndarray:
 
 
 # Q8_0, Q4_1 or F16 matrices everywhere (tied head: the embedding is the output head too); rows:
-# the smallest batch, one chunk of registers (8; F16: 2), a chunk and a remainder (9, 13), the most
+# the smallest batch, one chunk of registers (8; F16: 2), a chunk and a remainder (9, 13; F16: 3),
+# the most (16; F16: 4)
+CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 3, 8, 9, 13, 16)] + [("F16", n) for n in (2, 3, 4)]
+
+
 @needs_ours
-@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_1", "F16"])
-@pytest.mark.parametrize("n_rows", [2, 3, 8, 9, 13, 16])
+@pytest.mark.parametrize("dtype,n_rows", CASES)
 def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows):
     path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype=dtype, tied=True, seed=11)
     rng = np.random.default_rng(n_rows)
