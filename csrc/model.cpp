@@ -93,14 +93,7 @@ ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place pl
     const ggml_tensor * meta = src ? src->meta : nullptr;
     if (matrix && meta) {
         for (ggml_backend_buffer_type_t extra : cpu_extra_) {
-            if (!supports_matmul(extra, meta)) continue;
-            // a verification's few rows go through our kernels (kernels/matmul_rows.h), which read
-            // the plain layout: a CPU-only model keeps such weights out of ggml's repacking
-            if (m_.cpu_only() && matmul_rows_takes(meta->type) &&
-                std::string(ggml_backend_buft_name(extra)).find("REPACK") != std::string::npos) {
-                continue;
-            }
-            return extra;
+            if (supports_matmul(extra, meta)) return extra;
         }
     }
     return buft_cpu_;
@@ -185,22 +178,56 @@ void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t bu
     // a repacking buffer converts in set_tensor: only the plain CPU buffer is filled directly
     const bool host = buft == buft_cpu_ && ggml_backend_buffer_is_host(buf);
     advise_huge_pages(buf);
+    if (!host) plain_twins(ctx);
     std::vector<uint8_t> staging;
     for (auto & [t, src] : created_) {
         if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
         const GgufFile & f = *src->file;
         const size_t off = src->offset, n = ggml_nbytes(t);
+        const auto twin = m_.plain_twins.find(t);
         if (host) {
             f.read(off, t->data, n);
         } else if (f.mapping()) {
             upload(t, f.mapping() + off, 0, n);
+            if (twin != m_.plain_twins.end()) {
+                std::memcpy(twin->second->data, f.mapping() + off, n);
+            }
             f.release(off, n);   // the copy is what runs; the mapped pages may go
         } else {
             staging.resize(n);
             f.read(off, staging.data(), n);
             upload(t, staging.data(), 0, n);
+            if (twin != m_.plain_twins.end()) std::memcpy(twin->second->data, staging.data(), n);
         }
     }
+}
+
+// The repacked weights that our products of a few rows take (a CPU-only model) get a twin in
+// the plain layout, which they read, while ggml's repacked kernels take one token and prompts.
+// Both give ggml's numbers: the repacked gemv / gemm for 1 and 17+ rows, vec_dot's (ours) for
+// 2-16, which unlike the repacked gemm do not depend on the batch. The cost is a second copy of
+// those weights in memory.
+void TensorLoader::plain_twins(ggml_context * ctx) {
+    std::vector<ggml_tensor *> want;
+    for (auto & [t, src] : created_) {
+        if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
+        const std::string buft = ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer));
+        if (m_.cpu_only() && buft.find("REPACK") != std::string::npos && matmul_rows_takes(t->type)) want.push_back(t);
+    }
+    if (want.empty()) return;
+    ggml_init_params p = {ggml_tensor_overhead() * want.size(), nullptr, /*no_alloc =*/ true};
+    ggml_context * tc = ggml_init(p);
+    if (!tc) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the weights' plain twins");
+    m_.twins_ctxs.push_back(tc);
+    for (ggml_tensor * t : want) {
+        ggml_tensor * twin = ggml_dup_tensor(tc, t);
+        ggml_set_name(twin, ggml_get_name(t));
+        m_.plain_twins[t] = twin;
+    }
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(tc, buft_cpu_);
+    if (!buf) fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate the plain twins of the repacked weights");
+    m_.bufs.push_back(buf);
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
 }
 
 // llama.cpp multiplies a weight by its ".scale" tensor where a file has one (NVFP4 and similar
@@ -457,4 +484,5 @@ void release(psl_model * m) {
 psl_model::~psl_model() {
     for (ggml_backend_buffer_t b : bufs) ggml_backend_buffer_free(b);
     for (ggml_context * c : ctxs) ggml_free(c);
+    for (ggml_context * c : twins_ctxs) ggml_free(c);
 }

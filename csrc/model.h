@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace psl {
@@ -282,6 +283,10 @@ struct psl_model {
 
     std::vector<ggml_context *> ctxs;         // tensor metadata, one context per buffer type
     std::vector<ggml_backend_buffer_t> bufs;  // weight memory
+    // A repacked weight's values in the plain layout, for our products of a few rows
+    // (kernels/matmul_rows.h); ggml's repacked kernels take the rest (TensorLoader::plain_twins).
+    std::unordered_map<const ggml_tensor *, ggml_tensor *> plain_twins;
+    std::vector<ggml_context *> twins_ctxs;   // their metadata
 
     std::shared_ptr<psl::Vocab> vocab;        // null when the file has no tokenizer
 
@@ -343,6 +348,7 @@ private:
     ggml_context * ctx_for(ggml_backend_buffer_type_t buft);
     void load_mapped(ggml_context * ctx, bool prefetch);
     void load_copied(ggml_context * ctx, ggml_backend_buffer_type_t buft);
+    void plain_twins(ggml_context * ctx);
     ggml_tensor * place(const std::string & name, std::vector<int64_t> ne, Place place, int il, bool required,
                         bool matrix);
     bool supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const;

@@ -225,7 +225,7 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
                                                       head->nb[1], 0);
     graph->result = model->arch->build(*graph);
     ggml_build_forward_expand(gf, graph->result);
-    if (graph->cpu_kernels) psl::matmul_rows_adopt(graph_ctx.get(), gf);   // a verification's few rows
+    if (graph->cpu_kernels) psl::matmul_rows_adopt(graph_ctx.get(), gf, model->plain_twins);   // a verification's few rows
 }
 
 // ggml's CPU flash attention takes a tiled path (F32 queries, blocks of 64 cells) for 64 query

@@ -7,6 +7,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -62,10 +63,16 @@ std::string reference_path(ggml_type t) {
            (two_rows ? " (2-row mmla on even batches: not batch-invariant)" : " (batch-invariant)");
 }
 
-std::string path(ggml_type t, const std::string & buft, bool experts, bool deterministic, bool cpu_only) {
+std::string path(ggml_type t, const std::string & buft, bool experts, bool deterministic, bool cpu_only,
+                 bool twins) {
     if (buft.find("REPACK") != std::string::npos) {
-        return std::string("repacked (ggml's gemv/gemm, activations as ") +
-               ggml_type_name(ggml_get_type_traits_cpu(t)->vec_dot_type) + ")";
+        const std::string act = ggml_type_name(ggml_get_type_traits_cpu(t)->vec_dot_type);
+        if (twins) {   // TensorLoader::plain_twins: ours on a plain copy for 1-16 rows
+            return "1-" + std::to_string(matmul_rows_max(t)) + " rows: ours (kernels/matmul_rows, on a plain copy: "
+                   "vec_dot's numbers); " + std::to_string(matmul_rows_max(t) + 1) +
+                   "+ rows: repacked (ggml's gemm, activations as " + act + ")";
+        }
+        return "repacked (ggml's gemv/gemm, activations as " + act + ")";
     }
     if (buft.find("AMX") != std::string::npos) return "AMX tiles";
     if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
@@ -105,7 +112,9 @@ std::string describe_kernels(const psl_model & m) {
     for (const auto & [key, n] : groups) {
         const auto & [type, buft, experts] = key;
         out += type + " x" + std::to_string(n) + (experts ? " experts " : " ") + buft + ": " +
-               path(types[key], buft, experts, m.deterministic, m.cpu_only()) + "\n";
+               path(types[key], buft, experts, m.deterministic, m.cpu_only(),
+                    std::any_of(m.plain_twins.begin(), m.plain_twins.end(),
+                                [&](const auto & tw) { return tw.first->type == types[key]; })) + "\n";
     }
     if (m.deterministic) out += "attention: flash attention one query row at a time, over every cell in order\n";
     if (m.cpu_only()) {

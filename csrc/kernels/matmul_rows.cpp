@@ -429,23 +429,37 @@ int64_t matmul_rows_max(ggml_type t) {
     return t == GGML_TYPE_F16 ? 4 : MATMUL_ROWS_MAX;
 }
 
-bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x) {
+namespace {
+
+// The operands' types and shapes ours takes, whatever the row count.
+bool fits_shape(const ggml_tensor * w, const ggml_tensor * x) {
     if (!matmul_rows_takes(w->type)) return false;
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] != w->ne[0]) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    if (x->ne[1] < 2 || x->ne[1] > matmul_rows_max(w->type) || w->nb[0] != ggml_type_size(w->type)) return false;
-    return plain_cpu(w);
+    return w->nb[0] == ggml_type_size(w->type) && x->ne[1] <= matmul_rows_max(w->type) && plain_cpu(w);
 }
 
-int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf) {
+}  // namespace
+
+bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x) {
+    return x->ne[1] >= 2 && fits_shape(w, x);
+}
+
+int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf,
+                      const std::unordered_map<const ggml_tensor *, ggml_tensor *> & plain) {
     ggml_tensor * op = nullptr;   // one scratch node: its op and parameters are every adopted node's
     int n = 0;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
-        if (node->op != GGML_OP_MUL_MAT || node->type != GGML_TYPE_F32 ||
-            !matmul_rows_fit(node->src[0], node->src[1])) {
-            continue;
-        }
+        if (node->op != GGML_OP_MUL_MAT || node->type != GGML_TYPE_F32) continue;
+        // a repacked weight's one-token product is ggml's repacked gemv, which sums otherwise than
+        // vec_dot: through its twin, one row is ours too, so every row count gives the same numbers
+        const auto twin = plain.find(node->src[0]);
+        ggml_tensor * w = twin != plain.end() ? twin->second : node->src[0];
+        const bool one_row = twin != plain.end() && node->src[1]->ne[1] == 1;
+        if (!one_row && !matmul_rows_fit(w, node->src[1])) continue;
+        if (one_row && !fits_shape(w, node->src[1])) continue;
+        node->src[0] = w;
         if (!op) {
             ggml_tensor * args[2] = {node->src[0], node->src[1]};
             op = ggml_custom_4d(ctx, GGML_TYPE_F32, node->ne[0], node->ne[1], 1, 1, args, 2, compute,

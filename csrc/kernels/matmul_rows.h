@@ -10,6 +10,8 @@
 
 #include "ggml.h"
 
+#include <unordered_map>
+
 namespace psl {
 
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
@@ -32,8 +34,11 @@ int64_t matmul_rows_max(ggml_type t);
 constexpr int64_t MATMUL_ROWS_MAX = 16;
 
 // Turns the graph's products that matmul_rows_fit takes into matmul_rows nodes, in place (the
-// node keeps its operands, shape and identity; its op becomes our custom one). ctx: the graph's
-// context (a scratch node is made there to copy the op from). Returns how many it turned.
-int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf);
+// node keeps its activations, shape and identity; its op becomes our custom one). A weight that
+// ggml repacked is read through its plain twin (a tensor on the same values in the plain layout),
+// where `plain` holds one. ctx: the graph's context (a scratch node is made there to copy the op
+// from). Returns how many it turned.
+int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf,
+                      const std::unordered_map<const ggml_tensor *, ggml_tensor *> & plain);
 
 }  // namespace psl

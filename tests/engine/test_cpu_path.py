@@ -34,8 +34,8 @@ def test_kernel_record_names_each_weight_type(smollm2_path, gemma3_path):
         rec = m.kernels
     if amx:
         assert "q4_K x27 AMX: AMX tiles" in rec, rec
-    elif ours:   # our products of a few rows read the plain layout: Q4_K stays out of the repacking
-        assert "q4_K x27 CPU: 1 token: vec_dot q4_K x q8_K; 2-16 rows: ours" in rec, rec
+    elif ours and "REPACK = 1" in info:   # repacked for prompts, a plain copy for ours (1-16 rows)
+        assert "q4_K x27 CPU_REPACK: 1-16 rows: ours (kernels/matmul_rows, on a plain copy" in rec, rec
     elif "REPACK = 1" in info and ("AVX2 = 1" in info or "NEON = 1" in info):
         assert "q4_K x27 CPU_REPACK: repacked" in rec, rec      # Q4_K repacks where ggml has the kernel
     with Model(gemma3_path, n_ctx=64, use_repack=False) as m:
