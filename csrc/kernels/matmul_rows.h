@@ -18,8 +18,8 @@ namespace psl {
 // type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
 // plain buffer (not repacked, not AMX), F32 activations of 2..matmul_rows_max(type) rows. Off with
-// PYLLAMASPEC_MATMUL_ROWS=ggml (read when a graph is built and when a model is loaded: a
-// CPU-only model keeps the weights ours takes out of ggml's repacking), to compare with ggml's.
+// PYLLAMASPEC_MATMUL_ROWS=ggml (read when a model is loaded, which then keeps no plain copy of
+// its repacked weights, and when a graph is built), to compare with ggml's.
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x);
 
 // Whether matmul_rows takes weights of type t on this build: false where it has no kernel for t
