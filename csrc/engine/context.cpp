@@ -214,6 +214,8 @@ void psl_context::build_graph(int32_t n_tokens, int32_t n_kv, Graph::Outputs out
     gf = ggml_new_graph_custom(graph_ctx.get(), graph_size, false);
     graph = std::make_unique<Graph>(graph_ctx.get(), gf, *model, mem->kv(), n_tokens, n_kv, outputs, n_rows, fa_rows);
     graph->embeddings = embd;
+    graph->rows_input = rows_in_ != nullptr;
+    graph->causal = !rows_non_causal_;
     graph->cpu_kernels = model->cpu_only();
     graph->rs = mem->rs();
     graph->mtp = mtp != nullptr;
@@ -291,7 +293,7 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
                                    : (n_out == 1 && ub_out_[0] == n - 1) ? Graph::Outputs::Last : Graph::Outputs::Rows;
     const int32_t n_rows = outputs == Graph::Outputs::Rows ? n_out : 0;
     const int32_t n_kv = mem->kv().n_kv_for(cells.used_end());
-    const int32_t mode = (int32_t) outputs + (embd ? 16 : 0);
+    const int32_t mode = (int32_t) outputs + (embd ? 16 : 0) + (rows_in_ ? 32 : 0) + (rows_non_causal_ ? 64 : 0);
     const int32_t fa_rows = fa_rows_for(n, n_kv);
     if (n != graph_tokens || n_kv != graph_kv || mode != graph_mode || n_rows != graph_rows || fa_rows != graph_fa) {
         build_graph(n, n_kv, outputs, n_rows, embd, fa_rows);
@@ -303,6 +305,13 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
     }
     const UBatch ub{n, ub_tokens_.data(), ub_pos_.data(), ub_seq_.data(), ub_cell_.data(), ub_out_.data()};
     inputs.fill(*graph, ub, cells);
+    if (graph->inp_rows) {   // eval_rows: the batch's tokens are its rows, in order
+        const size_t row = (size_t) model->hp.n_embd;
+        for (int32_t j = 0; j < n; ++j) {
+            ggml_backend_tensor_set(graph->inp_rows, rows_in_ + (size_t) idx[j] * row, (size_t) j * row * sizeof(float),
+                                    row * sizeof(float));
+        }
+    }
     // a hybrid's (and so MTP's) graphs hold one sequence at consecutive positions (split by_seq)
     const int32_t seq0 = ub_seq_[0], pos0 = ub_pos_[0];
     if (graph->mtp) mtp->before_compute(*graph, seq0, pos0);
@@ -466,6 +475,49 @@ void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t 
              (long long) n * n_embd);
     }
     run(b, true, out);
+}
+
+// Rows in place of token embeddings (an image's, from a projector: vision/projector.h), as llama.cpp
+// decodes an mtmd image chunk: each row takes a position and a cell as a token would, holding
+// `token` in the sequence's history (a placeholder: what a replay or a state file sees); a
+// non-causal chunk is one graph in which every row sees all the others.
+void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, int32_t token,
+                            bool non_causal, int32_t mode, float * out, int64_t out_cap) {
+    check_seq(seq);
+    if (!rows || n <= 0) fail(PSL_ERR_INVALID_ARGUMENT, "rows is NULL or n (%d) is not positive", n);
+    if (width != model->hp.n_embd) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given; the model's embeddings have %d (a projector made "
+             "for another model?)", width, model->hp.n_embd);
+    }
+    if (mem->rs() || mtp || draft_head || model->arch_name == "gemma4") {
+        fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with %s",
+             mem->rs() ? "a hybrid model's recurrent state" : mtp ? "MTP drafting" : draft_head ? "a draft head"
+                                                                                   : "gemma4");
+    }
+    if (non_causal && n > params.n_batch) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "an image of %d rows attends within itself in one batch: n_batch (%d) must "
+             "hold it", n, params.n_batch);
+    }
+    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
+    }
+    const int32_t n_vocab = model->hp.n_vocab;
+    std::vector<int32_t> tokens((size_t) n, token), seqs((size_t) n, seq);
+    std::vector<int8_t> flags((size_t) n, mode == PSL_LOGITS_ALL ? 1 : 0);
+    if (mode == PSL_LOGITS_LAST) flags[(size_t) n - 1] = 1;
+    const psl_batch batch{n, tokens.data(), nullptr, nullptr, seqs.data(), flags.data()};
+    const Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
+    if (!out && b.n_out > 0) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL, %d rows requested", b.n_out);
+    if (out && out_cap < (int64_t) b.n_out * n_vocab) {
+        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
+             (long long) b.n_out * n_vocab);
+    }
+    struct Scope {   // the next token graph is built as before, whatever happens here
+        psl_context & c;
+        ~Scope() { c.rows_in_ = nullptr, c.rows_non_causal_ = false, c.graph_tokens = -1; }
+    } scope{*this};
+    rows_in_ = rows, rows_non_causal_ = non_causal, graph_tokens = -1;
+    run(b, false, out);
 }
 
 void psl_context::check_seq(int32_t seq) const {

@@ -65,6 +65,8 @@ struct psl_context {
 
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
     void embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap);
+    void eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, int32_t token, bool non_causal,
+                   int32_t mode, float * out, int64_t out_cap);
     void decode(const psl_batch & batch, float * out, int64_t out_cap);
     void truncate(int32_t seq, int32_t n_keep);
     void copy(int32_t src, int32_t dst, int32_t n);
@@ -114,6 +116,9 @@ private:
     void reserve();
     std::vector<ggml_backend_t> backends() const;   // the scheduler's, the CPU last
 
+    // eval_rows' input while it runs: n x n_embd floats in place of the tokens' embeddings
+    const float * rows_in_ = nullptr;
+    bool rows_non_causal_ = false;
     // scratch of compute(): the graph's tokens, positions, sequences, cells, output rows
     std::vector<int32_t> ub_tokens_, ub_pos_, ub_seq_, ub_cell_, ub_out_, ub_rows_;
     std::vector<int32_t> moved_;             // scratch of compute(): old cell -> new after a compaction

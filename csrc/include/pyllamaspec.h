@@ -618,6 +618,41 @@ PSL_API psl_status psl_sampler_set_grammar(psl_sampler * s, psl_grammar * g);
  * n_top is in [0, n_vocab]; the top arrays may be NULL when n_top == 0. */
 PSL_API psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n_rows, const int32_t * tokens,
                                 int32_t n_top, float * token_logprobs, int32_t * top_ids, float * top_logprobs);
+/* ---- vision projectors (csrc/vision/): llama.cpp's mmproj GGUF files (general.architecture
+ * "clip"), loaded beside a text model, turn an image into rows the text model reads in place of
+ * token embeddings (psl_context_seq_eval_rows). Types: "gemma3". The encoder runs on the CPU. ---- */
+typedef struct psl_projector psl_projector;
+typedef struct psl_projector_info {
+    char    type[32];         /* clip.projector_type, e.g. "gemma3"                                 */
+    int32_t image_size;       /* the side of the square image the encoder takes, in pixels          */
+    int32_t patch_size;
+    int32_t n_merge;          /* patches per side pooled into one row (gemma3's scale_factor)       */
+    int32_t n_embd;           /* the rows' width: the text model's n_embd it was made for           */
+    int32_t n_tokens;         /* rows per image                                                     */
+    float   image_mean[3];    /* the pixels' normalization, (x / 255 - mean) / std per channel      */
+    float   image_std[3];
+    bool    non_causal;       /* an image's rows attend to each other both ways in the text model   */
+} psl_projector_info;
+/* n_threads: the encoder's CPU threads (0 = default). A file that is not a projector, or of a type
+ * not supported, fails with PSL_ERR_UNSUPPORTED. */
+PSL_API psl_status psl_projector_load(const char * path, int32_t n_threads, psl_projector ** out);
+PSL_API void       psl_projector_free(psl_projector * proj);   /* NULL is ignored */
+PSL_API psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info * out);
+/* pixels: an image already resized and normalized as the projector takes it (psl_projector_info),
+ * 3 planes (R, G, B) of height x width float32; writes n_tokens x n_embd floats, row-major, to out
+ * (out_cap floats). A projector is used by one thread at a time. */
+PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixels, int32_t width, int32_t height,
+                                        float * out, int64_t out_cap);
+/* Evaluates n rows of width floats (an image's, from psl_projector_encode) in place of token
+ * embeddings, appended to sequence seq at its next positions: each row takes a position and a
+ * cell as a token would, and the sequence's history holds `token` for it (a placeholder: what a
+ * state file keeps). non_causal: the rows attend to each other both ways (psl_projector_info), in
+ * one graph (n <= n_batch). logits_mode and out as psl_context_eval. PSL_ERR_UNSUPPORTED with a
+ * hybrid model, MTP drafting, a draft head, or an architecture that reads token ids beyond its
+ * embeddings (gemma4); on failure the sequence is as it was. */
+PSL_API psl_status psl_context_seq_eval_rows(psl_context * ctx, int32_t seq, const float * rows, int32_t n,
+                                             int32_t width, int32_t token, bool non_causal, int32_t logits_mode,
+                                             float * out, int64_t out_cap);
 /* cffi-end */
 
 #ifdef __cplusplus

@@ -41,7 +41,7 @@ ggml_tensor * build(Graph & g) {
     const Graph::AttnOpts global = {GGML_ROPE_TYPE_NEOX, hp.rope_freq_base, hp.rope_freq_scale, hp.attn_scale, 1.0f};
     const Graph::AttnOpts local = {GGML_ROPE_TYPE_NEOX, hp.rope_freq_base_swa, 1.0f, hp.attn_scale, 1.0f};
 
-    ggml_tensor * x = ggml_scale(ctx, g.embed(), sqrtf((float) hp.n_embd));
+    ggml_tensor * x = g.embed(sqrtf((float) hp.n_embd));
     for (int il = 0; il < hp.n_layer; ++il) {
         const Layer & l = g.m.layers[il];
         g.layer_input(il, x);

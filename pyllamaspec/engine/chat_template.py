@@ -576,12 +576,22 @@ def prompt_ids(model, text: str, template: ChatTemplate) -> list[int]:
     """Token ids of a rendered prompt as llama.cpp makes them: special tokens parsed, BOS (EOS)
     added when the vocabulary asks for it, and a BOS (EOS) the template wrote itself dropped
     first so it is not doubled."""
+    return model.tokenize(_undoubled(model, text, template), add_special=True, parse_special=True)
+
+
+def _undoubled(model, text: str, template: ChatTemplate) -> str:
     info = model.vocab_info
     if info.add_bos and template.bos_token and text.startswith(template.bos_token):
         text = text[len(template.bos_token):]
     if info.add_eos and template.eos_token and text.endswith(template.eos_token):
         text = text[:-len(template.eos_token)]
-    return model.tokenize(text, add_special=True, parse_special=True)
+    return text
+
+
+def chat_text(prompt: "ChatPrompt", model) -> str:
+    """The rendered prompt as prompt_ids tokenizes it (with BOS added): the text that images'
+    markers are found in (vision/prompt.py tokenizes it then)."""
+    return _undoubled(model, prompt.text(model), prompt.template(model))
 
 
 

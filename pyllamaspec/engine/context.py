@@ -66,6 +66,12 @@ class Context(ABC):
     @abstractmethod
     def seq_copy(self, src: int, dst: int, n: int) -> None: ...
 
+    def seq_eval_rows(self, seq: int, rows: np.ndarray, token: int, non_causal: bool, mode: int,
+                      out: np.ndarray) -> None:
+        """Evaluates float32 rows (n x n_embd: an image's, from a projector) in place of token
+        embeddings at seq's next positions (psl_context_seq_eval_rows)."""
+        raise UnsupportedModelError("images are not supported on this context (a model on RPC servers)")
+
     @abstractmethod
     def seq_mtp_draft(self, seq: int, token: int, step: int, out: np.ndarray) -> None: ...
 
@@ -206,6 +212,12 @@ class LocalContext(Context):
 
     def seq_n_past(self, seq: int) -> int:
         return lib.psl_context_seq_n_past(self._ctx, seq)
+
+    def seq_eval_rows(self, seq: int, rows: np.ndarray, token: int, non_causal: bool, mode: int,
+                      out: np.ndarray) -> None:
+        _native.check(lib.psl_context_seq_eval_rows(
+            self._ctx, seq, ffi.from_buffer("float[]", rows), rows.shape[0], rows.shape[1], token, non_causal, mode,
+            ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def seq_truncate(self, seq: int, n_keep: int) -> None:
         _native.check(lib.psl_context_seq_truncate(self._ctx, seq, n_keep))

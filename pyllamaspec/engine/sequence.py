@@ -103,6 +103,30 @@ class ContextSequence:
         """Model.eval for this sequence: tokens at positions [n_past, n_past + n)."""
         return self.model._eval_one(self, tokens, logits, out)
 
+    def eval_rows(self, rows: np.ndarray, ids: Sequence[int], token: int, non_causal: bool,
+                  logits: str = "none") -> np.ndarray:
+        """Evaluates rows (n x n_embd float32: an image's, from a Projector) in place of token
+        embeddings at [n_past, n_past + n); the core's history holds `token` for each row (a
+        placeholder), this sequence's cached ids hold `ids` (an image's own ids, negative: so a
+        prompt with another image there shares no prefix with it). non_causal: the rows see
+        each other both ways (in one batch)."""
+        m = self.model
+        rows = np.ascontiguousarray(rows, np.float32)
+        if rows.ndim != 2 or rows.shape[0] != len(ids):
+            raise InvalidArgumentError(f"rows {rows.shape} and ids ({len(ids)}) do not match")
+        mode = logits_mode(logits)
+        n_out = rows.shape[0] if mode == 2 else (1 if mode == 1 else 0)
+        out = np.empty((max(n_out, 1), m.n_vocab), np.float32)
+
+        def run(c) -> None:
+            m._make_room(len(ids), {self: len(ids)})
+            try:
+                c.seq_eval_rows(self.id, rows, token, non_causal, mode, out)
+            finally:
+                m._sync(self, list(ids))
+        m._call(self, run)
+        return out[:n_out]
+
     def truncate(self, n_keep: int) -> None:
         """Keeps its first n_keep tokens (O(1) rollback)."""
         n_keep = _args.integer("n_keep", n_keep, -_args.INT32_MAX - 1)

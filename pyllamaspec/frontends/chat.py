@@ -12,6 +12,7 @@ from ..generation.generate import GenerationResult, ModelLike, generate_with
 from ..generation.options import GenerateOptions
 from ..structured.formats import tools_spec
 from ..structured.reasoning import Reasoning
+from ..vision.messages import has_media, split_media
 
 
 @dataclass
@@ -63,7 +64,10 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     to {"tool_call": ...} (or {"response": ...} for "auto"). With response_format / json_schema the grammar is
     llama-server's for a chat (the JSON bare or in a ```json fence after the template's
     generation prompt) and .message["content"] is the JSON alone. A Model reused across turns
-    evaluates only the new part of each prompt (see generate's cache_prompt).
+    evaluates only the new part of each prompt (see generate's cache_prompt). A user message's
+    content may be a list of parts, {"type": "text", ...} and images ({"type": "image_url",
+    "image_url": {"url": "data:image/png;base64,..." or a file}} or {"type": "image", "image":
+    a file, bytes or a PIL image}): they need mmproj= (llama.cpp's mmproj GGUF).
     """
     opts = GenerateOptions.from_kwargs(generate_kwargs, "chat()")
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
@@ -76,6 +80,9 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     elif tool_choice is not None:
         raise InvalidArgumentError("tool_choice needs tools")
     reasoning = Reasoning(reasoning_format, reasoning_budget, reasoning_budget_message)
+    if has_media(messages):                      # image parts: markers in the text, the images beside
+        messages, images = split_media(messages)
+        opts.images = list(opts.images or []) + images
     prompt = ChatPrompt.make(messages, chat_template, **extra)
     out = generate_with(prompt, model, draft_model, opts, stream=stream, tools=constraint, reasoning=reasoning)
     if stream:

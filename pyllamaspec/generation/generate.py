@@ -11,7 +11,7 @@ import numpy as np
 
 from ..engine import _args
 from ..engine.cancel import Cancel
-from ..engine.chat_template import ChatPrompt, is_messages
+from ..engine.chat_template import ChatPrompt, chat_text, is_messages
 from ..engine.head import DraftHead
 from ..engine.model import Model
 from ..engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprobs
@@ -72,7 +72,7 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
                   parse_special: bool = True, cancel: Cancel | None = None,
                   logprobs: int | None = None, per_token: bool = False,
                   cache_prompt: bool = True, progress=None,
-                  constraint: GrammarSpec | None = None) -> Iterator[Piece]:
+                  constraint: GrammarSpec | None = None, images=None) -> Iterator[Piece]:
     """One prompt's generation (lifecycle.Generation, run alone). Yields Pieces (per_token: one
     per generated token, then the text held back to the end as a Piece of token -1); fills
     result with tokens, finish reason, stats, logprobs (a list, when asked) and "eog" (the
@@ -81,25 +81,47 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
     models' caches hold of the prompt (else they start empty). progress(done, total): the
     prompt's evaluation, batch by batch. constraint: the grammar every token respects (a chat's
     JSON schema becomes llama-server's response-format grammar around the template's
-    generation prompt)."""
+    generation prompt). images: (Projector, [image, ...]) for a text prompt with one media marker
+    per image (none: the images go first, as llama-mtmd-cli puts them)."""
     if isinstance(draft_model, Model):
         model.check_draft(draft_model)
     result["reader"] = None
     checkpoints: list[int] = []
+    image_prompt = None
     if isinstance(prompt, ChatPrompt):
         # the template decides the chat's format (tool syntax or the generic one, its thinking)
         prompt, constraint = (constraint or chat_spec(None)).bind(prompt, model)
         ids, chat_stops = prompt.render(model)
+        if images:                                  # the rendered text holds a marker per image
+            image_prompt = _image_prompt(chat_text(prompt, model), model, images, True)
+            ids = image_prompt.ids
         stop = stop + [s for s in chat_stops if s not in stop]
         result["reader"] = constraint.reader()         # how chat() reads the answer
-        if model.memory.get("recurrent_bytes", 0):      # a hybrid keeps its state at the user turns
+        if model.memory.get("recurrent_bytes", 0) and not images:   # a hybrid keeps its state at the user turns
             checkpoints = prompt.turn_starts(model, ids)
+    elif images:
+        image_prompt = _image_prompt(prompt, model, images, add_special)
+        ids = image_prompt.ids
     else:
         ids = prompt_ids(prompt, model, add_special, parse_special)
     g = Generation(ids, model, draft_model, sampling=sampling, draft=draft, max_tokens=max_tokens, stop=stop,
                    logprobs=logprobs, per_token=per_token, cancel=cancel, cache_prompt=cache_prompt,
-                   constraint=constraint, result=result, progress=progress, checkpoints=checkpoints)
+                   constraint=constraint, result=result, progress=progress, checkpoints=checkpoints,
+                   images=image_prompt)
     yield from run_alone(g)
+
+
+def _image_prompt(prompt, model: Model, images, add_special: bool):
+    """A text prompt and its images -> vision.prompt.ImagePrompt (the images encoded now)."""
+    from ..vision import prompt as vp
+    projector, files = images
+    if not isinstance(prompt, str):
+        raise InvalidArgumentError("a prompt with images is text with a media marker per image, not token ids")
+    marker = vp.media_marker()
+    if marker not in prompt:
+        prompt = marker * len(files) + prompt
+    rows = [projector.encode(f) for f in files]
+    return vp.tokenize(model, prompt, rows, projector.info.type, add_special, marker)
 
 
 def prompt_ids(prompt: str | Sequence[int], model: Model, add_special: bool = True,
@@ -200,6 +222,7 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
                                    f"speculative type names, got {type(draft_model).__name__}")
     out = dict(max_tokens=max_tokens, stop=stops, cancel=o.cancel, logprobs=o.logprobs, cache_prompt=o.cache_prompt,
                constraint=constraint)
+    images = _check_images(o, batch, prompt)
 
     def models(stack: ExitStack):
         kw = dict(n_ctx=o.n_ctx, n_threads=o.n_threads, n_gpu_layers=o.n_gpu_layers)
@@ -209,9 +232,10 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
     def run(per_token: bool, result: dict) -> Iterator[Piece]:
         with ExitStack() as stack:
             target, dm = models(stack)
+            imgs = (_open_projector(o.mmproj, stack, o.n_threads), images) if images else None
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft, result=result,
                                      add_special=o.add_special, parse_special=o.parse_special,
-                                     per_token=per_token, **out)
+                                     per_token=per_token, images=imgs, **out)
 
     def run_many(results: list[dict]) -> None:
         from .together import generate_together
@@ -221,6 +245,29 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
             results[:] = generate_together(ids, target, dm, [replace(sampling, seed=s) for s in seeds], draft,
                                            n_parallel=n_parallel, **out)
     return (run_many, seeds) if batch else (run, seeds[0])
+
+
+def _check_images(o: GenerateOptions, batch: bool, prompt) -> list:
+    """The images of a call (a path, bytes or PIL image, or a list of them), checked."""
+    if o.images is None:
+        return []
+    images = [o.images] if isinstance(o.images, (str, bytes, os.PathLike)) else list(o.images)
+    if not images:
+        return []
+    if o.mmproj is None:
+        raise InvalidArgumentError("images need a vision projector: pass mmproj= (llama.cpp's mmproj GGUF)")
+    if not isinstance(o.mmproj, (str, os.PathLike)) and type(o.mmproj).__name__ != "Projector":
+        raise InvalidArgumentError(f"mmproj must be a path or a Projector, got {type(o.mmproj).__name__}")
+    if batch or not isinstance(prompt, (str, ChatPrompt)):
+        raise InvalidArgumentError("images go with one text prompt (a media marker per image)")
+    return images
+
+
+def _open_projector(mmproj, stack: ExitStack, n_threads: int | None):
+    from ..vision.projector import Projector
+    if isinstance(mmproj, Projector):
+        return mmproj
+    return stack.enter_context(Projector(mmproj, n_threads or 0))
 
 
 def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLike | str | None = None, *,
@@ -234,7 +281,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              penalty_last_n: int = 64, logprobs: int | None = None, cache_prompt: bool = True,
              spec_type: str | Sequence[str] | None = None, ngram_params: NgramParams | None = None,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
-             forced: bool = True, n_parallel: int | None = None, tree: bool | None = None, tree_nodes: int = 0):
+             forced: bool = True, n_parallel: int | None = None, tree: bool | None = None, tree_nodes: int = 0,
+             images: Sequence | None = None, mmproj=None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Several prompts (a list of strings, or of token-id lists; a flat list of ints is one
@@ -279,6 +327,9 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     response_format (OpenAI's {"type": "json_object" | "json_schema", ...}) constrain every
     token, as llama-server does (GrammarError for a bad grammar or schema); speculation stays
     exact under them, and with forced=True the text the grammar forces is drafted for free.
+    images (files, bytes or PIL images) with mmproj (llama.cpp's mmproj GGUF, or a
+    vision.Projector): each image takes the place of a media marker ("<__media__>", or
+    LLAMA_MEDIA_MARKER) in the text prompt (none: they go first); every drafter keeps drafting.
     """
     opts = GenerateOptions(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
@@ -288,7 +339,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, penalty_last_n=penalty_last_n,
         logprobs=logprobs, cache_prompt=cache_prompt, spec_type=spec_type, ngram_params=ngram_params,
         grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
-        n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes)
+        n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes, images=images, mmproj=mmproj)
     return generate_with(prompt, model, draft_model, opts, stream=stream)
 
 

@@ -41,7 +41,7 @@ class Generation:
                  max_tokens: int, stop: list[str], logprobs: int | None = None, per_token: bool = False,
                  cancel: Cancel | None = None, cache_prompt: bool = True, constraint=None,
                  result: dict | None = None, progress: Callable[[int, int], None] | None = None,
-                 grammar=None, checkpoints: Sequence[int] = ()):
+                 grammar=None, checkpoints: Sequence[int] = (), images=None):
         self.ids, self.target, self.drafter, self.max_tokens, self.stop = ids, target, drafter, max_tokens, stop
         self.sampling, self.draft, self.n_logprobs = sampling, draft, logprobs
         self.per_token, self.cancel, self.cache_prompt = per_token, cancel, cache_prompt
@@ -49,6 +49,7 @@ class Generation:
         self.grammar = grammar                   # or that grammar, made already (fresh: none of it taken)
         self.progress = progress                 # progress(done, total) of the prompt's evaluation
         self.checkpoints = checkpoints           # prompt lengths to keep a hybrid's state at (a chat's turns)
+        self.images = images                     # an ImagePrompt (vision/prompt.py): ids holds its images
         self.dec: Decoder | None = None          # made when it starts (a draft model's head is shared then)
         self.result: dict = {} if result is None else result   # filled in place: the caller's dict
         self.result.update(tokens=[], prompt_tokens=ids, finish_reason="length", stats=None, policy=None,
@@ -81,6 +82,7 @@ class Generation:
             grammar = self.constraint.make(self.target)
         self.dec = Decoder(self.target, self.drafter, self.sampling, self.draft, logprobs=self.n_logprobs,
                            grammar=grammar)
+        self.dec.images = self.images
         self.result.update(stats=self.dec.stats, policy=self.dec.policy)
         self.budget = thinking_budget(self.constraint, self.target)
         self._follow_thinking()

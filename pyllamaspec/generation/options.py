@@ -49,6 +49,8 @@ class GenerateOptions:
     n_parallel: int | None = None
     tree: bool | None = None
     tree_nodes: int = 0
+    images: Sequence[Any] | None = None    # image files, bytes or PIL images, one per media marker
+    mmproj: Any = None                     # their projector: a path or a vision.Projector
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -166,6 +166,7 @@ class Decoder:
         except NoVocabularyError:
             eog = frozenset()
         self.drafter = make_drafter(target, draft, sampling, self.dp, eog)
+        self.images = None    # an ImagePrompt (vision/prompt.py) whose ids the prompt is
         # the longest draft: --draft-max, or the drafter's own size (llama.cpp's n-gram kinds)
         own = self.drafter.n_max if self.drafter is not None else None
         self.k_max = min(own, _args.MAX_DRAFT) if own is not None else self.dp.n_draft
@@ -207,7 +208,11 @@ class Decoder:
         if self.tseq is None:
             self.tseq = self.target.lease(None if fresh else prompt[:-1], stop=stop)
         if self.drafter is not None:
-            self.drafter.open(prompt, fresh, stop)
+            self.drafter.open(self._text(prompt), fresh, stop)
+
+    def _text(self, prompt: list[int]) -> list[int]:
+        """The prompt as a drafter and the sampler see it: an image's positions as a placeholder."""
+        return prompt if self.images is None else self.images.text_ids()
 
     def prefill(self, prompt: list[int], fresh: bool = False, progress=None, draft_later: bool = False,
                 target_later: bool = False, checkpoints: Sequence[int] = ()) -> None:
@@ -231,21 +236,28 @@ class Decoder:
             if m is not None and len(prompt) >= m.n_ctx:
                 raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {m.n_ctx} "
                                        f"(raise n_ctx / -c)")
+        if self.images is not None and (self.images.ids != list(prompt) or prompt[-1] < 0):
+            raise InvalidArgumentError("a prompt with images must be its ImagePrompt's ids, ending with text")
         t0 = time.perf_counter()
         self.open(prompt, fresh)
-        self.seq = list(prompt)
-        head = np.asarray(prompt[:-1], np.int32)
+        self.seq = list(self._text(prompt))
+        head = np.asarray(prompt[:-1], np.int64 if self.images is not None else np.int32)
         if self.sampling.penalized:              # llama.cpp penalizes repeats of the prompt too
-            self.t_sampler.reset(prompt)
+            self.t_sampler.reset(self.seq)
         if fresh:
             self.tseq.clear()
         n_keep = self.tseq.reuse_prefix(prompt[:-1])
+        if self.images is not None:             # an image kept in part is evaluated again, whole
+            target_later, n_keep = False, self.images.image_start(n_keep)
+            self.tseq.truncate(n_keep)
         self.pending = None
         cuts = [p - n_keep for p in sorted(set(checkpoints)) if n_keep < p <= len(head)]
         if cuts and not self.target.memory.get("recurrent_bytes", 0):
             cuts = []                            # nothing to keep: the cache rolls back exactly
         if n_keep < len(head) and target_later and not cuts:
             self.pending = head[n_keep:]
+        elif n_keep < len(head) and self.images is not None:
+            self._eval_images(n_keep, len(head), progress)
         elif n_keep < len(head):
             self._eval_prompt(head[n_keep:], progress, cuts)
         if self.drafter is not None:
@@ -254,6 +266,21 @@ class Decoder:
         self.stats.n_prompt = len(prompt)
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
+
+    def _eval_images(self, start: int, end: int, progress) -> None:
+        """The prompt's positions [start, end) into the target's cache, text and images in turn:
+        an image's rows as one batch (they may attend to each other both ways)."""
+        done = start
+        for run in self.images.chunks(start, end):
+            if run[0] == "text":
+                self._eval_prompt(np.asarray(run[1], np.int32), None)
+                done += len(run[1])
+            else:
+                img, ids = run[1], run[2]
+                self.tseq.eval_rows(img.rows, ids, self.images.placeholder, img.non_causal)
+                done += len(ids)
+            if progress is not None:
+                progress(done - start, end - start)
 
     def _eval_prompt(self, ids: np.ndarray, progress, cuts: Sequence[int] = ()) -> None:
         """The prompt's tokens into the target's cache, a checkpoint taken after each cut (the

@@ -23,9 +23,10 @@ LAYERS = {
     "rpc": {"errors", "engine"},
     "speculation": {"errors", "engine"},
     "structured": {"errors", "engine"},
-    "generation": {"errors", "files", "engine", "speculation", "structured"},
-    "frontends": {"errors", "files", "engine", "speculation", "structured", "generation"},
-    "bench": {"errors", "files", "engine", "speculation", "structured", "generation", "frontends"},
+    "vision": {"errors", "engine"},
+    "generation": {"errors", "files", "engine", "speculation", "structured", "vision"},
+    "frontends": {"errors", "files", "engine", "speculation", "structured", "generation", "vision"},
+    "bench": {"errors", "files", "engine", "speculation", "structured", "generation", "frontends", "vision"},
 }
 
 

@@ -34,11 +34,18 @@ Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache 
     }
 }
 
-ggml_tensor * Graph::embed() {
+ggml_tensor * Graph::embed(float tok_scale) {
+    if (rows_input) {
+        inp_rows = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd, n_tokens);
+        ggml_set_name(inp_rows, "inp_rows");
+        ggml_set_input(inp_rows);
+        return inp_rows;
+    }
     inp_tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     ggml_set_name(inp_tokens, "inp_tokens");
     ggml_set_input(inp_tokens);
-    return ggml_get_rows(ctx, m.tok_embd, inp_tokens);
+    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, inp_tokens);
+    return tok_scale == 1.0f ? x : ggml_scale(ctx, x, tok_scale);
 }
 
 void Graph::layer_input(int il, ggml_tensor * x) {
@@ -340,7 +347,8 @@ void GraphInputs::fill(const Graph & g, const UBatch & ub, const KvCells & cells
 
 // Token i (position p of sequence s) sees the cells of s's positions 0..p (from n_past on, its
 // tail's); with a sliding window only the last n_swa of them. One sequence whose cells ascend gives the causal mask of
-// a one-sequence cache, cell for cell.
+// a one-sequence cache, cell for cell. Not causal (an image's rows): every cell of s, the window
+// counted back from p as llama.cpp does (a cell past p is never outside it).
 void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells) {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
@@ -352,7 +360,8 @@ void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells &
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
         ggml_fp16_t * srow = g.inp_mask_swa ? mask_swa_.data() + (size_t) i * g.n_kv : nullptr;
         const int32_t own = cells.n_past(s);
-        for (int32_t q = 0; q <= p; ++q) {
+        const int32_t last = g.causal ? p : own - 1;
+        for (int32_t q = 0; q <= last; ++q) {
             const int32_t c = q < own ? cells.cell_at(s, q) : ub.tails[i][(size_t) (q - own)];
             row[c] = zero;
             if (srow && q > p - n_swa) srow[c] = zero;

@@ -42,8 +42,11 @@ struct Graph {
     ggml_tensor * result = nullptr;
     ggml_tensor * head = nullptr;            // a restricted output matrix (set_output_ids), else m.output
 
+    bool rows_input = false;                // embed() reads inp_rows, not token ids
+
     // inputs, filled before compute (GraphInputs)
     ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
+    ggml_tensor * inp_rows = nullptr;       // F32 [n_embd, n_tokens] with rows_input (psl_context::eval_rows)
     ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
     ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
     ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, mask_rows()], causal
@@ -71,7 +74,7 @@ struct Graph {
     const psl_model * other = nullptr;
     ggml_tensor * inp_embd = nullptr;       // F32 [width, n_tokens]
     ggml_tensor * hidden = nullptr;         // F32 [n_embd, n_outputs]
-    bool causal = true;
+    bool causal = true;                     // false: a token sees every cell of its sequence (an image's rows too)
     bool sees_own = true;                   // false: a token sees the cells before its position only
     // the final normed hidden rows (the output head's input) are kept: a Gemma 4 assistant reads them
     bool keep_final = false;
@@ -82,7 +85,10 @@ struct Graph {
     bool no_outputs() const { return outputs == Outputs::None; }
     int32_t mask_rows() const { return (int32_t) inp_mask->ne[1]; }   // n_tokens, or 2 (FA_ROW_ALONE)
 
-    ggml_tensor * embed();                   // token embeddings [n_embd, n_tokens]
+    // The rows the first layer reads, [n_embd, n_tokens]: the tokens' embeddings times tok_scale,
+    // or with rows_input the caller's rows as given (an image's, from a projector: llama.cpp
+    // scales token rows only, so an architecture that scales passes its factor here).
+    ggml_tensor * embed(float tok_scale = 1.0f);
     // Called with the residual stream entering layer il: a head's captured feature when asked.
     void layer_input(int il, ggml_tensor * x);
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from ...engine import state_file
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...errors import PyllamaspecError
+from ...errors import InvalidArgumentError, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ...generation.generate import iter_generate
@@ -80,6 +80,10 @@ def _has_template(a: argparse.Namespace, target: Model) -> bool:
 def _conversing(a: argparse.Namespace, target: Model, demo: bool) -> bool:
     """-cnv / -no-cnv, else llama-cli's default: converse when the model has a chat template (or
     one is given); -p / -f is then the first user message."""
+    if getattr(a, "image", None):
+        if a.conversation:
+            raise InvalidArgumentError("--image takes one prompt (-p); images in a conversation are not supported yet")
+        return False
     if a.conversation is not None:
         return a.conversation
     return not demo and _has_template(a, target)
@@ -108,7 +112,7 @@ def stream(a: argparse.Namespace, prompt: str, target: Model, draft, sampling: S
                            max_tokens=max_tokens, stop=a.stop, result=result,
                            parse_special=not a.no_special,
                            progress=None if a.log_disable else StepProgress("prompt", new_line=True),
-                           constraint=getattr(a, "constraint", None))
+                           constraint=getattr(a, "constraint", None), images=getattr(a, "media", None))
     try:
         for piece in pieces:
             text = piece.text
@@ -215,6 +219,17 @@ def _interactive(a: argparse.Namespace) -> None:
         a.prompt, a.file = None, None
 
 
+def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
+    """--mmproj and --image: a.media = (Projector, [files]) for the prompt."""
+    a.media = None
+    if a.image and not a.mmproj:
+        raise InvalidArgumentError("--image needs a vision projector: --mmproj FILE (llama.cpp's mmproj GGUF)")
+    if a.mmproj:
+        from ...vision.projector import Projector
+        proj = stack.enter_context(Projector(a.mmproj, a.threads or 0))
+        a.media = (proj, list(a.image)) if a.image else None
+
+
 def run(a: argparse.Namespace) -> int:
     _interactive(a)
     sampling, draft_params, adaptive = settings_from_args(a)
@@ -226,6 +241,7 @@ def run(a: argparse.Namespace) -> int:
     target_path, draft_path, default_prompt = resolve_models(a)
     with ExitStack() as stack:
         target, draft = open_models(a, target_path, draft_path, stack)
+        _open_media(a, stack)
         if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
             draft_params.spec_type = a.spec_types
         if draft is None and a.spec_types:          # drafting without a draft file

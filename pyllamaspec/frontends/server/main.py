@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
+    g.add_argument("-mm", "--mmproj", default=None, metavar="FILE",
+                   help="vision projector (llama.cpp's mmproj GGUF): chat messages may then hold image_url parts "
+                        "(data URLs; URLs are never fetched)")
     add_reasoning_args(g)
     g.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=8192, metavar="MiB",
                    help="host memory for prompts a slot lets go of, resumed when a request shares them "
@@ -201,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
                                 max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint,
                                 n_parallel=n_parallel, kv_unified=kv_unified, reasoning=a.reasoning_options,
                                 template_kwargs=a.template_kwargs)
-            worker = Worker(target, drafter, defaults)
+            projector = None
+            if a.mmproj:
+                from ...vision.projector import Projector
+                projector = stack.enter_context(Projector(a.mmproj, a.threads or 0))
+            worker = Worker(target, drafter, defaults, projector)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
                            normalize=a.embd_normalize, ui=a.ui, operator=a.slots_debug,

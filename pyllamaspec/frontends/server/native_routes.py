@@ -82,7 +82,7 @@ class NativeRoutes:
                                       job.req.stream, job.req.logprobs or 0)
 
     def whole(self, job: Job, result: dict) -> dict:
-        prompt = self.worker.target.detokenize(job.ids, render_special=True)
+        prompt = self.worker.target.detokenize(job.text_ids, render_special=True)
         return native.whole(job.req, self.alias, result, self.settings(job), self.worker.token_bytes,
                             self.worker.has_drafter, prompt)
 
@@ -199,7 +199,7 @@ class NativeRoutes:
                 "n_ctx": self.worker.n_ctx_slot},
             "total_slots": self.worker.n_slots, "model_alias": self.alias, "model_path": self.model_path,
             "model_ftype": t.info.file_type_name,
-            "modalities": {"vision": False, "video": False, "audio": False},
+            "modalities": {"vision": self.worker.projector is not None, "video": False, "audio": False},
             "endpoint_slots": self.opts.slots, "endpoint_props": False, "endpoint_metrics": self.opts.metrics,
             "ui": self.opts.ui, "chat_template": template, "bos_token": piece(t.bos_token),
             "eos_token": piece(t.eos_token), "build_info": f"pyllamaspec | {_system_info()}",

@@ -18,6 +18,7 @@ from ...speculation.decoder import Stats
 from ...structured.formats import GrammarSpec, constraint_spec, tools_spec
 from ...structured.reasoning import FORMATS
 from ...structured.output import ChatOutput, PlainOutput
+from ...vision.messages import split_media
 from ..openai_shapes import FINISH, TokenText, chat_logprobs, completion_logprobs  # noqa: F401 (re-exported)
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
@@ -93,6 +94,7 @@ class GenRequest:
     stream: bool = False
     include_usage: bool = False
     logprobs: int | None = None                # top alternatives per token, None = no logprobs
+    images: list = field(default_factory=list)  # a chat's image parts (bytes), in order: --mmproj
     model: str | None = None
     cache_prompt: bool = True                  # False: the caches start empty (llama-server's field)
     id_slot: int = -1                          # the slot asked for (-1: any)
@@ -240,18 +242,26 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
 
 
 def _content(i: int, m: dict) -> str:
+    """A message's text; a list of parts with images becomes text with a media marker per image
+    (llama-server's join), the images kept under "_images" for the request to collect."""
     c = m.get("content")
     if isinstance(c, str):
         return c
-    if isinstance(c, list):                   # content parts: text only
-        texts = []
+    if isinstance(c, list):
         for j, part in enumerate(c):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if not isinstance(part, dict) or part.get("type") not in ("text", "image_url") or \
+                    (part.get("type") == "text" and not isinstance(part.get("text"), str)):
                 what = part.get("type") if isinstance(part, dict) else _type_name(part)
-                raise APIError(f"messages[{i}].content[{j}]: only text parts are supported, got {what!r}",
-                               param=f"messages[{i}].content")
-            texts.append(part["text"])
-        return "".join(texts)
+                raise APIError(f"messages[{i}].content[{j}]: only text and image_url parts are supported, got "
+                               f"{what!r}", param=f"messages[{i}].content")
+        if all(part["type"] == "text" for part in c):
+            return "".join(part["text"] for part in c)
+        try:
+            (msg,), images = split_media([{"role": "user", "content": c}], local_files=False)
+        except PyllamaspecError as e:
+            raise APIError(f"messages[{i}]: {e}", param=f"messages[{i}].content") from None
+        m["_images"] = images
+        return msg["content"]
     if c is None:
         raise APIError(f"messages[{i}] has no content", param=f"messages[{i}].content")
     raise APIError(f"messages[{i}].content must be a string or an array of text parts, got {_type_name(c)}",
@@ -277,6 +287,11 @@ def _messages(body: dict) -> list[dict]:
                            param=f"messages[{i}].role")
         out.append(_message(i, m, ROLES[role]))
     return out
+
+
+def _message_images(body_messages: list) -> list:
+    """The images of a chat's messages, in order (what _content kept of their image parts)."""
+    return [img for m in body_messages if isinstance(m, dict) for img in m.pop("_images", [])]
 
 
 def _message(i: int, m: dict, role: str) -> dict:
@@ -363,6 +378,7 @@ def _reasoning(body: dict, req: GenRequest) -> None:
 def parse_chat(body: Any, n_ctx: int) -> GenRequest:
     req = _common(body, "chat", n_ctx)
     req.messages = _messages(body)
+    req.images = _message_images(body["messages"])
     _tools(body, req)
     _reasoning(body, req)
     want = _bool(body, "logprobs")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
 from ...engine.cancel import Cancel
-from ...engine.chat_template import ChatPrompt
+from ...engine.chat_template import ChatPrompt, chat_text
 from ...engine.grammar import Grammar
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
@@ -33,6 +33,8 @@ from ...generation.text import Piece
 from ...generation.lifecycle import Generation, Scheduler
 from ...structured.formats import GrammarSpec, chat_spec
 from ...structured.reasoning import Reasoning
+from ...vision import prompt as vision_prompt
+from ...vision.prompt import ImagePrompt
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
@@ -66,6 +68,7 @@ class Job:
     constraint: GrammarSpec | None = None     # with a chat's schema: the response-format grammar
     grammar: Grammar | None = None            # the constraint on the target's vocabulary, made once
     checkpoints: list[int] = field(default_factory=list)   # where a hybrid keeps its state (user turns)
+    images: "ImagePrompt | None" = None       # a chat's images: its ids hold them (vision/prompt.py)
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
@@ -76,6 +79,11 @@ class Job:
     n_out: int = 0                        # tokens sent
     n_at_cancel: int | None = None
     outbox: "Outbox | None" = None        # the worker's (submit): events go out once per round
+
+    @property
+    def text_ids(self) -> list[int]:
+        """The prompt's ids with an image's positions as its placeholder token (what detokenizes)."""
+        return self.images.text_ids() if self.images is not None else self.ids
 
     def stop(self) -> None:
         """Cancels the request (from the event loop): a no-op once it has finished."""
@@ -188,8 +196,9 @@ def task_line(slot: int, task: int, result: dict, constraint: GrammarSpec | None
 class Worker:
     """Owns the target and drafter; runs Jobs in n_parallel slots on its own thread."""
 
-    def __init__(self, target: Model, drafter: Model | str | None, defaults: Defaults):
+    def __init__(self, target: Model, drafter: Model | str | None, defaults: Defaults, projector=None):
         self.target, self.drafter, self.defaults = target, drafter, defaults
+        self.projector = projector                 # --mmproj: a vision Projector, or None
         for m in (target, drafter):
             if isinstance(m, Model):       # uvicorn owns Ctrl-C; generations stop by Cancel
                 m.catch_sigint(False)
@@ -251,7 +260,7 @@ class Worker:
             raise APIError(f"'id_slot' {req.id_slot}: this server has {self.n_slots} slot"
                            f"{'s' if self.n_slots > 1 else ''} (id{'s 0..' if self.n_slots > 1 else ' '}"
                            f"{self.n_slots - 1})", param="id_slot")
-        ids, stops, constraint, grammar, turns = self._prompt(req, stops)
+        ids, stops, constraint, grammar, turns, images = self._prompt(req, stops)
         n_ctx = self.n_ctx_slot
         if not ids:
             raise APIError("the prompt is empty (no tokens)", param="prompt")
@@ -268,22 +277,28 @@ class Worker:
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = room if self.defaults.max_tokens is None else min(room, self.defaults.max_tokens)
-        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint, grammar, checkpoints=turns)
+        return Job(req, ids, stops, max_tokens, sampling, draft, loop, constraint, grammar, checkpoints=turns,
+                   images=images)
 
-    def _prompt(self, req: GenRequest, stops: list[str]) -> "tuple[list[int], list[str], GrammarSpec | None, Grammar | None, list[int]]":
+    def _prompt(self, req: GenRequest, stops: list[str]) -> "tuple[list[int], list[str], GrammarSpec | None, Grammar | None, list[int], ImagePrompt | None]":
         """The prompt's ids (a chat rendered with its tools), its stops, the request's constraint
         and its grammar on the target's vocabulary (made here, once: a bad grammar or a <token>
         the vocabulary lacks is the request's 400, not a failure in the queue), and where a
-        hybrid target keeps checkpoints (a chat's user turns)."""
+        hybrid target keeps checkpoints (a chat's user turns); a chat with images, its ImagePrompt
+        (the images encoded here: a broken one is the request's 400)."""
         t = self.target
         constraint = req.constraint or self.defaults.constraint
         turns: list[int] = []
+        images = None
         try:
             if req.kind == "chat":
                 prompt, constraint = self.chat_prompt(req, constraint)
                 ids, chat_stops = prompt.render(t, max_chars=self.n_ctx_slot * self.max_piece)
                 stops += [s for s in chat_stops if s not in stops]
-                if t.memory.get("recurrent_bytes", 0):
+                if req.images:
+                    images = self._images(req, chat_text(prompt, t))
+                    ids = images.ids
+                elif t.memory.get("recurrent_bytes", 0):
                     turns = prompt.turn_starts(t, ids)
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
@@ -301,7 +316,16 @@ class Worker:
                                                                                        "response_format")) from None
         except PyllamaspecError as e:      # a template refusing the conversation, ...
             raise APIError(str(e), param="messages" if req.kind == "chat" else "prompt") from None
-        return ids, stops, constraint, grammar, turns
+        return ids, stops, constraint, grammar, turns, images
+
+    def _images(self, req: GenRequest, text: str) -> "ImagePrompt":
+        """A chat's images encoded with the server's projector (--mmproj) and its text tokenized
+        around them, as llama-server's mtmd does."""
+        if self.projector is None:
+            raise APIError("image input is not supported - hint: if this is unexpected, you may need to provide "
+                           "the mmproj (--mmproj)", param="messages")
+        rows = [self.projector.encode(src) for src in req.images]
+        return vision_prompt.tokenize(self.target, text, rows, self.projector.info.type, True)
 
     def chat_prompt(self, req: GenRequest, constraint: GrammarSpec | None) -> "tuple[ChatPrompt, GrammarSpec]":
         """A chat's prompt and what constrains and reads its answer, with the server's and the
@@ -410,7 +434,7 @@ class Worker:
                            max_tokens=job.max_tokens, stop=job.stops, logprobs=job.req.logprobs,
                            per_token=job.req.logprobs is not None or job.req.return_tokens, cancel=job.cancel,
                            cache_prompt=job.req.cache_prompt, constraint=job.constraint, grammar=job.grammar,
-                           checkpoints=job.checkpoints)
+                           checkpoints=job.checkpoints, images=job.images)
             taken = {j.slot for j in self._running}
             if not self.sched.has_room(g) or job.req.id_slot in taken:
                 return                             # (a request for a busy slot waits for it)
@@ -482,7 +506,7 @@ class Worker:
         from .native import sampling_params
         return {"id": job.task, "n_prompt": len(job.ids), "n_cached": 0, "n_decoded": 0,
                 "n_remain": job.max_tokens, "generated": "",
-                "prompt": self.target.detokenize(job.ids, render_special=True),
+                "prompt": self.target.detokenize(job.text_ids, render_special=True),
                 "params": sampling_params(job.sampling, job.draft if self.has_drafter else None, job.max_tokens,
                                           job.req.stream, job.req.logprobs or 0)}
 

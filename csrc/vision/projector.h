@@ -1,0 +1,116 @@
+// A vision projector: llama.cpp's mmproj GGUF (general.architecture "clip", keys clip.*, tensors
+// v.* / mm.*), loaded beside a text model, that turns an image's pixels into rows the text model
+// reads in place of token embeddings (psl_context_seq_eval_rows). One projector type a file, as
+// the text architectures: vision/gemma3.cpp (SigLIP, average pooling, RMS norm, projection).
+// The shared ViT encoder is vision/vit.cpp. CPU for now: the weights sit in CPU memory.
+#pragma once
+
+#include "pyllamaspec.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace psl {
+
+class GgufFile;
+
+struct VitHParams {
+    int32_t image_size = 0, patch_size = 0;
+    int32_t n_embd = 0, n_head = 0, n_ff = 0, n_layer = 0;
+    int32_t n_embd_text = 0;      // the rows' width: the text model's n_embd
+    int32_t n_merge = 1;          // patches pooled or merged into one row, per side
+    float eps = 1e-6f;
+    float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
+    enum class Ffn { Gelu, Silu, GeluQuick } ffn = Ffn::GeluQuick;   // clip.use_gelu / use_silu
+
+    int32_t patches_side() const { return image_size / patch_size; }
+    int32_t n_patches() const { return patches_side() * patches_side(); }
+};
+
+struct VitLayer {
+    ggml_tensor *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+    ggml_tensor *q_w = nullptr, *q_b = nullptr, *k_w = nullptr, *k_b = nullptr, *v_w = nullptr, *v_b = nullptr;
+    ggml_tensor *o_w = nullptr, *o_b = nullptr;
+    ggml_tensor *up_w = nullptr, *up_b = nullptr, *down_w = nullptr, *down_b = nullptr;
+};
+
+// The weights of a projector, named as clip.cpp names them.
+struct VitWeights {
+    ggml_tensor *patch_w = nullptr, *patch_b = nullptr, *pos = nullptr;
+    ggml_tensor *post_ln_w = nullptr, *post_ln_b = nullptr;
+    std::vector<VitLayer> layers;
+    // gemma3
+    ggml_tensor *mm_soft_norm_w = nullptr, *mm_proj_w = nullptr;
+};
+
+class ProjectorLoader;
+struct ProjectorGraph;
+
+// One projector type: its hyper-parameters beyond the common ones, its tensors, its graph.
+struct ProjectorOps {
+    const char * name;            // clip.projector_type
+    bool non_causal;              // an image's rows attend to each other both ways in the text model
+    void (*hparams)(const GgufFile & f, VitHParams & hp);
+    void (*tensors)(ProjectorLoader & l, VitWeights & w, VitHParams & hp);
+    ggml_tensor * (*build)(ProjectorGraph & g);   // [n_embd_text, n_tokens]
+    int32_t (*n_tokens)(const VitHParams & hp);
+};
+
+// Takes tensors from the file by name, checking their shapes and types.
+class ProjectorLoader {
+public:
+    ProjectorLoader(const GgufFile & f, ggml_context * ctx) : f_(f), ctx_(ctx) {}
+    // A weight of shape ne (ggml order, trailing 1s implied); matrices may be quantized (kinds
+    // of ggml's CPU matrix products), vectors are F32. Missing and required: PSL_ERR_FORMAT.
+    ggml_tensor * get(const std::string & name, std::vector<int64_t> ne, bool required = true);
+    // A weight ggml copies or reshapes before use (the patches' convolution kernel, for im2col;
+    // a matrix used transposed): F32 or F16.
+    ggml_tensor * get_plain(const std::string & name, std::vector<int64_t> ne);
+    // The file's tensor (shape and type, no data); missing: PSL_ERR_FORMAT.
+    const ggml_tensor * meta(const std::string & name) const;
+    const std::vector<std::string> & names() const { return names_; }
+
+private:
+    ggml_tensor * take(const std::string & name, const std::vector<int64_t> & ne, bool required, bool plain);
+    const GgufFile & f_;
+    ggml_context * ctx_;
+    std::vector<std::string> names_;
+};
+
+// What one encode's graph builder sees.
+struct ProjectorGraph {
+    ggml_context * ctx;
+    const VitHParams & hp;
+    const VitWeights & w;
+    ggml_tensor * inp_raw = nullptr;   // F32 [image_size, image_size, 3]: planar RGB
+
+    // The ViT of the common layout (SigLIP / CLIP): patches by convolution, learned positions,
+    // pre-norm layers with biases, LayerNorm after the last: [n_embd, n_patches].
+    ggml_tensor * vit();
+    ggml_tensor * layer_norm(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const;
+    ggml_tensor * linear(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const;
+};
+
+const ProjectorOps * find_projector(const std::string & type);
+
+}  // namespace psl
+
+struct psl_projector {
+    std::string path;
+    const psl::ProjectorOps * ops = nullptr;
+    psl::VitHParams hp;
+    psl::VitWeights w;
+    ggml_context_ptr ctx;                  // the weights' tensors
+    ggml_backend_buffer_ptr buf;           // their data (CPU)
+    ggml_backend_ptr backend;              // the CPU backend the encoder runs on
+    int32_t n_threads = 0;
+    std::vector<uint8_t> graph_buf;
+
+    psl_projector(const char * path, int32_t n_threads);
+    void encode(const float * pixels, int32_t width, int32_t height, float * out, int64_t out_cap);
+    int32_t n_tokens() const { return ops->n_tokens(hp); }
+};

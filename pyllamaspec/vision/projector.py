@@ -1,0 +1,95 @@
+"""Projector: a vision projector (llama.cpp's mmproj GGUF) in the core, which turns an image into
+the rows a text model reads in place of token embeddings."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from ..engine import _native
+from ..engine._native import ffi, lib
+from ..errors import InvalidArgumentError
+from .image import Preprocess, load_image, preprocess
+
+ImageLike = Union[str, bytes, "os.PathLike[str]", Any]   # a file, its bytes, or a PIL image
+
+
+@dataclass(frozen=True)
+class ProjectorInfo:
+    type: str                 # clip.projector_type, e.g. "gemma3"
+    image_size: int           # the square the encoder takes, in pixels
+    patch_size: int
+    n_merge: int
+    n_embd: int               # the text model's width its rows are for
+    n_tokens: int             # rows per image
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    non_causal: bool          # an image's rows attend to each other both ways
+
+
+@dataclass(frozen=True)
+class ImageRows:
+    """One image as the text model reads it: its rows and what identifies it (a hash of the
+    pixels the encoder saw, so one image sent twice is known again, as llama-server does)."""
+    rows: np.ndarray          # (n_tokens, n_embd) float32
+    digest: str
+    non_causal: bool
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.rows.shape[0])
+
+
+class Projector(_native.Closeable):
+    """`with Projector("mmproj.gguf") as p: rows = p.encode("cat.png")`. One encode at a time
+    (a lock); the model it serves is checked by width when its rows are evaluated."""
+
+    def __init__(self, path: str | os.PathLike, n_threads: int = 0):
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            from ..errors import ModelNotFoundError
+            raise ModelNotFoundError(f"projector file not found: {self.path}")
+        out = ffi.new("psl_projector **")
+        _native.check(lib.psl_projector_load(self.path.encode(), int(n_threads), out))
+        self._p = out[0]
+        self._lock = threading.Lock()
+        i = ffi.new("psl_projector_info *")
+        _native.check(lib.psl_projector_get_info(self._p, i))
+        self.info = ProjectorInfo(ffi.string(i.type).decode(), i.image_size, i.patch_size, i.n_merge, i.n_embd,
+                                  i.n_tokens, tuple(i.image_mean), tuple(i.image_std), bool(i.non_causal))
+        # how mtmd resizes for this type (gemma3: bilinear into the square, black padding)
+        self.preprocess = Preprocess(self.info.image_size, self.info.mean, self.info.std)
+
+    def close(self) -> None:
+        p, self._p = getattr(self, "_p", None), None
+        if p is not None:
+            with self._lock:
+                lib.psl_projector_free(p)
+
+    def pixels(self, image: ImageLike) -> np.ndarray:
+        """The image as the encoder takes it: (3, image_size, image_size) float32."""
+        img = image if hasattr(image, "convert") and hasattr(image, "size") else load_image(image)
+        return preprocess(img, self.preprocess)
+
+    def encode(self, image: ImageLike) -> ImageRows:
+        """An image (file path, bytes, or a PIL image) -> its rows."""
+        px = np.ascontiguousarray(self.pixels(image), np.float32)
+        return self.encode_pixels(px)
+
+    def encode_pixels(self, px: np.ndarray) -> ImageRows:
+        px = np.ascontiguousarray(px, np.float32)
+        s = self.info.image_size
+        if px.shape != (3, s, s):
+            raise InvalidArgumentError(f"pixels of shape {px.shape}; the projector takes (3, {s}, {s})")
+        out = np.empty((self.info.n_tokens, self.info.n_embd), np.float32)
+        with self._lock:
+            if self._p is None:
+                from ..errors import ModelClosedError
+                raise ModelClosedError("the projector is closed")
+            _native.check(lib.psl_projector_encode(self._p, ffi.from_buffer("float[]", px), s, s,
+                                                   ffi.from_buffer("float[]", out, require_writable=True), out.size))
+        return ImageRows(out, hashlib.sha256(px.tobytes()).hexdigest(), self.info.non_causal)

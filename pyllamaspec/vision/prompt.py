@@ -1,0 +1,111 @@
+"""A prompt with images, tokenized as llama.cpp's libmtmd does (mtmd_tokenize): the text split at
+its media markers, each piece tokenized alone (special tokens parsed, none added), each image
+wrapped in its family's markers, BOS first where the model adds one.
+
+An image's positions hold ids of its own, negative (from the hash of its pixels): a cache that
+holds a prompt knows where a later prompt parts from it, image or text, by comparing ids alone,
+as llama-server compares an image chunk's hash. They are never tokens: the target evaluates the
+image's rows there, and a drafter or a sampler sees `placeholder` instead."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..errors import InvalidArgumentError
+from .projector import ImageRows
+
+# llama.cpp's mtmd_default_marker(); llama-server pins its marker with LLAMA_MEDIA_MARKER
+MEDIA_MARKER = "<__media__>"
+
+# the text around an image, by projector type (mtmd.cpp's img_beg / img_end)
+WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>")}
+
+
+def media_marker() -> str:
+    return os.environ.get("LLAMA_MEDIA_MARKER") or MEDIA_MARKER
+
+
+def image_ids(img: ImageRows) -> list[int]:
+    """The image's positions' ids: -1 - (a 30-bit number from its hash + i)."""
+    base = int(img.digest[:8], 16) & 0x3FFFFFFF
+    return [-1 - ((base + i) & 0x3FFFFFFF) for i in range(img.n_tokens)]
+
+
+@dataclass
+class ImagePrompt:
+    """Token ids (an image's positions: its own negative ids) and the images by their first id."""
+    ids: list[int]
+    images: dict[int, ImageRows] = field(default_factory=dict)
+    placeholder: int = 0
+
+    def text_ids(self) -> list[int]:
+        """The ids a drafter or a sampler sees: each image position as the placeholder token."""
+        return [t if t >= 0 else self.placeholder for t in self.ids]
+
+    def chunks(self, start: int, end: int):
+        """The ids [start, end) in runs: ("text", ids) and ("image", ImageRows, its ids). An image
+        cut by start (a cache that kept part of it) is refused: callers cut before it."""
+        i = start
+        while i < end:
+            if self.ids[i] >= 0:
+                j = i
+                while j < end and self.ids[j] >= 0:
+                    j += 1
+                yield "text", self.ids[i:j]
+                i = j
+                continue
+            img = self.images.get(self.ids[i])
+            if img is None or i + img.n_tokens > end:
+                raise InvalidArgumentError(f"position {i} is inside an image, not at its start")
+            yield "image", img, self.ids[i:i + img.n_tokens]
+            i += img.n_tokens
+
+    def image_start(self, n: int) -> int:
+        """n, or where the image that position n falls inside begins (an image is evaluated whole)."""
+        i = 0
+        while i < min(n, len(self.ids)):
+            img = self.images.get(self.ids[i]) if self.ids[i] < 0 else None
+            if img is not None:
+                if i + img.n_tokens > n:
+                    return i
+                i += img.n_tokens
+            else:
+                i += 1
+        return n
+
+
+def tokenize(model, text: str, images: list[ImageRows], kind: str, add_special: bool = True,
+             marker: str | None = None) -> ImagePrompt:
+    """text with one marker per image -> ImagePrompt (mtmd_tokenize's order)."""
+    marker = marker or media_marker()
+    parts = text.split(marker)
+    if len(parts) - 1 != len(images):
+        raise InvalidArgumentError(f"the prompt has {len(parts) - 1} media markers ({marker!r}) for "
+                                   f"{len(images)} images")
+    beg, end = WRAP.get(kind, ("", ""))
+    ids: list[int] = model.tokenize("", add_special=True, parse_special=True) if add_special else []   # BOS
+    p = ImagePrompt(ids, {}, _placeholder(model, beg))
+    for k, piece in enumerate(parts):
+        ids += model.tokenize(piece, add_special=False, parse_special=True) if piece else []
+        if k < len(images):
+            img = images[k]
+            if img.rows.shape[1] != model.info.n_embd:
+                raise InvalidArgumentError(f"the projector's rows are {img.rows.shape[1]} wide; the model's "
+                                           f"embeddings {model.info.n_embd} (a projector made for another model)")
+            ids += model.tokenize(beg, add_special=False, parse_special=True) if beg else []
+            own = image_ids(img)
+            p.images[own[0]] = img
+            ids += own
+            ids += model.tokenize(end, add_special=False, parse_special=True) if end else []
+    return p
+
+
+def _placeholder(model, beg: str) -> int:
+    """The token a drafter sees at an image's positions: the family's image token where the
+    vocabulary has one, else its image-begin marker, else 0."""
+    for name in ("<image_soft_token>", beg):
+        if name:
+            t = model.tokenize(name, add_special=False, parse_special=True)
+            if len(t) == 1:
+                return t[0]
+    return 0

@@ -1,0 +1,202 @@
+"""Writes llama.cpp's (b11434) handling of images by Gemma 3 projectors to
+tests/data/reference/vision_gemma3.json: the preprocessed image libmtmd fed the encoder, the image
+embeddings, the prompt's chunks, the last position's logits and greedy steps, for seeded tiny
+projectors (tests/models_vision.py write_gemma3_mmproj) over the real Gemma 3 270M and over a tiny
+random gemma3 text model (tests/models.py write_gguf with models_vision.image_marker_kv). The
+images are drawn by models_vision.draw_test_image and saved as PNG (lossless: the test redraws the
+pixels and checks their sha256). Each case runs three times: the recorded run (2 threads, flash
+attention auto: on, on the CPU), with 1 thread, and with flash attention off (other kernels: the
+encoder's K and V stay F32): the largest differences are the case's "spread". Not run in CI: it
+needs a llama.cpp build.
+
+    L=/path/to/llama.cpp B=/path/to/build   (static: BUILD_SHARED_LIBS=OFF)
+    g++ -O2 -std=c++17 scripts/llamacpp_mtmd.cpp -I $L/include -I $L/ggml/include -I $L/tools/mtmd \\
+        $B/tools/mtmd/libmtmd.a $B/vendor/hash/libvendor-hash.a $B/src/libllama.a \\
+        $B/ggml/src/libggml.a $B/ggml/src/libggml-cpu.a $B/ggml/src/libggml-base.a \\
+        -fopenmp -lpthread -ldl -o /tmp/probe_mtmd
+    python scripts/vision_reference.py --probe /tmp/probe_mtmd [--out OUT.json]
+
+Fixture: {"generator", "llama_cpp", "runs" (the probe's environment per run), "images",
+"projectors", "text_models", "cases"}.
+images[name]: width, height, mode (draw_test_image's), rgb_sha256 (of the drawn array's bytes).
+projectors[name] / text_models[name]: the writer's kwargs and the file's sha256 (the real model:
+"real": "gemma3", models.real_model_path's file). cases[i]: text_model, projector, image,
+prompt_before, prompt_after (the prompt is before + "<__media__>" + after, add_special and
+parse_special), n_gen; chunks ([{"type": "text", "ids"} | {"type": "image", "n_tokens", "n_pos",
+"non_causal"}]); preproc (float32 (3, n, n) planar RGB, flattened); ours_preproc_max_abs (our
+pyllamaspec.vision.image.preprocess against it); embd (n_tokens rows of n_embd_text); logits (the
+last prompt position: the full row, or for the real model's 262144 entries {"top": 64 [id, logit]
+at full precision, "f16_zlib_b64": the row as little-endian float16, zlib, base64}); n_past; gen
+(n_gen greedy steps {"id", "eog", "top": 5 [id, logit]}, each after the previous was decoded);
+spread ({"threads": ..., "flash_attn_off": ...}, each {"preproc", "embd", "logits": max abs
+differences from the recorded run, "gen_same": whether it chose the same tokens}). Floats are
+float32 values in their shortest form.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from models import real_model_path, write_gguf  # noqa: E402
+from models_vision import draw_test_image, image_marker_kv, write_gemma3_mmproj  # noqa: E402
+
+from pyllamaspec.vision.image import Preprocess, load_image, preprocess  # noqa: E402
+
+OUT = ROOT / "tests" / "data" / "reference" / "vision_gemma3.json"
+RUNS = {"recorded": {"PROBE_THREADS": "2"}, "threads": {"PROBE_THREADS": "1"},
+        "flash_attn_off": {"PROBE_THREADS": "2", "PROBE_FLASH_ATTN": "off"}}
+
+# wide: padded top and bottom (48x40 -> 32x27); square: exactly image_size (a plain copy);
+# tall_rgba: alpha dropped, padded left and right (30x50 -> 20x32);
+# small_grey: grey, upscaled (20x12 -> 32x20)
+IMAGES = {"wide": (48, 40, "RGB"), "square": (32, 32, "RGB"), "tall_rgba": (30, 50, "RGBA"),
+          "small_grey": (20, 12, "L")}
+PROJECTORS = {"p640": dict(n_embd_text=640, seed=1), "p32": dict(n_embd_text=32, seed=2)}
+TEXT_MODELS = {"gemma3-270m": None,
+               "tiny": dict(arch="gemma3", n_vocab=272, seed=3)}  # + extra_kv=image_marker_kv(n_vocab)
+GEMMA_BEFORE = "<start_of_turn>user\n"
+GEMMA_AFTER = "What is in this picture?<end_of_turn>\n<start_of_turn>model\n"
+CASES = [dict(text_model="gemma3-270m", projector="p640", image="wide", prompt_before=GEMMA_BEFORE,
+              prompt_after=GEMMA_AFTER, n_gen=8)]
+CASES += [dict(text_model="tiny", projector="p32", image=name, prompt_before="look: ", prompt_after=" what is it?",
+               n_gen=4) for name in IMAGES]
+REAL_TOP = 64
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def f32(values) -> list[float]:
+    """float32 values as the shortest decimals that read back to them."""
+    return [float(str(v)) for v in np.asarray(values, np.float32).ravel()]
+
+
+def write_files(tmp: pathlib.Path) -> tuple[dict, dict, dict, dict]:
+    images, image_paths = {}, {}
+    from PIL import Image
+
+    for name, (w, h, mode) in IMAGES.items():
+        arr = draw_test_image(w, h, mode)
+        image_paths[name] = tmp / f"{name}.png"
+        Image.fromarray(arr, mode).save(image_paths[name])
+        images[name] = {"width": w, "height": h, "mode": mode, "rgb_sha256": sha256(arr.tobytes())}
+    projectors, proj_paths = {}, {}
+    for name, kw in PROJECTORS.items():
+        proj_paths[name] = tmp / f"{name}.gguf"
+        write_gemma3_mmproj(proj_paths[name], **kw)
+        projectors[name] = {"kwargs": kw, "sha256": sha256(proj_paths[name].read_bytes())}
+    texts, text_paths = {}, {}
+    for name, kw in TEXT_MODELS.items():
+        if kw is None:
+            text_paths[name] = real_model_path("gemma3")
+            texts[name] = {"real": "gemma3", "sha256": sha256(text_paths[name].read_bytes())}
+            continue
+        text_paths[name] = tmp / f"{name}.gguf"
+        write_gguf(text_paths[name], extra_kv=image_marker_kv(kw["n_vocab"]), **kw)
+        texts[name] = {"kwargs": kw, "extra_kv": "models_vision.image_marker_kv(n_vocab)",
+                       "sha256": sha256(text_paths[name].read_bytes())}
+    paths = {"images": image_paths, "projectors": proj_paths, "text_models": text_paths}
+    return images, projectors, texts, paths
+
+
+def run_probe(probe: str, text: pathlib.Path, proj: pathlib.Path, image: pathlib.Path, case: dict,
+              run_env: dict) -> dict:
+    env = dict(os.environ, **run_env)
+    res = subprocess.run([probe, str(text), str(proj), str(image), case["prompt_before"], case["prompt_after"],
+                          str(case["n_gen"])], capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise SystemExit(f"probe failed ({res.returncode}): {res.stderr[-2000:]}")
+    out: dict = {"chunks": [], "embd": [], "gen": []}
+    for line in res.stdout.splitlines():
+        f = line.split()
+        if f[0] == "chunk" and f[2] == "text":
+            out["chunks"].append({"type": "text", "ids": [int(x) for x in f[4:]]})
+        elif f[0] == "chunk":
+            out["chunks"].append({"type": "image", "n_tokens": int(f[3]), "n_pos": int(f[4]),
+                                  "non_causal": bool(int(f[5]))})
+        elif f[0] == "preproc":
+            out["preproc_size"] = (int(f[1]), int(f[2]))
+            out["preproc"] = np.array(f[3:], np.float32)
+        elif f[0] == "embd":
+            out["embd"].append(np.array(f[2:], np.float32))
+        elif f[0] == "logits":
+            out["logits"] = np.array(f[2:], np.float32)
+        elif f[0] == "n_past":
+            out["n_past"] = int(f[1])
+        elif f[0] == "gen":
+            top = [(int(p.split(":")[0]), np.float32(p.split(":")[1])) for p in f[4:]]
+            out["gen"].append({"id": int(f[2]), "eog": bool(int(f[3])), "top": top})
+    out["embd"] = np.stack(out["embd"])
+    return out
+
+
+def logits_record(row: np.ndarray) -> object:
+    if row.size <= 4096:
+        return f32(row)
+    top = np.argsort(-row, kind="stable")[:REAL_TOP]
+    packed = zlib.compress(row.astype("<f2").tobytes(), 9)
+    return {"top": [[int(i), f32([row[i]])[0]] for i in top], "f16_zlib_b64": base64.b64encode(packed).decode()}
+
+
+def spread(a: dict, b: dict) -> dict:
+    return {"preproc": float(np.abs(a["preproc"] - b["preproc"]).max()),
+            "embd": float(np.abs(a["embd"] - b["embd"]).max()),
+            "logits": float(np.abs(a["logits"] - b["logits"]).max()),
+            "gen_same": [g["id"] for g in a["gen"]] == [g["id"] for g in b["gen"]]}
+
+
+def our_preproc_diff(image: pathlib.Path, proj_kwargs: dict, theirs: np.ndarray) -> float:
+    """Our preprocess of the same PNG, against llama.cpp's; gemma3: bilinear, pad ceil, black."""
+    kw = {"image_size": 32, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
+    kw.update({k: tuple(v) if isinstance(v, list) else v for k, v in proj_kwargs.items() if k in kw})
+    ours = preprocess(load_image(image), Preprocess(**kw))
+    return float(np.abs(ours.ravel() - theirs).max())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--probe", required=True, help="scripts/llamacpp_mtmd.cpp, compiled")
+    ap.add_argument("--out", type=pathlib.Path, default=OUT)
+    args = ap.parse_args()
+    out = {"generator": "scripts/vision_reference.py (llama.cpp b11434, CPU, scripts/llamacpp_mtmd.cpp)",
+           "llama_cpp": "b11434", "runs": RUNS}
+    with tempfile.TemporaryDirectory() as tmp:
+        out["images"], out["projectors"], out["text_models"], paths = write_files(pathlib.Path(tmp))
+        out["cases"] = []
+        for case in CASES:
+            files = (paths["text_models"][case["text_model"]], paths["projectors"][case["projector"]],
+                     paths["images"][case["image"]])
+            runs = {name: run_probe(args.probe, *files, case, env) for name, env in RUNS.items()}
+            r = runs["recorded"]
+            rec = dict(case)
+            rec.update({"chunks": r["chunks"], "preproc_size": list(r["preproc_size"]), "preproc": f32(r["preproc"]),
+                        "ours_preproc_max_abs": our_preproc_diff(files[2], PROJECTORS[case["projector"]], r["preproc"]),
+                        "embd": [f32(row) for row in r["embd"]], "logits": logits_record(r["logits"]),
+                        "n_past": r["n_past"],
+                        "gen": [{"id": g["id"], "eog": g["eog"], "top": [[i, f32([v])[0]] for i, v in g["top"]]}
+                                for g in r["gen"]],
+                        "spread": {name: spread(r, runs[name]) for name in RUNS if name != "recorded"}})
+            out["cases"].append(rec)
+            sizes = [c.get("n_tokens", len(c.get("ids", []))) for c in r["chunks"]]
+            print(f"{case['text_model']} + {case['projector']} + {case['image']}: chunks {sizes}, "
+                  f"gen {[g['id'] for g in r['gen']]}, ours-preproc {rec['ours_preproc_max_abs']}, "
+                  f"spread {rec['spread']}")
+    args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+
+
+if __name__ == "__main__":
+    main()

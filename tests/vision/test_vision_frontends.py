@@ -1,0 +1,84 @@
+"""Images through the server (image_url parts, --mmproj, /props) and the CLI (--mmproj --image),
+on the tiny Gemma 3 text model and projector of test_vision.py."""
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+
+import pytest
+
+import models
+import models_vision as mv
+import pyllamaspec
+from pyllamaspec.engine.model import Model
+from test_server import Server
+from test_vision import N_EMBD, N_VOCAB
+
+PARTS = [{"type": "text", "text": "describe"}]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vision_fe")
+    models.write_gguf(d / "text.gguf", arch="gemma3", n_vocab=N_VOCAB, n_embd=N_EMBD, n_head=4, n_head_kv=2,
+                      n_ff=96, seed=3, extra_kv=mv.image_marker_kv(N_VOCAB))
+    mv.write_gemma3_mmproj(d / "mmproj.gguf", n_embd_text=N_EMBD, seed=5)
+    from PIL import Image
+    Image.fromarray(mv.draw_test_image(48, 40)).save(d / "a.png")
+    return d
+
+
+def _url(path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def _body(files, **kw):
+    return {"messages": [{"role": "user", "content": PARTS + [{"type": "image_url", "image_url": {"url": _url(
+        files / "a.png")}}]}], "max_tokens": 10, "temperature": 0, **kw}
+
+
+def test_server_answers_about_an_image(files):
+    args = ["-m", str(files / "text.gguf"), "-c", "256", "-t", "1", "--chat-template", "gemma"]
+    s = Server(args + ["--mmproj", str(files / "mmproj.gguf"), "--lookup", "--draft-max", "4"])
+    try:
+        assert s.get("/props")["modalities"]["vision"] is True
+        code, got = s.post("/v1/chat/completions", _body(files))
+        assert code == 200, got
+        with Model(files / "text.gguf", n_ctx=256) as m:
+            want = pyllamaspec.chat([{"role": "user", "content": PARTS + [{"type": "image", "image": files / "a.png"}]}],
+                                    m, mmproj=files / "mmproj.gguf", chat_template="gemma", temperature=0,
+                                    max_tokens=10)
+        assert got["choices"][0]["message"]["content"] == want.text
+        assert got["usage"]["prompt_tokens"] == len(want.prompt_tokens)     # the image's 16 rows counted
+        bad = _body(files)
+        bad["messages"][0]["content"][1]["image_url"]["url"] = "data:image/png;base64," + base64.b64encode(
+            b"not an image").decode()
+        code, err = s.post("/v1/chat/completions", bad)
+        assert code == 400 and "image" in err["error"]["message"]
+        bad["messages"][0]["content"][1]["image_url"]["url"] = "https://example.com/cat.png"
+        assert s.post("/v1/chat/completions", bad)[0] == 400
+        assert s.post("/v1/chat/completions", _body(files))[0] == 200          # it lives on
+    finally:
+        s.stop()
+    s = Server(args)                                                           # no projector
+    try:
+        assert s.get("/props")["modalities"]["vision"] is False
+        code, err = s.post("/v1/chat/completions", _body(files))
+        assert code == 400 and "mmproj" in err["error"]["message"]
+    finally:
+        s.stop()
+
+
+def test_cli_image(files):
+    run = [sys.executable, "-m", "pyllamaspec.cli", "-m", str(files / "text.gguf"), "-c", "256", "-n", "8",
+           "--temp", "0", "-p", "describe", "--log-disable"]
+    out = subprocess.run(run + ["--mmproj", str(files / "mmproj.gguf"), "--image", str(files / "a.png")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    with Model(files / "text.gguf", n_ctx=256) as m:
+        want = pyllamaspec.generate("describe", m, images=[files / "a.png"], mmproj=files / "mmproj.gguf",
+                                    temperature=0, max_tokens=8)
+    assert out.stdout.startswith("describe" + want.text)
+    out = subprocess.run(run + ["--image", str(files / "a.png")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "--mmproj" in out.stderr
