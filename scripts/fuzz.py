@@ -180,6 +180,13 @@ def _run_gguf(ctx: Context, case: dict) -> None:
             m.metadata
             m.eval([1 % m.n_vocab, 2 % m.n_vocab, 3 % m.n_vocab])
             m.detokenize(m.tokenize("Hello world <|im_start|> 123", parse_special=True))
+    elif case["target"] == "projector":
+        import numpy as np
+        from pyllamaspec.vision import Projector
+        with Projector(path, 1) as p:
+            s = p.info.image_size
+            if s <= 64:
+                p.encode_pixels(np.zeros((3, s, s), np.float32))
     else:
         with pyllamaspec.Tokenizer(path) as t:
             ids = t.tokenize(b"Hello world <|im_start|><start_of_turn> 123 \xff\xfe", parse_special=True)

@@ -44,7 +44,7 @@ class Doc:
     kvs: list
     tensors: list
     data: bytes             # the data section (from the aligned data offset on)
-    target: str = "model"   # what a case loads it with: "model" or "tokenizer"
+    target: str = "model"   # what a case loads it with: "model", "tokenizer" or "projector"
     name: str = ""
 
 
@@ -202,6 +202,12 @@ def synthetic_seeds(directory: pathlib.Path) -> list[Doc]:
         path = directory / f"synth{i}.gguf"
         models.write_gguf(path, **cfg)
         docs.append(parse(path.read_bytes(), name=f"synth{i}-{cfg.get('arch', 'llama')}-{cfg['dtype']}"))
+    import models_vision    # a vision projector (mmproj), loaded and run as one
+    path = directory / "mmproj.gguf"
+    models_vision.write_gemma3_mmproj(path, n_embd_text=32, n_layer=1)
+    doc = parse(path.read_bytes(), name="mmproj-gemma3")
+    doc.target = "projector"
+    docs.append(doc)
     return docs
 
 

@@ -169,3 +169,18 @@ def image_marker_kv(n_vocab: int) -> dict:
     types = [1] * n_vocab
     types[-2:] = [4, 4]
     return {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+
+
+def write_tiny_vision(d, n_vocab: int = 272, n_embd: int = 64):
+    """The tests' tiny vision set in folder d: text.gguf (a tiny gemma3 whose vocabulary has the
+    image markers), mmproj.gguf (its projector), a.png (48x40) and b.png (40x48). Returns d."""
+    import models
+    from PIL import Image
+
+    d = pathlib.Path(d)
+    models.write_gguf(d / "text.gguf", arch="gemma3", n_vocab=n_vocab, n_embd=n_embd, n_head=4, n_head_kv=2,
+                      n_ff=96, seed=3, extra_kv=image_marker_kv(n_vocab))
+    write_gemma3_mmproj(d / "mmproj.gguf", n_embd_text=n_embd, seed=5)
+    Image.fromarray(draw_test_image(48, 40)).save(d / "a.png")
+    Image.fromarray(draw_test_image(40, 48)).save(d / "b.png")
+    return d

@@ -218,7 +218,8 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     if (!backend) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     n_threads = threads > 0 ? threads : (int32_t) std::min(hw, 16u);
-    graph_buf.resize(ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false));
+    graph_size = 256 + 64 * (size_t) hp.n_layer;   // a layer is about 30 nodes
+    graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
 }
 
 void psl_projector::encode(const float * pixels, int32_t width, int32_t height, float * out, int64_t out_cap) {
@@ -234,7 +235,7 @@ void psl_projector::encode(const float * pixels, int32_t width, int32_t height, 
     ggml_init_params ip = {graph_buf.size(), graph_buf.data(), /*no_alloc =*/ true};
     ggml_context_ptr gctx(ggml_init(ip));
     if (!gctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the encoder's graph context");
-    ggml_cgraph * gf = ggml_new_graph_custom(gctx.get(), 4096, false);
+    ggml_cgraph * gf = ggml_new_graph_custom(gctx.get(), graph_size, false);
     ProjectorGraph g{gctx.get(), hp, w};
     g.inp_raw = ggml_new_tensor_3d(gctx.get(), GGML_TYPE_F32, width, height, 3);
     ggml_set_input(g.inp_raw);

@@ -108,6 +108,7 @@ struct psl_projector {
     ggml_backend_buffer_ptr buf;           // their data (CPU)
     ggml_backend_ptr backend;              // the CPU backend the encoder runs on
     int32_t n_threads = 0;
+    size_t graph_size = 0;                 // the encoder graph's most nodes
     std::vector<uint8_t> graph_buf;
 
     psl_projector(const char * path, int32_t n_threads);

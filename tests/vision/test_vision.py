@@ -8,7 +8,6 @@ import base64
 import numpy as np
 import pytest
 
-import models
 import models_vision as mv
 import pyllamaspec
 from pyllamaspec.engine.model import Model
@@ -25,15 +24,8 @@ PROMPT = "<__media__>describe it"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny gemma3 text model whose vocabulary has Gemma's image markers, its projector, a picture."""
-    d = tmp_path_factory.mktemp("vision")
-    models.write_gguf(d / "text.gguf", arch="gemma3", n_vocab=N_VOCAB, n_embd=N_EMBD, n_head=4, n_head_kv=2,
-                      n_ff=96, seed=3, extra_kv=mv.image_marker_kv(N_VOCAB))
-    mv.write_gemma3_mmproj(d / "mmproj.gguf", n_embd_text=N_EMBD, seed=5)
-    from PIL import Image
-    Image.fromarray(mv.draw_test_image(48, 40)).save(d / "a.png")
-    Image.fromarray(mv.draw_test_image(40, 48)).save(d / "b.png")
-    return d
+    """A tiny gemma3 text model whose vocabulary has Gemma's image markers, its projector, pictures."""
+    return mv.write_tiny_vision(tmp_path_factory.mktemp("vision"), N_VOCAB, N_EMBD)
 
 
 def test_projector_info_and_rows(tiny):
@@ -56,6 +48,13 @@ def test_legacy_ffn_names_give_the_same_rows(tiny, tmp_path):
     mv.write_gemma3_mmproj(tmp_path / "old.gguf", n_embd_text=N_EMBD, seed=5, legacy_ffn_names=True)
     with Projector(tiny / "mmproj.gguf") as p, Projector(tmp_path / "old.gguf") as q:
         assert np.array_equal(p.encode(tiny / "a.png").rows, q.encode(tiny / "a.png").rows)
+
+
+def test_a_deep_projector_encodes(tmp_path):
+    """The encoder's graph is sized by its layers (a fixed size would abort past ~140 layers)."""
+    mv.write_gemma3_mmproj(tmp_path / "deep.gguf", n_embd_text=N_EMBD, n_embd=8, n_head=2, n_ff=16, n_layer=300)
+    with Projector(tmp_path / "deep.gguf") as p:
+        assert np.isfinite(p.encode_pixels(np.zeros((3, 32, 32), np.float32)).rows).all()
 
 
 def test_bad_projector_files(tiny, tmp_path):

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-import models
 import models_vision as mv
 import pyllamaspec
 from pyllamaspec.engine.model import Model
@@ -20,13 +19,7 @@ PARTS = [{"type": "text", "text": "describe"}]
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vision_fe")
-    models.write_gguf(d / "text.gguf", arch="gemma3", n_vocab=N_VOCAB, n_embd=N_EMBD, n_head=4, n_head_kv=2,
-                      n_ff=96, seed=3, extra_kv=mv.image_marker_kv(N_VOCAB))
-    mv.write_gemma3_mmproj(d / "mmproj.gguf", n_embd_text=N_EMBD, seed=5)
-    from PIL import Image
-    Image.fromarray(mv.draw_test_image(48, 40)).save(d / "a.png")
-    return d
+    return mv.write_tiny_vision(tmp_path_factory.mktemp("vision_fe"), N_VOCAB, N_EMBD)
 
 
 def _url(path) -> str:
