@@ -422,38 +422,47 @@ class Worker:
             block = False
 
     def _admit(self) -> None:
-        """Starts waiting requests in arrival order while a slot (and the cells) are free."""
+        """Starts waiting requests in arrival order while a slot (and the cells) are free. Whatever
+        fails while a request is admitted is that request's error: the worker goes on."""
         while self._waiting and not self._calls:      # calls first: they wait for idle slots
             job = self._waiting[0]
-            if job.cancel.is_set():
-                self._waiting.popleft()
-                self.counters.dropped += 1
-                job.emit("error", APIError("the request was cancelled", 499))
-                continue
-            g = Generation(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
-                           max_tokens=job.max_tokens, stop=job.stops, logprobs=job.req.logprobs,
-                           per_token=job.req.logprobs is not None or job.req.return_tokens, cancel=job.cancel,
-                           cache_prompt=job.req.cache_prompt, constraint=job.constraint, grammar=job.grammar,
-                           checkpoints=job.checkpoints, images=job.images)
-            taken = {j.slot for j in self._running}
-            if not self.sched.has_room(g) or job.req.id_slot in taken:
-                return                             # (a request for a busy slot waits for it)
-            self._waiting.popleft()
-            job.gen = g
-            job.slot = job.req.id_slot if job.req.id_slot >= 0 else \
-                next(i for i in range(self.n_slots + len(taken) + 1) if i not in taken)
-            self.counters.tasks += 1
-            job.task = self.counters.tasks
-            job.info = self._task_info(job)
-            self.last[job.slot] = job.info
-            self._running.append(job)
             try:
-                self.sched.admit(g, self._emit)
-                if g.dec is not None and g.dec.tseq is not None:
-                    self.hold(job.slot, g.dec.tseq)           # what the slot holds (/slots save)
+                if not self._admit_one(job):
+                    return                         # no room yet: it waits at the head of the line
             except BaseException as e:    # noqa: BLE001 - its prompt failed: this request only
                 log.exception("generation failed")
+                if self._waiting and self._waiting[0] is job:
+                    self._waiting.popleft()
                 self._finish(job, error=e)
+
+    def _admit_one(self, job: Job) -> bool:
+        """Starts job (True), drops it if cancelled (True), or leaves it waiting for room (False)."""
+        if job.cancel.is_set():
+            self._waiting.popleft()
+            self.counters.dropped += 1
+            job.emit("error", APIError("the request was cancelled", 499))
+            return True
+        g = Generation(job.ids, self.target, self.drafter, sampling=job.sampling, draft=job.draft,
+                       max_tokens=job.max_tokens, stop=job.stops, logprobs=job.req.logprobs,
+                       per_token=job.req.logprobs is not None or job.req.return_tokens, cancel=job.cancel,
+                       cache_prompt=job.req.cache_prompt, constraint=job.constraint, grammar=job.grammar,
+                       checkpoints=job.checkpoints, images=job.images)
+        taken = {j.slot for j in self._running}
+        if not self.sched.has_room(g) or job.req.id_slot in taken:
+            return False                           # (a request for a busy slot waits for it)
+        self._waiting.popleft()
+        job.gen = g
+        job.slot = job.req.id_slot if job.req.id_slot >= 0 else \
+            next(i for i in range(self.n_slots + len(taken) + 1) if i not in taken)
+        self.counters.tasks += 1
+        job.task = self.counters.tasks
+        job.info = self._task_info(job)
+        self.last[job.slot] = job.info
+        self._running.append(job)
+        self.sched.admit(g, self._emit)
+        if g.dec is not None and g.dec.tseq is not None:
+            self.hold(job.slot, g.dec.tseq)           # what the slot holds (/slots save)
+        return True
 
     def hold(self, slot: int, seq) -> None:
         """slot now holds seq, and no other slot does (the pool may hand a sequence that one slot
