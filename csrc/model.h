@@ -375,6 +375,10 @@ struct ArchOps {
     // A head that attends over its target's KV cache instead of a cache of its own (Gemma 4's
     // assistant): no encoder, the target's final hidden rows as its input.
     bool reads_target_kv = false;
+    // Its graph reads token ids only through Graph::embed, so rows may stand in for them
+    // (psl_context_seq_eval_rows: an image's); false where a layer reads the ids again (gemma4's
+    // per-layer inputs) or where no one has checked.
+    bool takes_rows = false;
     bool is_head() const { return build_encode != nullptr || reads_target_kv; }
 };
 

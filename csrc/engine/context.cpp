@@ -479,20 +479,23 @@ void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t 
 
 // Rows in place of token embeddings (an image's, from a projector: vision/projector.h), as llama.cpp
 // decodes an mtmd image chunk: each row takes a position and a cell as a token would, holding
-// `token` in the sequence's history (a placeholder: what a replay or a state file sees); a
-// non-causal chunk is one graph in which every row sees all the others.
-void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, int32_t token,
+// ids[i] in the sequence's history (the image's own ids, any int32: what a state file keeps, so a
+// restored sequence is told from one that holds other rows, or a text, there); a non-causal chunk
+// is one graph in which every row sees all the others.
+void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, const int32_t * ids,
                             bool non_causal, int32_t mode, float * out, int64_t out_cap) {
     check_seq(seq);
     if (!rows || n <= 0) fail(PSL_ERR_INVALID_ARGUMENT, "rows is NULL or n (%d) is not positive", n);
+    if (!ids) fail(PSL_ERR_INVALID_ARGUMENT, "ids is NULL");
     if (width != model->hp.n_embd) {
         fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given; the model's embeddings have %d (a projector made "
              "for another model?)", width, model->hp.n_embd);
     }
-    if (mem->rs() || mtp || draft_head || model->arch_name == "gemma4") {
-        fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with %s",
+    if (mem->rs() || mtp || draft_head || !model->arch->takes_rows) {
+        fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with %s%s",
              mem->rs() ? "a hybrid model's recurrent state" : mtp ? "MTP drafting" : draft_head ? "a draft head"
-                                                                                   : "gemma4");
+                                                                                   : "the architecture ",
+             mem->rs() || mtp || draft_head ? "" : model->arch_name.c_str());
     }
     if (non_causal && n > params.n_batch) {
         fail(PSL_ERR_INVALID_ARGUMENT, "an image of %d rows attends within itself in one batch: n_batch (%d) must "
@@ -502,11 +505,13 @@ void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t 
         fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
     }
     const int32_t n_vocab = model->hp.n_vocab;
-    std::vector<int32_t> tokens((size_t) n, token), seqs((size_t) n, seq);
+    // the batch is checked with token 0 (no row reads a token's embedding); its history is ids
+    std::vector<int32_t> tokens((size_t) n, 0), seqs((size_t) n, seq);
     std::vector<int8_t> flags((size_t) n, mode == PSL_LOGITS_ALL ? 1 : 0);
     if (mode == PSL_LOGITS_LAST) flags[(size_t) n - 1] = 1;
     const psl_batch batch{n, tokens.data(), nullptr, nullptr, seqs.data(), flags.data()};
-    const Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
+    Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
+    b.tokens.assign(ids, ids + n);
     if (!out && b.n_out > 0) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL, %d rows requested", b.n_out);
     if (out && out_cap < (int64_t) b.n_out * n_vocab) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,

@@ -65,7 +65,7 @@ struct psl_context {
 
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
     void embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap);
-    void eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, int32_t token, bool non_causal,
+    void eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, const int32_t * ids, bool non_causal,
                    int32_t mode, float * out, int64_t out_cap);
     void decode(const psl_batch & batch, float * out, int64_t out_cap);
     void truncate(int32_t seq, int32_t n_keep);

@@ -645,13 +645,14 @@ PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixe
                                         float * out, int64_t out_cap);
 /* Evaluates n rows of width floats (an image's, from psl_projector_encode) in place of token
  * embeddings, appended to sequence seq at its next positions: each row takes a position and a
- * cell as a token would, and the sequence's history holds `token` for it (a placeholder: what a
- * state file keeps). non_causal: the rows attend to each other both ways (psl_projector_info), in
+ * cell as a token would, and the sequence's history holds ids[i] for it (n ids, any int32: an
+ * image's own, negative in pyllamaspec's prompts, so a state file keeps which image is there, and
+ * a restored sequence is never taken for one holding another image or a text). non_causal: the rows attend to each other both ways (psl_projector_info), in
  * one graph (n <= n_batch). logits_mode and out as psl_context_eval. PSL_ERR_UNSUPPORTED with a
  * hybrid model, MTP drafting, a draft head, or an architecture that reads token ids beyond its
  * embeddings (gemma4); on failure the sequence is as it was. */
 PSL_API psl_status psl_context_seq_eval_rows(psl_context * ctx, int32_t seq, const float * rows, int32_t n,
-                                             int32_t width, int32_t token, bool non_causal, int32_t logits_mode,
+                                             int32_t width, const int32_t * ids, bool non_causal, int32_t logits_mode,
                                              float * out, int64_t out_cap);
 /* cffi-end */
 

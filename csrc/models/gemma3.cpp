@@ -61,6 +61,6 @@ ggml_tensor * build(Graph & g) {
 
 }  // namespace
 
-extern const ArchOps arch_gemma3 = {"gemma3", hparams, tensors, build};
+extern const ArchOps arch_gemma3 = {"gemma3", hparams, tensors, build, nullptr, nullptr, false, true};
 
 }  // namespace psl

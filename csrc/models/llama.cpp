@@ -39,6 +39,6 @@ ggml_tensor * build(Graph & g) { return build_llama_like(g, GGML_ROPE_TYPE_NORMA
 
 }  // namespace
 
-extern const ArchOps arch_llama = {"llama", hparams, tensors, build};
+extern const ArchOps arch_llama = {"llama", hparams, tensors, build, nullptr, nullptr, false, true};
 
 }  // namespace psl

@@ -14,6 +14,6 @@ ggml_tensor * build(Graph & g) { return build_llama_like(g, GGML_ROPE_TYPE_NEOX)
 
 }  // namespace
 
-extern const ArchOps arch_qwen3 = {"qwen3", hparams, tensors, build};
+extern const ArchOps arch_qwen3 = {"qwen3", hparams, tensors, build, nullptr, nullptr, false, true};
 
 }  // namespace psl

@@ -66,10 +66,11 @@ class Context(ABC):
     @abstractmethod
     def seq_copy(self, src: int, dst: int, n: int) -> None: ...
 
-    def seq_eval_rows(self, seq: int, rows: np.ndarray, token: int, non_causal: bool, mode: int,
+    def seq_eval_rows(self, seq: int, rows: np.ndarray, ids: np.ndarray, non_causal: bool, mode: int,
                       out: np.ndarray) -> None:
         """Evaluates float32 rows (n x n_embd: an image's, from a projector) in place of token
-        embeddings at seq's next positions (psl_context_seq_eval_rows)."""
+        embeddings at seq's next positions, its history holding the int32 ids there
+        (psl_context_seq_eval_rows)."""
         raise UnsupportedModelError("images are not supported on this context (a model on RPC servers)")
 
     @abstractmethod
@@ -213,10 +214,11 @@ class LocalContext(Context):
     def seq_n_past(self, seq: int) -> int:
         return lib.psl_context_seq_n_past(self._ctx, seq)
 
-    def seq_eval_rows(self, seq: int, rows: np.ndarray, token: int, non_causal: bool, mode: int,
+    def seq_eval_rows(self, seq: int, rows: np.ndarray, ids: np.ndarray, non_causal: bool, mode: int,
                       out: np.ndarray) -> None:
         _native.check(lib.psl_context_seq_eval_rows(
-            self._ctx, seq, ffi.from_buffer("float[]", rows), rows.shape[0], rows.shape[1], token, non_causal, mode,
+            self._ctx, seq, ffi.from_buffer("float[]", rows), rows.shape[0], rows.shape[1],
+            ffi.from_buffer("int32_t[]", ids), non_causal, mode,
             ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def seq_truncate(self, seq: int, n_keep: int) -> None:

@@ -277,7 +277,7 @@ class Decoder:
                 done += len(run[1])
             else:
                 img, ids = run[1], run[2]
-                self.tseq.eval_rows(img.rows, ids, self.images.placeholder, img.non_causal)
+                self.tseq.eval_rows(img.rows, ids, img.non_causal)
                 done += len(ids)
             if progress is not None:
                 progress(done - start, end - start)

@@ -88,7 +88,7 @@ def test_rows_attend_both_ways_within_an_image(tiny):
             with m.lease(None) as s:
                 s.clear()
                 s.eval([2], logits="none")
-                return s.eval_rows(r, list(range(-6, 0)), 2, non_causal, logits="all")[0].copy()
+                return s.eval_rows(r, list(range(-6, 0)), non_causal, logits="all")[0].copy()
         assert np.abs(first_row(rows, True) - first_row(other, True)).max() > 1e-3
         assert np.array_equal(first_row(rows, False), first_row(other, False))
 
@@ -97,8 +97,44 @@ def test_rows_of_another_width_are_refused(tiny):
     with Model(tiny / "text.gguf", n_ctx=64) as m:
         with m.lease(None) as s:
             with pytest.raises(InvalidArgumentError, match="width"):
-                s.eval_rows(np.zeros((4, N_EMBD + 1), np.float32), [-1, -2, -3, -4], 2, True)
+                s.eval_rows(np.zeros((4, N_EMBD + 1), np.float32), [-1, -2, -3, -4], True)
             assert s.n_past == 0
+
+
+def test_a_saved_state_keeps_its_image(tiny):
+    """A state file holds the image's own ids (the core's history, not a placeholder): restored, the
+    sequence is told from one holding another image or a text, and its rows are the image's (the
+    next token's logits as before the save)."""
+    with Model(tiny / "text.gguf", n_ctx=128, n_seq_max=2) as m, Projector(tiny / "mmproj.gguf") as p:
+        ip = vp.tokenize(m, "look <__media__> now", [p.encode(tiny / "a.png")], "gemma3")
+        k = ip.ids.index(N_VOCAB - 2) + 1                  # the image's first position
+        img = ip.images[ip.ids[k]]
+        with m.lease(None) as s:
+            s.clear()
+            s.eval(ip.ids[:k], logits="none")
+            s.eval_rows(img.rows, ip.ids[k:k + 16], img.non_causal)
+            want = s.eval(ip.ids[k + 16:], logits="last")[0].copy()
+            s.truncate(k + 16)
+            state = s.save_state()
+        with m.lease(None) as t:
+            t.load_state(state)
+            # the image's ids, negative: a text spelling the placeholder there shares no more than
+            # the prefix before the image
+            assert t.cached_tokens == ip.ids[:k + 16] and t.cached_tokens[k] != ip.text_ids()[k]
+            assert np.array_equal(t.eval(ip.ids[k + 16:], logits="last")[0], want)
+
+
+def test_rows_are_refused_where_the_architecture_reads_ids_again(tmp_path):
+    """Only architectures whose graphs read ids through the embedding alone take rows (the
+    others, unchecked, refuse by name); the sequence is as it was."""
+    import models_moe
+    models_moe.write_moe_gguf(tmp_path / "moe.gguf", n_embd=N_EMBD)
+    with Model(tmp_path / "moe.gguf", n_ctx=64) as m:
+        with m.lease(None) as s:
+            s.eval([1, 2], logits="none")
+            with pytest.raises(UnsupportedModelError, match="qwen3moe"):
+                s.eval_rows(np.zeros((4, N_EMBD), np.float32), [-1, -2, -3, -4], True)
+            assert s.n_past == 2 and s.cached_tokens == [1, 2]
 
 
 def test_prompt_tokens_as_mtmd(tiny):

@@ -74,7 +74,7 @@ def _last_logits(m, ip) -> np.ndarray:
             if run[0] == "text":
                 last = s.eval(run[1], logits="last")
             else:
-                s.eval_rows(run[1].rows, run[2], ip.placeholder, run[1].non_causal)
+                s.eval_rows(run[1].rows, run[2], run[1].non_causal)
         return last[0].copy()
 
 
