@@ -443,23 +443,33 @@ void psl_context::run(const Batch & b, bool embd, float * out) {
 bool psl_context::one_seq_per_graph() const { return mem->rs() != nullptr || mtp != nullptr; }
 
 void psl_context::decode(const psl_batch & batch, float * out, int64_t out_cap) {
+    const Batch b(batch, *mem, model->hp.n_vocab, params.n_ctx, one_seq_per_graph());
+    check_logits_out(b, out, out_cap);
+    run(b, false, out);
+}
+
+// NULL is a buffer for no rows (a prompt's prefill)
+void psl_context::check_logits_out(const Batch & b, const float * out, int64_t out_cap) const {
     const int32_t n_vocab = model->hp.n_vocab;
-    const Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
-    // NULL is a buffer for no rows (a prompt's prefill)
     if (!out && b.n_out > 0) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL, %d rows requested", b.n_out);
     if (out && out_cap < (int64_t) b.n_out * n_vocab) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
              (long long) b.n_out * n_vocab);
     }
-    run(b, false, out);
 }
 
-void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+// The flags of n rows for a logits mode: none, the last row's, or every row's.
+std::vector<int8_t> psl_context::logits_flags(int32_t n, int32_t mode) {
     if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
         fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
     }
     std::vector<int8_t> flags(n > 0 ? (size_t) n : 0, mode == PSL_LOGITS_ALL ? 1 : 0);
-    if (mode == PSL_LOGITS_LAST && n > 0) flags[n - 1] = 1;
+    if (mode == PSL_LOGITS_LAST && n > 0) flags[(size_t) n - 1] = 1;
+    return flags;
+}
+
+void psl_context::eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap) {
+    const std::vector<int8_t> flags = logits_flags(n, mode);
     const psl_batch b{n, tokens, nullptr, nullptr, nullptr, flags.data()};
     decode(b, out, out_cap);
 }
@@ -501,22 +511,13 @@ void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t 
         fail(PSL_ERR_INVALID_ARGUMENT, "an image of %d rows attends within itself in one batch: n_batch (%d) must "
              "hold it", n, params.n_batch);
     }
-    if (mode != PSL_LOGITS_NONE && mode != PSL_LOGITS_LAST && mode != PSL_LOGITS_ALL) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "logits_mode must be 0 (none), 1 (last) or 2 (all), got %d", mode);
-    }
-    const int32_t n_vocab = model->hp.n_vocab;
     // the batch is checked with token 0 (no row reads a token's embedding); its history is ids
     std::vector<int32_t> tokens((size_t) n, 0), seqs((size_t) n, seq);
-    std::vector<int8_t> flags((size_t) n, mode == PSL_LOGITS_ALL ? 1 : 0);
-    if (mode == PSL_LOGITS_LAST) flags[(size_t) n - 1] = 1;
+    const std::vector<int8_t> flags = logits_flags(n, mode);
     const psl_batch batch{n, tokens.data(), nullptr, nullptr, seqs.data(), flags.data()};
-    Batch b(batch, *mem, n_vocab, params.n_ctx, one_seq_per_graph());
+    Batch b(batch, *mem, model->hp.n_vocab, params.n_ctx, one_seq_per_graph());
     b.tokens.assign(ids, ids + n);
-    if (!out && b.n_out > 0) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL, %d rows requested", b.n_out);
-    if (out && out_cap < (int64_t) b.n_out * n_vocab) {
-        fail(PSL_ERR_BUFFER_TOO_SMALL, "logits buffer holds %lld floats, %lld needed", (long long) out_cap,
-             (long long) b.n_out * n_vocab);
-    }
+    check_logits_out(b, out, out_cap);
     struct Scope {   // the next token graph is built as before, whatever happens here
         psl_context & c;
         ~Scope() { c.rows_in_ = nullptr, c.rows_non_causal_ = false, c.graph_tokens = -1; }

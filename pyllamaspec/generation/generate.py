@@ -256,7 +256,8 @@ def _check_images(o: GenerateOptions, batch: bool, prompt) -> list:
         return []
     if o.mmproj is None:
         raise InvalidArgumentError("images need a vision projector: pass mmproj= (llama.cpp's mmproj GGUF)")
-    if not isinstance(o.mmproj, (str, os.PathLike)) and type(o.mmproj).__name__ != "Projector":
+    from ..vision.projector import Projector     # (Pillow and the image code load with images only)
+    if not isinstance(o.mmproj, (str, os.PathLike, Projector)):
         raise InvalidArgumentError(f"mmproj must be a path or a Projector, got {type(o.mmproj).__name__}")
     if batch or not isinstance(prompt, (str, ChatPrompt)):
         raise InvalidArgumentError("images go with one text prompt (a media marker per image)")
@@ -264,7 +265,7 @@ def _check_images(o: GenerateOptions, batch: bool, prompt) -> list:
 
 
 def _open_projector(mmproj, stack: ExitStack, n_threads: int | None):
-    from ..vision.projector import Projector
+    from ..vision.projector import Projector     # (Pillow and the image code load with images only)
     if isinstance(mmproj, Projector):
         return mmproj
     return stack.enter_context(Projector(mmproj, n_threads or 0))
