@@ -153,7 +153,8 @@ def test_bad_prompt_objects_and_no_mmproj(mm, plain, files):
     code, err = mm.post("/v1/completions", {"prompt": {"prompt_string": "x", "multimodal_data": a}, "max_tokens": 4})
     assert code == 400 and "/completion" in err["error"]["message"]
     code, err = plain.post("/completion", _obj("see " + PINNED, a))
-    assert code == 400 and "Multimodal data provided" in err["error"]["message"] and "--mmproj" in err["error"]["message"]
+    msg = err["error"]["message"]
+    assert code == 400 and "Multimodal data provided" in msg and "--mmproj" in msg
     marker = mm.get("/props")["media_marker"]
     code, ok = mm.post("/completion", _obj("see " + marker, a))             # it lives on
     assert code == 200 and ok["tokens_evaluated"] > 16

@@ -38,7 +38,8 @@ from ...vision.prompt import ImagePrompt
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
-NO_IMAGES_CHAT = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj (--mmproj)"
+NO_IMAGES_CHAT = ("image input is not supported - hint: if this is unexpected, you may need to provide the mmproj "
+                  "(--mmproj)")
 NO_IMAGES_PROMPT = ("Multimodal data provided, but model does not support multimodal requests. - hint: start the "
                     "server with --mmproj")
 
