@@ -117,7 +117,7 @@ def _image_prompt(prompt, model: Model, images, add_special: bool):
     projector, files = images
     if not isinstance(prompt, str):
         raise InvalidArgumentError("a prompt with images is text with a media marker per image, not token ids")
-    marker = vp.media_marker()
+    marker = vp.MEDIA_MARKER                  # as llama-mtmd-cli: LLAMA_MEDIA_MARKER is the server's
     if marker not in prompt:
         prompt = marker * len(files) + prompt
     rows = [projector.encode(f) for f in files]
@@ -329,8 +329,9 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     token, as llama-server does (GrammarError for a bad grammar or schema); speculation stays
     exact under them, and with forced=True the text the grammar forces is drafted for free.
     images (files, bytes or PIL images) with mmproj (llama.cpp's mmproj GGUF, or a
-    vision.Projector): each image takes the place of a media marker ("<__media__>", or
-    LLAMA_MEDIA_MARKER) in the text prompt (none: they go first); every drafter keeps drafting.
+    vision.Projector): each image takes the place of a media marker "<__media__>" (llama-mtmd-cli's;
+    LLAMA_MEDIA_MARKER is the server's) in the text prompt (none: they go first); every drafter
+    keeps drafting.
     """
     opts = GenerateOptions(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,

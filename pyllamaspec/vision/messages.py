@@ -10,7 +10,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidArgumentError
-from .prompt import media_marker
+from .prompt import MEDIA_MARKER
 
 
 def has_media(messages: Any) -> bool:
@@ -21,11 +21,13 @@ def has_media(messages: Any) -> bool:
                any(isinstance(p, Mapping) and p.get("type") != "text" for p in m["content"]) for m in messages)
 
 
-def split_media(messages: Sequence[Mapping[str, Any]], local_files: bool = True) -> tuple[list[dict], list]:
+def split_media(messages: Sequence[Mapping[str, Any]], local_files: bool = True,
+                marker: str = MEDIA_MARKER) -> tuple[list[dict], list]:
     """(messages whose list contents are text with markers, the images: bytes or file paths).
     local_files: a path or file:// URL is read (the Python API); a server passes False unless
-    allowed. A URL to fetch is refused: nothing is downloaded."""
-    marker, out, images = media_marker(), [], []
+    allowed. A URL to fetch is refused: nothing is downloaded. marker: the default one (the
+    Python API, as llama-mtmd-cli), or the server's random one (prompt.server_marker)."""
+    out, images = [], []
     for i, m in enumerate(messages):
         c = m.get("content") if isinstance(m, Mapping) else None
         if not isinstance(c, list):

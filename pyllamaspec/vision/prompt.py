@@ -8,21 +8,34 @@ as llama-server compares an image chunk's hash. They are never tokens: the targe
 image's rows there, and a drafter or a sampler sees `placeholder` instead."""
 from __future__ import annotations
 
+import functools
 import os
+import secrets
+import string
 from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError
 from .projector import ImageRows
 
-# llama.cpp's mtmd_default_marker(); llama-server pins its marker with LLAMA_MEDIA_MARKER
+# llama.cpp's mtmd_default_marker(): generate(), chat() and the CLI use it, as llama-mtmd-cli does
 MEDIA_MARKER = "<__media__>"
+MARKER_CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase   # llama-server's random_string()
 
 # the text around an image, by projector type (mtmd.cpp's img_beg / img_end)
 WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>")}
 
 
-def media_marker() -> str:
-    return os.environ.get("LLAMA_MEDIA_MARKER") or MEDIA_MARKER
+def random_marker() -> str:
+    """A marker of llama-server's form: "<__media_" + 32 random letters and digits + "__>"."""
+    return "<__media_" + "".join(secrets.choice(MARKER_CHARS) for _ in range(32)) + "__>"
+
+
+@functools.lru_cache(maxsize=1)
+def server_marker() -> str:
+    """The server's marker (llama-server's get_media_marker()): LLAMA_MEDIA_MARKER where set and
+    not empty, else a random one drawn once per process. A client cannot guess it, so text that
+    spells <__media__> (or anything else) stays text; /props shows it."""
+    return os.environ.get("LLAMA_MEDIA_MARKER") or random_marker()
 
 
 def image_ids(img: ImageRows) -> list[int]:
@@ -74,14 +87,19 @@ class ImagePrompt:
         return n
 
 
+def check_markers(text: str, n_images: int, marker: str = MEDIA_MARKER) -> None:
+    """InvalidArgumentError unless text holds one marker per image (before any is encoded)."""
+    n = text.count(marker)
+    if n != n_images:                      # mtmd's wording, with the marker it looked for
+        raise InvalidArgumentError(f"number of media markers in text ({n}) does not match number of bitmaps "
+                                   f"({n_images}); the media marker is {marker!r}")
+
+
 def tokenize(model, text: str, images: list[ImageRows], kind: str, add_special: bool = True,
-             marker: str | None = None) -> ImagePrompt:
+             marker: str = MEDIA_MARKER) -> ImagePrompt:
     """text with one marker per image -> ImagePrompt (mtmd_tokenize's order)."""
-    marker = marker or media_marker()
+    check_markers(text, len(images), marker)
     parts = text.split(marker)
-    if len(parts) - 1 != len(images):
-        raise InvalidArgumentError(f"the prompt has {len(parts) - 1} media markers ({marker!r}) for "
-                                   f"{len(images)} images")
     beg, end = WRAP.get(kind, ("", ""))
     ids: list[int] = model.tokenize("", add_special=True, parse_special=True) if add_special else []   # BOS
     p = ImagePrompt(ids, {}, _placeholder(model, beg))

@@ -6,6 +6,8 @@ and /metrics in Prometheus's text format under llama.cpp's metric names.
 Shapes only: nothing here touches the models (see worker.py)."""
 from __future__ import annotations
 
+import base64
+import binascii
 import warnings
 from typing import Any, Callable
 
@@ -23,13 +25,16 @@ SAMPLERS = ["penalties", "top_k", "top_p", "min_p", "temperature"]
 
 
 def parse_native_completion(body: Any, n_ctx: int) -> GenRequest:
-    """POST /completion: prompt (a string, token ids, or both mixed), n_predict (-1: to the end),
-    n_probs, stream, stop, cache_prompt, id_slot, return_tokens and the sampling fields."""
+    """POST /completion: prompt (a string, token ids, both mixed, or llama-server's prompt object
+    {"prompt_string", "multimodal_data"}), n_predict (-1: to the end), n_probs, stream, stop,
+    cache_prompt, id_slot, return_tokens and the sampling fields."""
     req = _common(body, "completion", n_ctx)
     req.native = True
     p = body.get("prompt")
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], list):
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (list, dict)):
         p = p[0]
+    if isinstance(p, dict):
+        p = _prompt_object(p, req)
     ok_item = lambda x: isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool))  # noqa: E731
     if isinstance(p, str) and p:
         req.prompt = p
@@ -41,6 +46,38 @@ def parse_native_completion(body: Any, n_ctx: int) -> GenRequest:
     req.logprobs = _n_probs(body)
     req.return_tokens = _bool(body, "return_tokens")
     return req
+
+
+def _prompt_object(p: dict, req: GenRequest) -> Any:
+    """llama-server's prompt object: its prompt_string, read as any prompt; with multimodal_data
+    (base64 images, decoded into req.images) prompt_string is text with one server media marker
+    (/props' media_marker) per image."""
+    if "prompt_string" not in p:
+        raise APIError('"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt '
+                       'string, or a list of mixed strings & tokens.', param="prompt")
+    text, data = p["prompt_string"], p.get("multimodal_data")
+    if data is None:
+        return text
+    if not isinstance(text, str):
+        raise APIError(f"'prompt_string' must be a string beside 'multimodal_data', got {_type_name(text)}",
+                       param="prompt")
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise APIError("'multimodal_data' must be an array of base64 strings", param="prompt")
+    req.multimodal = True
+    req.images = [_base64(x, k) for k, x in enumerate(data)]
+    return text
+
+
+def _base64(s: str, k: int) -> bytes:
+    """One multimodal_data entry's bytes: line breaks and missing padding are taken (as
+    llama-server's decoder takes them), any other character is a 400."""
+    t = "".join(s.split())
+    if t.startswith("data:"):
+        raise APIError(f"multimodal_data[{k}] is a data URL: send only the base64 after its comma", param="prompt")
+    try:
+        return base64.b64decode(t + "=" * (-len(t) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise APIError(f"multimodal_data[{k}] is not valid base64", param="prompt") from None
 
 
 def probabilities(lps: list[TokenLogprobs], text_of: TokenText) -> list[dict]:

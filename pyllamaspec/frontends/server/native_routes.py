@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ...errors import PyllamaspecError
+from ...vision.prompt import server_marker
 from . import native, slot_files
 from .openai_format import APIError, as_api_error, parse_chat
 from .worker import Job, Worker
@@ -200,6 +201,7 @@ class NativeRoutes:
             "total_slots": self.worker.n_slots, "model_alias": self.alias, "model_path": self.model_path,
             "model_ftype": t.info.file_type_name,
             "modalities": {"vision": self.worker.projector is not None, "video": False, "audio": False},
+            "media_marker": server_marker(),   # what /completion's prompt_string holds per image
             "endpoint_slots": self.opts.slots, "endpoint_props": False, "endpoint_metrics": self.opts.metrics,
             "ui": self.opts.ui, "chat_template": template, "bos_token": piece(t.bos_token),
             "eos_token": piece(t.eos_token), "build_info": f"pyllamaspec | {_system_info()}",

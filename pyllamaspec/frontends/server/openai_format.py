@@ -19,6 +19,7 @@ from ...structured.formats import GrammarSpec, constraint_spec, tools_spec
 from ...structured.reasoning import FORMATS
 from ...structured.output import ChatOutput, PlainOutput
 from ...vision.messages import split_media
+from ...vision.prompt import server_marker
 from ..openai_shapes import FINISH, TokenText, chat_logprobs, completion_logprobs  # noqa: F401 (re-exported)
 
 # Roles a chat template knows; OpenAI's "developer" is the newer name of "system".
@@ -94,7 +95,8 @@ class GenRequest:
     stream: bool = False
     include_usage: bool = False
     logprobs: int | None = None                # top alternatives per token, None = no logprobs
-    images: list = field(default_factory=list)  # a chat's image parts (bytes), in order: --mmproj
+    images: list = field(default_factory=list)  # a chat's image parts, /completion's multimodal_data (bytes)
+    multimodal: bool = False                   # /completion's multimodal_data given: the prompt's markers are images
     model: str | None = None
     cache_prompt: bool = True                  # False: the caches start empty (llama-server's field)
     id_slot: int = -1                          # the slot asked for (-1: any)
@@ -242,8 +244,8 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
 
 
 def _content(i: int, m: dict) -> str:
-    """A message's text; a list of parts with images becomes text with a media marker per image
-    (llama-server's join), the images kept under "_images" for the request to collect."""
+    """A message's text; a list of parts with images becomes text with the server's media marker
+    per image (llama-server's join), the images kept under "_images" for the request to collect."""
     c = m.get("content")
     if isinstance(c, str):
         return c
@@ -257,7 +259,8 @@ def _content(i: int, m: dict) -> str:
         if all(part["type"] == "text" for part in c):
             return "".join(part["text"] for part in c)
         try:
-            (msg,), images = split_media([{"role": "user", "content": c}], local_files=False)
+            (msg,), images = split_media([{"role": "user", "content": c}], local_files=False,
+                                         marker=server_marker())
         except PyllamaspecError as e:
             raise APIError(f"messages[{i}]: {e}", param=f"messages[{i}].content") from None
         m["_images"] = images
@@ -409,6 +412,9 @@ def parse_completion(body: Any, n_ctx: int) -> GenRequest:
     elif isinstance(p, list) and len(p) > 1:
         raise APIError("several prompts in one request are not supported: send one prompt", param="prompt",
                        code="unsupported_parameter")
+    elif isinstance(p, dict):                  # (llama-server's, with --mmproj, reads this prompt as a string)
+        raise APIError("a prompt object ({\"prompt_string\", \"multimodal_data\"}) is taken by /completion and "
+                       "/completions; /v1/completions takes a string or token ids", param="prompt")
     else:
         raise APIError(f"'prompt' must be a non-empty string or an array of token ids, got {_type_name(p)}",
                        param="prompt")

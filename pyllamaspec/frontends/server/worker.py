@@ -38,6 +38,10 @@ from ...vision.prompt import ImagePrompt
 from .openai_format import APIError, GenRequest
 
 log = logging.getLogger("pyllamaspec.server")
+NO_IMAGES_CHAT = ("image input is not supported - hint: if this is unexpected, you may need to provide the mmproj "
+                  "(--mmproj)")
+NO_IMAGES_PROMPT = ("Multimodal data provided, but model does not support multimodal requests. - hint: start the "
+                    "server with --mmproj")
 
 
 @dataclass
@@ -68,7 +72,7 @@ class Job:
     constraint: GrammarSpec | None = None     # with a chat's schema: the response-format grammar
     grammar: Grammar | None = None            # the constraint on the target's vocabulary, made once
     checkpoints: list[int] = field(default_factory=list)   # where a hybrid keeps its state (user turns)
-    images: "ImagePrompt | None" = None       # a chat's images: its ids hold them (vision/prompt.py)
+    images: "ImagePrompt | None" = None       # the prompt's images: its ids hold them (vision/prompt.py)
     cancel: Cancel = field(default_factory=Cancel)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled_at: float | None = None
@@ -284,8 +288,9 @@ class Worker:
         """The prompt's ids (a chat rendered with its tools), its stops, the request's constraint
         and its grammar on the target's vocabulary (made here, once: a bad grammar or a <token>
         the vocabulary lacks is the request's 400, not a failure in the queue), and where a
-        hybrid target keeps checkpoints (a chat's user turns); a chat with images, its ImagePrompt
-        (the images encoded here: a broken one is the request's 400)."""
+        hybrid target keeps checkpoints (a chat's user turns); a prompt with images (a chat's,
+        /completion's multimodal_data), its ImagePrompt (the images encoded here: a broken one is
+        the request's 400)."""
         t = self.target
         constraint = req.constraint or self.defaults.constraint
         turns: list[int] = []
@@ -300,6 +305,9 @@ class Worker:
                     ids = images.ids
                 elif t.memory.get("recurrent_bytes", 0):
                     turns = prompt.turn_starts(t, ids)
+            elif req.multimodal:                   # /completion's multimodal_data
+                images = self._images(req, req.prompt)
+                ids = images.ids
             elif isinstance(req.prompt, str):
                 ids = t.tokenize(req.prompt, add_special=True, parse_special=True)
             else:
@@ -319,13 +327,26 @@ class Worker:
         return ids, stops, constraint, grammar, turns, images
 
     def _images(self, req: GenRequest, text: str) -> "ImagePrompt":
-        """A chat's images encoded with the server's projector (--mmproj) and its text tokenized
-        around them, as llama-server's mtmd does."""
-        if self.projector is None:
-            raise APIError("image input is not supported - hint: if this is unexpected, you may need to provide "
-                           "the mmproj (--mmproj)", param="messages")
-        rows = [self.projector.encode(src) for src in req.images]
-        return vision_prompt.tokenize(self.target, text, rows, self.projector.info.type, True)
+        """A chat's images or /completion's multimodal_data encoded with the server's projector
+        (--mmproj), its text tokenized around them at the server's media marker, as llama-server's
+        mtmd does; each problem is the request's 400, in llama-server's words."""
+        chat = req.kind == "chat"
+        param = "messages" if chat else "prompt"
+        if self.projector is None:         # llama-server's words for a chat, then for a prompt object
+            raise APIError(NO_IMAGES_CHAT if chat else NO_IMAGES_PROMPT, param=param)
+        marker = vision_prompt.server_marker()
+        try:
+            vision_prompt.check_markers(text, len(req.images), marker)      # before the images' work
+        except InvalidArgumentError as e:
+            raise APIError(f"Failed to tokenize prompt: {e}", param=param) from None
+        rows = []
+        for k, src in enumerate(req.images):
+            try:
+                rows.append(self.projector.encode(src))
+            except InvalidArgumentError as e:
+                where = f"image {k + 1}" if chat else f"multimodal_data[{k}]"
+                raise APIError(f"Failed to load image or audio file ({where}): {e}", param=param) from None
+        return vision_prompt.tokenize(self.target, text, rows, self.projector.info.type, True, marker)
 
     def chat_prompt(self, req: GenRequest, constraint: GrammarSpec | None) -> "tuple[ChatPrompt, GrammarSpec]":
         """A chat's prompt and what constrains and reads its answer, with the server's and the
