@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -16,6 +17,10 @@ from ..errors import InvalidArgumentError
 from .image import Preprocess, load_image, preprocess
 
 ImageLike = Union[str, bytes, "os.PathLike[str]", Any]   # a file, its bytes, or a PIL image
+
+# a chat resends all its images every turn: the rows of the last few are kept (by their pixels'
+# hash, as llama-server knows an image again), so a turn encodes only its new images
+CACHE_IMAGES = 8
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,9 @@ class ImageRows:
 
 class Projector(_native.Closeable):
     """`with Projector("mmproj.gguf") as p: rows = p.encode("cat.png")`. One encode at a time
-    (a lock); the model it serves is checked by width when its rows are evaluated."""
+    (a lock); the model it serves is checked by width when its rows are evaluated. The rows of
+    the last CACHE_IMAGES images are kept: the same pixels again are not encoded again (the
+    rows returned are read-only, shared by every encode of those pixels)."""
 
     def __init__(self, path: str | os.PathLike, n_threads: int = 0):
         self.path = os.fspath(path)
@@ -57,6 +64,7 @@ class Projector(_native.Closeable):
         _native.check(lib.psl_projector_load(self.path.encode(), int(n_threads), out))
         self._p = out[0]
         self._lock = threading.Lock()
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()   # digest -> rows, oldest first
         i = ffi.new("psl_projector_info *")
         _native.check(lib.psl_projector_get_info(self._p, i))
         self.info = ProjectorInfo(ffi.string(i.type).decode(), i.image_size, i.patch_size, i.n_merge, i.n_embd,
@@ -69,6 +77,7 @@ class Projector(_native.Closeable):
         if p is not None:
             with self._lock:
                 lib.psl_projector_free(p)
+                self._cache.clear()
 
     def pixels(self, image: ImageLike) -> np.ndarray:
         """The image as the encoder takes it: (3, image_size, image_size) float32."""
@@ -85,11 +94,26 @@ class Projector(_native.Closeable):
         s = self.info.image_size
         if px.shape != (3, s, s):
             raise InvalidArgumentError(f"pixels of shape {px.shape}; the projector takes (3, {s}, {s})")
-        out = np.empty((self.info.n_tokens, self.info.n_embd), np.float32)
+        digest = hashlib.sha256(px.tobytes()).hexdigest()
         with self._lock:
             if self._p is None:
                 from ..errors import ModelClosedError
                 raise ModelClosedError("the projector is closed")
-            _native.check(lib.psl_projector_encode(self._p, ffi.from_buffer("float[]", px), s, s,
-                                                   ffi.from_buffer("float[]", out, require_writable=True), out.size))
-        return ImageRows(out, hashlib.sha256(px.tobytes()).hexdigest(), self.info.non_causal)
+            rows = self._cache.get(digest)
+            if rows is None:
+                rows = self._run_encoder(px)
+                rows.flags.writeable = False          # shared by every encode of these pixels
+                self._cache[digest] = rows
+                while len(self._cache) > CACHE_IMAGES:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(digest)
+        return ImageRows(rows, digest, self.info.non_causal)
+
+    def _run_encoder(self, px: np.ndarray) -> np.ndarray:
+        """The encoder in the core (the caller holds the lock): pixels -> (n_tokens, n_embd) rows."""
+        s = self.info.image_size
+        out = np.empty((self.info.n_tokens, self.info.n_embd), np.float32)
+        _native.check(lib.psl_projector_encode(self._p, ffi.from_buffer("float[]", px), s, s,
+                                               ffi.from_buffer("float[]", out, require_writable=True), out.size))
+        return out

@@ -43,6 +43,37 @@ def test_projector_info_and_rows(tiny):
             p.encode_pixels(np.zeros((3, 16, 16), np.float32))
 
 
+def test_projector_keeps_the_rows_of_its_last_images(tiny, monkeypatch):
+    """A chat resends its images every turn: an image seen again is not encoded again (its
+    rows come from the projector's cache), another image is, and the oldest is let go past
+    CACHE_IMAGES."""
+    from pyllamaspec.vision import projector as vproj
+    calls, real = [], vproj.lib
+
+    class CountingLib:                                             # the core's calls, encodes counted
+        def __getattr__(self, name):
+            f = getattr(real, name)
+            return (lambda *a: calls.append(1) or f(*a)) if name == "psl_projector_encode" else f
+
+    with Projector(tiny / "mmproj.gguf") as p:
+        monkeypatch.setattr(vproj, "lib", CountingLib())
+        a = p.encode(tiny / "a.png")
+        assert len(calls) == 1
+        again = p.encode((tiny / "a.png").read_bytes())            # the same pixels, another source
+        assert len(calls) == 1 and again.digest == a.digest and np.array_equal(again.rows, a.rows)
+        b = p.encode(tiny / "b.png")
+        assert len(calls) == 2 and b.digest != a.digest
+        with pytest.raises(ValueError):
+            a.rows[0, 0] = 1.0                                     # shared rows are read-only
+        monkeypatch.setattr(vproj, "CACHE_IMAGES", 2)
+        p.encode(tiny / "a.png")                                   # a: the most recent now
+        p.encode_pixels(np.zeros((3, 32, 32), np.float32))         # a third image: b goes
+        assert len(calls) == 3
+        p.encode(tiny / "a.png")
+        assert len(calls) == 3
+        assert np.array_equal(p.encode(tiny / "b.png").rows, b.rows) and len(calls) == 4
+
+
 def test_legacy_ffn_names_give_the_same_rows(tiny, tmp_path):
     """Old converters named fc1 ffn_down (clip.cpp swaps them back): the same weights either way."""
     mv.write_gemma3_mmproj(tmp_path / "old.gguf", n_embd_text=N_EMBD, seed=5, legacy_ffn_names=True)

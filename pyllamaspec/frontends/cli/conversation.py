@@ -1,9 +1,10 @@
 """The command line's conversation mode (-cnv), like llama-cli's: read a user message, stream
 the answer, repeat. The Model is reused, so each turn evaluates only the new part of the prompt.
 
-Commands: /exit (or end of input) leaves, /clear starts the conversation afresh; a line ending
-in a backslash continues on the next. Ctrl-C while an answer streams stops that answer (what was
-said is kept in the conversation); Ctrl-C at the prompt leaves.
+Commands: /exit or /quit (or end of input) leaves, /clear starts the conversation afresh, /image
+FILE (with --mmproj) loads an image for the next message, as llama-mtmd-cli's chat mode does
+(media.py); a line ending in a backslash continues on the next. Ctrl-C while an answer streams
+stops that answer (what was said is kept in the conversation); Ctrl-C at the prompt leaves.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from ...errors import ContextFullError, EvaluationInterrupted, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ...generation.generate import iter_generate
+from ...vision.messages import has_media, split_media
+from . import media
 
 # Ctrl-C: KeyboardInterrupt, or EvaluationInterrupted where the core saw the signal first and
 # the eval returned before Python raised it (nothing else interrupts a CLI's evaluations)
@@ -31,12 +34,21 @@ GREEN, RESET = "\033[32m", "\033[0m"
 class Conversation:
     system: str | None = None
     messages: list[dict] = field(default_factory=list)
+    images: list[dict] = field(default_factory=list)     # image parts loaded for the next user message
 
     def __post_init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.images = []                                  # as llama-cli's /clear drops staged media
+
+    def add_user(self, text: str) -> None:
+        """The user's message, with the images loaded for it first (llama-mtmd-cli puts each
+        image's marker before the text)."""
+        content = [*self.images, {"type": "text", "text": text}] if self.images else text
+        self.messages.append({"role": "user", "content": content})
+        self.images = []
 
 
 def read_message(prompt: str = "\n> ") -> str | None:
@@ -75,11 +87,13 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     """Streams one answer to stdout: (its text, stats, whether Ctrl-C stopped it)."""
     max_tokens = a.n_predict if a.n_predict >= 0 else target.n_ctx
     result: dict = {}
-    prompt = ChatPrompt.make(conv.messages, chat_template, **getattr(a, "template_kwargs", {}))
+    messages, images = split_media(conv.messages) if has_media(conv.messages) else (conv.messages, [])
+    prompt = ChatPrompt.make(messages, chat_template, **getattr(a, "template_kwargs", {}))
     spec = chat_spec(getattr(a, "constraint", None), getattr(a, "reasoning_options", None))   # a thinking budget
     pieces = iter_generate(prompt, target, draft, sampling=sampling,
                            draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result,
-                           progress=StepProgress("prompt"), constraint=spec)
+                           progress=StepProgress("prompt"), constraint=spec,
+                           images=(getattr(a, "projector", None), images) if images else None)
     text, interrupted = "", False
     try:
         for piece in pieces:
@@ -95,9 +109,30 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     return result.get("text", text), result.get("stats"), interrupted
 
 
+def _command(msg: str, conv: Conversation, a: argparse.Namespace) -> str | None:
+    """A command line: "exit", "done" (handled: read the next line), or None (a message)."""
+    line = msg.strip()
+    if line in ("/exit", "/quit"):
+        return "exit"
+    if line == "/clear":
+        conv.clear()
+        sys.stdout.write("Chat history cleared\n")
+        return "done"
+    if media.is_media_command(line):
+        part = media.stage_line(line, getattr(a, "projector", None))
+        if part is not None:
+            conv.images.append(part)
+        return "done"
+    return None if line else "done"
+
+
 def run_conversation(a: argparse.Namespace, target: Model, draft, sampling: SamplingParams,
                      draft_params: DraftParams, chat_template: str | None) -> int:
     conv = Conversation(a.system_prompt)
+    projector = getattr(a, "projector", None)
+    conv.images = media.initial_images(list(getattr(a, "image", None) or []), projector)
+    if projector is not None and not a.log_disable:
+        print(media.banner(projector), file=sys.stderr)
     first = a.prompt
     while True:
         if first is not None:
@@ -109,15 +144,13 @@ def run_conversation(a: argparse.Namespace, target: Model, draft, sampling: Samp
             except KeyboardInterrupt:
                 sys.stdout.write("\n")
                 return 0
-            if msg is None or msg.strip() == "/exit":
+            what = "exit" if msg is None else _command(msg, conv, a)
+            if what == "exit":
                 sys.stdout.write("\n")
                 return 0
-            if msg.strip() == "/clear":
-                conv.clear()
+            if what == "done":
                 continue
-            if not msg.strip():
-                continue
-        conv.messages.append({"role": "user", "content": msg})
+        conv.add_user(msg)
         try:
             text, stats, interrupted = answer(conv, target, draft, a, sampling, draft_params, chat_template)
         except CTRL_C:                      # before the answer's first token (rendering, prompt)

@@ -2,6 +2,7 @@
 
     python -m pyllamaspec.cli -m TARGET.gguf -md DRAFT.gguf -p "prompt" -n 128
     python -m pyllamaspec.cli -m CHAT.gguf -md DRAFT.gguf -cnv -sys "Be brief."   (a conversation)
+    python -m pyllamaspec.cli -m M.gguf --mmproj MMPROJ.gguf -cnv     (then /image FILE, as llama-mtmd-cli)
     python -m pyllamaspec.cli -hf user/repo:Q4_K_M -hfd user/small-repo -p "..."
     python -m pyllamaspec.cli --demo          (an offline pair: Gemma 3 270M F16 + its Q4_K_M)
 
@@ -80,12 +81,10 @@ def _has_template(a: argparse.Namespace, target: Model) -> bool:
 def _conversing(a: argparse.Namespace, target: Model, demo: bool) -> bool:
     """-cnv / -no-cnv, else llama-cli's default: converse when the model has a chat template (or
     one is given); -p / -f is then the first user message."""
-    if getattr(a, "image", None):
-        if a.conversation:
-            raise InvalidArgumentError("--image takes one prompt (-p); images in a conversation are not supported yet")
-        return False
     if a.conversation is not None:
         return a.conversation
+    if getattr(a, "image", None) and (a.prompt is not None or a.file):
+        return False                # llama-mtmd-cli: --image with -p is one turn, else its chat mode
     return not demo and _has_template(a, target)
 
 
@@ -220,14 +219,15 @@ def _interactive(a: argparse.Namespace) -> None:
 
 
 def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
-    """--mmproj and --image: a.media = (Projector, [files]) for the prompt."""
-    a.media = None
+    """--mmproj and --image: a.projector (or None), a.media = (Projector, [files]) for one prompt
+    (a conversation attaches a.image to its first message)."""
+    a.media, a.projector = None, None
     if a.image and not a.mmproj:
         raise InvalidArgumentError("--image needs a vision projector: --mmproj FILE (llama.cpp's mmproj GGUF)")
     if a.mmproj:
         from ...vision.projector import Projector
-        proj = stack.enter_context(Projector(a.mmproj, a.threads or 0))
-        a.media = (proj, list(a.image)) if a.image else None
+        a.projector = stack.enter_context(Projector(a.mmproj, a.threads or 0))
+        a.media = (a.projector, list(a.image)) if a.image else None
 
 
 def run(a: argparse.Namespace) -> int:

@@ -34,10 +34,10 @@ def add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-p", "--prompt", help="prompt text (with -cnv: the first user message)")
     g.add_argument("-f", "--file", help="read the prompt from a file")
     g.add_argument("-mm", "--mmproj", default=None, metavar="FILE",
-                   help="vision projector (llama.cpp's mmproj GGUF) for --image")
+                   help="vision projector (llama.cpp's mmproj GGUF) for --image and a conversation's /image")
     g.add_argument("--image", action="append", default=[], metavar="FILE",
                    help="an image for the prompt (repeatable; each takes the place of a <__media__> marker in "
-                        "the prompt, or goes first), as llama-mtmd-cli")
+                        "the prompt, or goes first), as llama-mtmd-cli; with -cnv, for the first user message")
     g.add_argument("-n", "--n-predict", type=int, default=-1, help="tokens to generate (-1 = until end or context full)")
     g.add_argument("--color", action="store_true", help="colour accepted draft tokens")
     g.add_argument("--compare", action=argparse.BooleanOptionalAction, default=None,
