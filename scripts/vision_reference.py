@@ -15,6 +15,7 @@ needs a llama.cpp build.
         $B/ggml/src/libggml.a $B/ggml/src/libggml-cpu.a $B/ggml/src/libggml-base.a \\
         -fopenmp -lpthread -ldl -o /tmp/probe_mtmd
     python scripts/vision_reference.py --probe /tmp/probe_mtmd [--out OUT.json]
+    python scripts/vision_reference.py --probe /tmp/probe_mtmd --add-machine NAME   (another CPU's spread)
 
 Fixture: {"generator", "llama_cpp", "runs" (the probe's environment per run), "images",
 "projectors", "text_models", "cases"}.
@@ -29,8 +30,9 @@ last prompt position: the full row, or for the real model's 262144 entries {"top
 at full precision, "f16_zlib_b64": the row as little-endian float16, zlib, base64}); n_past; gen
 (n_gen greedy steps {"id", "eog", "top": 5 [id, logit]}, each after the previous was decoded);
 spread ({"threads": ..., "flash_attn_off": ...}, each {"preproc", "embd", "logits": max abs
-differences from the recorded run, "gen_same": whether it chose the same tokens}). Floats are
-float32 values in their shortest form.
+differences from the recorded run, "gen_same": whether it chose the same tokens}; --add-machine
+NAME adds spread[NAME]: the recorded settings on another CPU, "machines"[NAME] naming it; the real
+model's logits there against the recorded F16 row). Floats are float32 values in their shortest form.
 """
 from __future__ import annotations
 
@@ -166,11 +168,54 @@ def our_preproc_diff(image: pathlib.Path, proj_kwargs: dict, theirs: np.ndarray)
     return float(np.abs(ours.ravel() - theirs).max())
 
 
+def recorded_run(c: dict) -> dict:
+    """A case's recorded run as spread() reads it (the real model's logits: its F16 row)."""
+    lg = c["logits"]
+    if isinstance(lg, dict):
+        lg = np.frombuffer(zlib.decompress(base64.b64decode(lg["f16_zlib_b64"])), "<f2").astype(np.float32)
+    return {"preproc": np.array(c["preproc"], np.float32), "embd": np.array(c["embd"], np.float32),
+            "logits": np.asarray(lg, np.float32), "gen": c["gen"]}
+
+
+def cpu_name() -> str:
+    """The machine's processor and the SIMD extensions that choose ggml's CPU kernels."""
+    info = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_int8") if f in flags]
+    return f"{model} ({', '.join(simd) or 'no x86 SIMD flags'})"
+
+
+def add_machine(probe: str, out_path: pathlib.Path, name: str) -> None:
+    """llama.cpp's own results on this machine (the recorded run's settings) against the recorded
+    ones, stored as each case's spread[name]: how far llama.cpp moves between CPUs (another
+    instruction set picks other kernels: AMX tiles, native F16 attention). The recorded data stay."""
+    out = json.loads(out_path.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        images, projectors, texts, paths = write_files(pathlib.Path(tmp))
+        if (images, projectors, texts) != (out["images"], out["projectors"], out["text_models"]):
+            raise SystemExit("the files this script writes are not the fixture's (another writer or model)")
+        for c in out["cases"]:
+            files = (paths["text_models"][c["text_model"]], paths["projectors"][c["projector"]],
+                     paths["images"][c["image"]])
+            here = run_probe(probe, *files, c, RUNS["recorded"])
+            c["spread"][name] = spread(recorded_run(c), here)
+            print(f"{c['text_model']} + {c['image']}: {name} {c['spread'][name]}")
+    out.setdefault("machines", {})[name] = cpu_name()
+    out_path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {out_path} ({out_path.stat().st_size} bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--probe", required=True, help="scripts/llamacpp_mtmd.cpp, compiled")
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
+    ap.add_argument("--add-machine", metavar="NAME",
+                    help="keep the fixture; add llama.cpp's spread on this machine as each case's spread[NAME]")
     args = ap.parse_args()
+    if args.add_machine:
+        add_machine(args.probe, args.out, args.add_machine)
+        return
     out = {"generator": "scripts/vision_reference.py (llama.cpp b11434, CPU, scripts/llamacpp_mtmd.cpp)",
            "llama_cpp": "b11434", "runs": RUNS}
     with tempfile.TemporaryDirectory() as tmp:

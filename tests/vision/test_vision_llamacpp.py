@@ -49,6 +49,13 @@ def files(tmp_path_factory):
     return d
 
 
+def _spread(c, key: str) -> float:
+    """The case's tolerance for key: the largest of llama.cpp's own spreads the fixture holds (flash
+    attention off against on; thread counts; the recorded settings on other CPUs, whose kernels
+    differ: scripts/vision_reference.py --add-machine)."""
+    return max(v[key] for v in c["spread"].values())
+
+
 def _text_model(files, name):
     return real_model("gemma3") if name == "gemma3-270m" else files / "tiny.gguf"
 
@@ -81,19 +88,18 @@ def _last_logits(m, ip) -> np.ndarray:
 @pytest.mark.cpu_kernels
 @pytest.mark.parametrize("c", CASES, ids=[f"{c['text_model']}-{c['image']}" for c in CASES])
 def test_image_as_llamacpp(files, c):
-    spread = c["spread"]["flash_attn_off"]
     img = files / f"{c['image']}.png"
     with Projector(files / f"{c['projector']}.gguf") as p, Model(_text_model(files, c["text_model"]), n_ctx=512) as m:
         px = p.pixels(img)
         assert np.array_equal(px.reshape(-1), np.array(c["preproc"], np.float32))      # mtmd's resize, bit for bit
         rows = p.encode(img)
         ref = np.array(c["embd"], np.float32)
-        assert np.abs(rows.rows - ref).max() <= spread["embd"]
+        assert np.abs(rows.rows - ref).max() <= _spread(c, "embd")
         ip = vp.tokenize(m, _prompt(c), [rows], p.info.type)
         want = [t for ch in c["chunks"] for t in (ch["ids"] if ch["type"] == "text" else [None] * ch["n_tokens"])]
         assert [t if t >= 0 else None for t in ip.ids] == want
         ids, ref_lg = _ref_logits(c)
-        assert np.abs(_last_logits(m, ip)[ids] - ref_lg).max() <= spread["logits"]
+        assert np.abs(_last_logits(m, ip)[ids] - ref_lg).max() <= _spread(c, "logits")
         r = pyllamaspec.generate(_prompt(c), m, images=[img], mmproj=p, temperature=0, max_tokens=c["n_gen"],
                                  cache_prompt=False)
         assert r.tokens == [g["id"] for g in c["gen"] if not g["eog"]]
@@ -108,9 +114,9 @@ def test_real_case_with_ggml_products(files, monkeypatch):
         ip = vp.tokenize(m, _prompt(c), [p.encode(files / f"{c['image']}.png")], p.info.type)
         ids, ref = _ref_logits(c)
         lg = _last_logits(m, ip)
-        assert np.abs(lg[ids] - ref).max() <= c["spread"]["flash_attn_off"]["logits"]
+        assert np.abs(lg[ids] - ref).max() <= _spread(c, "logits")
         full = np.frombuffer(zlib.decompress(base64.b64decode(c["logits"]["f16_zlib_b64"])), "<f2").astype(np.float32)
-        assert np.abs(lg - full).max() <= np.abs(full).max() * 2.0 ** -10 + c["spread"]["flash_attn_off"]["logits"]
+        assert np.abs(lg - full).max() <= np.abs(full).max() * 2.0 ** -10 + _spread(c, "logits")
 
 
 def test_negative_control_another_projector(files, tmp_path):
@@ -118,4 +124,4 @@ def test_negative_control_another_projector(files, tmp_path):
     mv.write_gemma3_mmproj(tmp_path / "other.gguf", **dict(REF["projectors"][c["projector"]]["kwargs"], seed=99))
     with Projector(tmp_path / "other.gguf") as p:
         rows = p.encode(files / f"{c['image']}.png").rows
-    assert np.abs(rows - np.array(c["embd"], np.float32)).max() > 100 * c["spread"]["flash_attn_off"]["embd"]
+    assert np.abs(rows - np.array(c["embd"], np.float32)).max() > 100 * _spread(c, "embd")
