@@ -43,7 +43,8 @@ def _prompt(a: argparse.Namespace, default: str) -> str:
     return a.prompt if a.prompt is not None else default
 
 
-def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys.stderr) -> None:
+def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=None) -> None:
+    file = file or sys.stderr               # the stream of now, not of the module's import
     p = lambda *x: print(*x, file=file)  # noqa: E731
     p()
     n_eval = stats.n_prompt_evaluated
@@ -89,8 +90,9 @@ def _conversing(a: argparse.Namespace, target: Model, demo: bool) -> bool:
     return not demo and _has_template(a, target)
 
 
-def print_prompt_tokens(target: Model, ids: list[int], prompt: str, file=sys.stderr) -> None:
+def print_prompt_tokens(target: Model, ids: list[int], prompt: str, file=None) -> None:
     """--verbose-prompt, as llama.cpp prints it."""
+    file = file or sys.stderr
     print(f"prompt: {prompt!r}\nnumber of tokens in prompt = {len(ids)}", file=file)
     for t in ids:
         piece = target.token_to_piece(t, render_special=True).decode("utf-8", "replace")
@@ -220,14 +222,27 @@ def _interactive(a: argparse.Namespace) -> None:
 
 
 def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
-    """--mmproj and --image: a.media = (Projector, [files]) for the prompt."""
+    """--mmproj and --image: a.media = (Projector, [files]) for the prompt. --mmproj FILE is
+    loaded (so checked) even without --image; the projector -hf found (a.hf_mmproj) only for
+    --image, as this CLI takes images nowhere else."""
     a.media = None
-    if a.image and not a.mmproj:
-        raise InvalidArgumentError("--image needs a vision projector: --mmproj FILE (llama.cpp's mmproj GGUF)")
-    if a.mmproj:
+    path = a.mmproj or (getattr(a, "hf_mmproj", None) if a.image else None)
+    if a.image and not path:
+        raise InvalidArgumentError(_no_projector(a))
+    if path:
         from ...vision.projector import Projector
-        proj = stack.enter_context(Projector(a.mmproj, a.threads or 0))
+        proj = stack.enter_context(Projector(path, a.threads or 0))
         a.media = (proj, list(a.image)) if a.image else None
+
+
+def _no_projector(a: argparse.Namespace) -> str:
+    why = "--image needs a vision projector: --mmproj FILE (llama.cpp's mmproj GGUF)"
+    if not getattr(a, "hf_repo", None):
+        return why
+    if getattr(a, "no_mmproj", False):
+        flag = getattr(a, "given", {}).get("no_mmproj", "--no-mmproj")
+        return f"{why}; {flag} leaves out the one of {a.hf_repo}"
+    return f"{why}: {a.hf_repo} has no mmproj GGUF beside its model"
 
 
 def run(a: argparse.Namespace) -> int:
