@@ -24,6 +24,20 @@ Selection rules (:func:`select_gguf`):
 * a split model (``-00001-of-0000N``) resolves to all its parts: :func:`resolve` downloads every
   part and returns the first, which is what :class:`~pyllamaspec.Model` (like llama.cpp) loads;
   the core finds the other parts beside it.
+
+The vision projector (:func:`select_mmproj`, :func:`resolve_with_mmproj`), as llama.cpp's ``-hf``
+finds it for the programs that take images (llama-server, llama-mtmd-cli, llama-cli):
+
+* a candidate is a ``.gguf`` whose file name holds ``mmproj`` (any case), in the model file's
+  folder or a folder above it (the repository's root included); one in a subfolder of the model's
+  folder, or in another branch of the tree, is never taken;
+* the deepest folder wins (the model's own before its parent), then the quant closest in bits to
+  the model's (a file's bits: the first number of the tag after its name's last ``-`` or ``.``,
+  ``Q4_K_M`` 4, ``F16``/``BF16`` 16, ``Q8_0`` 8; no tag 0), then the first in path order. So a
+  ``Q8_0`` model takes ``mmproj-Q8_0.gguf`` over ``mmproj-F16.gguf``, and a ``Q4_K_M`` one takes
+  ``mmproj-BF16.gguf`` over ``mmproj-F16.gguf`` over ``mmproj-F32.gguf``;
+* a repository without one resolves to no projector (None), which is no error: the model is text
+  only.
 """
 from __future__ import annotations
 
@@ -37,7 +51,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from ..errors import InvalidArgumentError, ModelIOError, ModelNotFoundError, PyllamaspecError
 from .split import SPLIT_RE, is_split, split_info, split_parts
@@ -45,7 +59,8 @@ from .split import SPLIT_RE, is_split, split_info, split_parts
 __all__ = [
     "DEFAULT_QUANT", "DEFAULT_FALLBACK", "HubDependencyError", "HubModelNotFoundError",
     "QuantNotFoundError", "Selection", "parse_spec", "select_gguf", "available_quants",
-    "hub_cache_dir", "is_offline", "cached_repo_files", "resolve",
+    "hub_cache_dir", "is_offline", "cached_repo_files", "resolve", "select_mmproj", "resolve_with_mmproj",
+    "Resolved",
 ]
 
 log = logging.getLogger("pyllamaspec.hub")
@@ -255,6 +270,48 @@ def select_gguf(files: Iterable[str], quant: str | None = None, *, repo_id: str 
         f"Available quants: {_format_list(avail)}. GGUF files: {_format_list(ggufs)}. "
         f"Use {repo_id}:<QUANT> with one of those, or name the file with --hf-file." + hint,
         repo_id=repo_id, quant=quant, available=avail, files=ggufs)
+
+
+# A name's quant tag as llama.cpp's sibling rule reads it: what follows the stem's last - or .
+# when that is letters, digits and underscores only (model-Q4_K_M: Q4_K_M; mmproj-f16: f16).
+_LAST_TAG_RE = re.compile(r"[-.]([A-Za-z0-9_]+)\Z")
+_FIRST_NUMBER_RE = re.compile(r"\d+")
+
+
+def _quant_bits(path: str) -> int:
+    """The bits of the file's quant, as llama.cpp ranks siblings: the first number in the tag
+    ending its name (split suffix off): Q4_K_M 4, IQ4_XS 4, Q8_0 8, F16 and BF16 16, F32 32;
+    0 when the name has no such tag or the tag no number."""
+    m = _LAST_TAG_RE.search(_stem(path))
+    n = _FIRST_NUMBER_RE.search(m.group(1)) if m else None
+    return int(n.group()) if n else 0
+
+
+def _folders(path: str) -> list[str]:
+    return path.split("/")[:-1]
+
+
+def select_mmproj(files: Iterable[str], model_file: str) -> str | None:
+    """The vision projector (``mmproj`` GGUF) in ``files`` (repository-relative paths) for the
+    model file ``model_file`` (for a split model, any of its parts), by llama.cpp's sibling rule;
+    None when the repository has none beside the model.
+
+    A candidate is a ``.gguf`` whose file name holds ``mmproj`` (any case) and whose folder is the
+    model's or one above it. The deepest such folder wins; within it, the quant closest in bits
+    to the model's (:func:`_quant_bits`); then the first in path order."""
+    model_dirs = _folders(model_file)
+    model_bits = _quant_bits(model_file)
+    best: tuple[int, int, str] | None = None        # (-depth, bits apart, path): the least wins
+    for f in sorted(set(files)):
+        if not _is_gguf(f) or not _is_mmproj(f) or f == model_file:
+            continue
+        dirs = _folders(f)
+        if dirs != model_dirs[:len(dirs)]:            # a subfolder or another branch: not a sibling
+            continue
+        key = (-len(dirs), abs(_quant_bits(f) - model_bits), f)
+        if best is None or key < best:
+            best = key
+    return best[2] if best else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,6 +524,35 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
     :class:`HubDependencyError` when huggingface_hub is missing and
     :class:`~pyllamaspec.errors.InvalidArgumentError` for a malformed spec.
     """
+    return _resolve(spec, hf_file, mmproj=False, offline=offline, progress=progress, cache_dir=cache_dir,
+                    token=token).model
+
+
+class Resolved(NamedTuple):
+    """What :func:`resolve_with_mmproj` found: the model's local path (part 1 of a split model)
+    and its vision projector's, or None when the repository has none beside the model."""
+
+    model: pathlib.Path
+    mmproj: pathlib.Path | None
+
+
+def resolve_with_mmproj(spec: str, hf_file: str | None = None, *, offline: bool | None = None,
+                        progress: bool = True, cache_dir: str | os.PathLike | None = None,
+                        token: str | bool | None = None) -> Resolved:
+    """:func:`resolve`, plus the repository's vision projector for the model, as llama.cpp's
+    ``-hf`` fetches it for llama-server and llama-mtmd-cli: the ``mmproj`` GGUF that
+    :func:`select_mmproj` picks beside the model file (``hf_file`` or the quant's), downloaded
+    into the same cache (offline, or with the Hub unreachable: found in the cache's listing, as
+    the model is). ``Resolved(model, None)`` when there is none: a text model, no error.
+
+    The arguments, the offline rules and the errors are :func:`resolve`'s; with ``hf_file`` the
+    repository is listed too (online), to find the projector."""
+    return _resolve(spec, hf_file, mmproj=True, offline=offline, progress=progress, cache_dir=cache_dir,
+                    token=token)
+
+
+def _resolve(spec: str, hf_file: str | None, *, mmproj: bool, offline: bool | None, progress: bool,
+             cache_dir: str | os.PathLike | None, token: str | bool | None) -> Resolved:
     repo_id, quant = parse_spec(spec)
     if hf_file is not None:
         hf_file = hf_file.strip().replace("\\", "/").lstrip("/")
@@ -495,10 +581,7 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
     if hf_file is not None:
         parts = tuple(_split_parts(hf_file)) if _is_split(hf_file) else (hf_file,)
         sel = Selection(parts[0], parts, _quant_of(hf_file))
-        if local_only:
-            cached = cached_repo_files(repo_id, cache)
-            files = list(cached)
-    else:
+    if hf_file is None or mmproj:               # the listing: to pick the model, or its projector
         if not local_only:
             try:
                 files = _list_remote(hf, repo_id, token)
@@ -516,8 +599,12 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
             if not cached:
                 raise HubModelNotFoundError(
                     f"{repo_id}: not in the Hugging Face cache ({cache}) and {reason}. "
-                    + _offline_hint(repo_id, None, quant), repo_id=repo_id)
+                    + _offline_hint(repo_id, hf_file, quant), repo_id=repo_id)
             files = list(cached)
+    elif local_only:
+        cached = cached_repo_files(repo_id, cache)
+        files = list(cached)
+    if hf_file is None:
         sel = select_gguf(
             files, quant, repo_id=repo_id, where=" in the local cache" if local_only else "",
             hint=(f" (Only cached files can be seen: {reason}. " + _offline_hint(repo_id, None, quant)
@@ -533,12 +620,15 @@ def resolve(spec: str, hf_file: str | None = None, *, offline: bool | None = Non
                 + (" " + _offline_hint(repo_id, include=_stem(sel.filename) + "-*.gguf")
                    if local_only else ""), repo_id=repo_id)
 
+    projector = select_mmproj(files or (), sel.filename) if mmproj else None
+    if projector is not None:
+        log.info("%s: vision projector %s (for %s)", repo_id, projector, sel.filename)
     paths = []
     with _progress_bars(progress):
-        for name in sel.parts:
+        for name in sel.parts + ((projector,) if projector else ()):
             paths.append(_download(hf, repo_id, name, cache=cache, local_only=local_only,
                                    cached=cached, reason=reason, token=token))
-    return paths[0]
+    return Resolved(paths[0], paths[-1] if projector else None)
 
 
 def _list_remote(hf, repo_id: str, token) -> list[str]:

@@ -87,7 +87,8 @@ def alternate(run: Run, shown: Stats, n_runs: int) -> Comparison:
     return c
 
 
-def report(c: Comparison, n_tokens: int, file=sys.stderr) -> None:
+def report(c: Comparison, n_tokens: int, file=None) -> None:
+    file = file or sys.stderr
     def row(name: str, xs: list[float]) -> str:
         return f"  {name:<12} t/s: " + " ".join(f"{x:6.1f}" for x in xs) + f"   median {statistics.median(xs):.1f}"
     print(f"\nsame target and prompt, plain and speculative decoding alternated after a warm-up "

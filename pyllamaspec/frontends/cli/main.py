@@ -44,7 +44,8 @@ def _prompt(a: argparse.Namespace, default: str) -> str:
     return a.prompt if a.prompt is not None else default
 
 
-def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=sys.stderr) -> None:
+def print_summary(stats: Stats, a: argparse.Namespace, has_draft: bool, file=None) -> None:
+    file = file or sys.stderr               # the stream of now, not of the module's import
     p = lambda *x: print(*x, file=file)  # noqa: E731
     p()
     n_eval = stats.n_prompt_evaluated
@@ -88,8 +89,9 @@ def _conversing(a: argparse.Namespace, target: Model, demo: bool) -> bool:
     return not demo and _has_template(a, target)
 
 
-def print_prompt_tokens(target: Model, ids: list[int], prompt: str, file=sys.stderr) -> None:
+def print_prompt_tokens(target: Model, ids: list[int], prompt: str, file=None) -> None:
     """--verbose-prompt, as llama.cpp prints it."""
+    file = file or sys.stderr
     print(f"prompt: {prompt!r}\nnumber of tokens in prompt = {len(ids)}", file=file)
     for t in ids:
         piece = target.token_to_piece(t, render_special=True).decode("utf-8", "replace")
@@ -220,14 +222,36 @@ def _interactive(a: argparse.Namespace) -> None:
 
 def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
     """--mmproj and --image: a.projector (or None), a.media = (Projector, [files]) for one prompt
-    (a conversation attaches a.image to its first message)."""
+    (a conversation attaches a.image to its first message). --mmproj FILE is loaded (so checked)
+    even without --image, and so is the projector -hf found (a.hf_mmproj), as llama-mtmd-cli loads
+    it: a conversation's /image takes it. One of a type this engine does not run yet, found by -hf,
+    leaves the CLI text only with a warning, unless --image needs it."""
     a.media, a.projector = None, None
-    if a.image and not a.mmproj:
-        raise InvalidArgumentError("--image needs a vision projector: --mmproj FILE (llama.cpp's mmproj GGUF)")
-    if a.mmproj:
-        from ...vision.projector import Projector
-        a.projector = stack.enter_context(Projector(a.mmproj, a.threads or 0))
-        a.media = (a.projector, list(a.image)) if a.image else None
+    path = a.mmproj or getattr(a, "hf_mmproj", None)
+    if a.image and not path:
+        raise InvalidArgumentError(_no_projector(a))
+    if not path:
+        return
+    from ...errors import UnsupportedModelError
+    from ...vision.projector import Projector
+    try:
+        a.projector = stack.enter_context(Projector(path, a.threads or 0))
+    except UnsupportedModelError as e:
+        if a.mmproj or a.image:
+            raise
+        print(f"warning: {a.hf_repo}'s vision projector cannot be used here ({e}): text only", file=sys.stderr)
+        return
+    a.media = (a.projector, list(a.image)) if a.image else None
+
+
+def _no_projector(a: argparse.Namespace) -> str:
+    why = "--image needs a vision projector: --mmproj FILE (llama.cpp's mmproj GGUF)"
+    if not getattr(a, "hf_repo", None):
+        return why
+    if getattr(a, "no_mmproj", False):
+        flag = getattr(a, "given", {}).get("no_mmproj", "--no-mmproj")
+        return f"{why}; {flag} leaves out the one of {a.hf_repo}"
+    return f"{why}: {a.hf_repo} has no mmproj GGUF beside its model"
 
 
 def run(a: argparse.Namespace) -> int:

@@ -22,19 +22,35 @@ def add_model_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("-m", "--model", help="target model (GGUF)")
     g.add_argument("-md", "--model-draft", "--spec-draft-model", dest="model_draft",
                    help="draft model (GGUF); without it, plain decoding")
-    g.add_argument("-hf", "--hf-repo", help="target from Hugging Face: user/repo[:QUANT] (default quant Q4_K_M)")
+    g.add_argument("-hf", "--hf-repo", help="target from Hugging Face: user/repo[:QUANT] (default quant Q4_K_M); "
+                                            "its vision projector (mmproj) too, if the repository has one "
+                                            "(--no-mmproj: not)")
     g.add_argument("-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf", dest="hf_repo_draft",
                    help="draft from Hugging Face: user/repo[:QUANT]")
     g.add_argument("-hff", "--hf-file", help="the file to take from --hf-repo (instead of the quant tag)")
     g.add_argument("--demo", action="store_true", help="run the offline demo pair (also the default with no model)")
 
 
+def add_mmproj_args(g, mmproj_help: str) -> None:
+    """llama.cpp's projector flags (the CLI's and the server's, as llama-mtmd-cli's and
+    llama-server's): -mm FILE, and whether -hf takes the repository's own (launch.resolve_models)."""
+    g.add_argument("-mm", "--mmproj", default=None, metavar="FILE", help=mmproj_help)
+    g.add_argument("--mmproj-auto", dest="no_mmproj", action="store_false", default=False,
+                   help="with -hf, use the repository's vision projector (mmproj) if it has one (the default)")
+    g.add_argument("--no-mmproj", "--no-mmproj-auto", dest="no_mmproj", action="store_true",
+                   help="with -hf, do not download or load the repository's vision projector (mmproj): text only")
+    g.add_argument("--mmproj-offload", dest="mmproj_offload", action="store_true", default=None,
+                   help=argparse.SUPPRESS)                                      # checks.py: the projector runs on the CPU
+    g.add_argument("--no-mmproj-offload", dest="mmproj_offload", action="store_false",
+                   help="keep the vision projector on the CPU (llama.cpp's; here it always runs there)")
+
+
 def add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("prompt and output")
     g.add_argument("-p", "--prompt", help="prompt text (with -cnv: the first user message)")
     g.add_argument("-f", "--file", help="read the prompt from a file")
-    g.add_argument("-mm", "--mmproj", default=None, metavar="FILE",
-                   help="vision projector (llama.cpp's mmproj GGUF) for --image and a conversation's /image")
+    add_mmproj_args(g, "vision projector (llama.cpp's mmproj GGUF) for --image and a conversation's /image; "
+                       "with -hf, the repository's is found and loaded unless --no-mmproj")
     g.add_argument("--image", action="append", default=[], metavar="FILE",
                    help="an image for the prompt (repeatable; each takes the place of a <__media__> marker in "
                         "the prompt, or goes first), as llama-mtmd-cli; with -cnv, for the first user message")

@@ -108,6 +108,7 @@ UNSUPPORTED = {
     "lora_scaled": (bool, "LoRA adapters are not supported: the base model runs without the adapter"),
     "keep": (lambda v: v is not None, "the context is never shifted here: a full context ends the answer"),
     "simple_io": (bool, "the input is read line by line already"),
+    "mmproj_offload": (lambda v: v is True, "the vision projector runs on the CPU here"),
 }
 
 
@@ -121,15 +122,33 @@ def _unsupported(a: argparse.Namespace, s: Setup) -> list[str]:
     return unsupported_flags(a)
 
 
+def mmproj_flags(a: argparse.Namespace) -> list[str]:
+    """--no-mmproj where it changes nothing: without -hf (only -hf finds a projector by itself),
+    or with --mmproj FILE (that file is loaded all the same, as in llama.cpp)."""
+    f = _flag(a, "no_mmproj")
+    if not f or not getattr(a, "no_mmproj", False):
+        return []
+    if getattr(a, "mmproj", None):
+        return [f"{f} has no effect with --mmproj FILE: that projector is loaded"]
+    if not getattr(a, "hf_repo", None):
+        return [f"{f} has no effect without -hf (only -hf finds a vision projector by itself)"]
+    return []
+
+
+def _mmproj(a: argparse.Namespace, s: Setup) -> list[str]:
+    return mmproj_flags(a)
+
+
 def ineffective_flags(a: argparse.Namespace, s: Setup) -> list[str]:
     """One message per flag given that has no effect in this run."""
     out: list[str] = []
-    for check in (_no_drafter, _no_draft_model, _no_suffix, _conversation, _context, _sampling, _unsupported):
+    for check in (_no_drafter, _no_draft_model, _no_suffix, _conversation, _context, _sampling, _unsupported,
+                  _mmproj):
         out += check(a, s)
     return out
 
 
-__all__ = ["Setup", "check_drafters", "ineffective_flags", "unsupported_flags", "show_warning"]
+__all__ = ["Setup", "check_drafters", "ineffective_flags", "unsupported_flags", "mmproj_flags", "show_warning"]
 
 
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -27,11 +27,25 @@ from .checks import check_drafters
 DEFAULT_PROMPT = "Once upon a time, a small robot named Pip wanted to learn to paint. One morning,"
 
 
+def wants_repo_mmproj(a: argparse.Namespace) -> bool:
+    """Whether -hf also fetches the repository's vision projector, as llama.cpp's -hf does for
+    the programs that take images (llama-server, llama-mtmd-cli, llama-cli: here those with
+    --mmproj, the CLI and the server): not with --no-mmproj, nor when --mmproj FILE names one."""
+    return hasattr(a, "mmproj") and not getattr(a, "no_mmproj", False) and not a.mmproj
+
+
 def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
-    """(target path, draft path or None, default prompt)."""
+    """(target path, draft path or None, default prompt). With -hf, a.hf_mmproj is the
+    repository's vision projector (wants_repo_mmproj), else None."""
+    a.hf_mmproj = None
     if a.hf_repo or a.hf_repo_draft:
-        from ...files.hub import resolve
-        target = str(resolve(a.hf_repo, a.hf_file)) if a.hf_repo else a.model
+        from ...files.hub import resolve, resolve_with_mmproj
+        target = a.model
+        if a.hf_repo and wants_repo_mmproj(a):
+            found = resolve_with_mmproj(a.hf_repo, a.hf_file)
+            target, a.hf_mmproj = str(found.model), str(found.mmproj) if found.mmproj else None
+        elif a.hf_repo:
+            target = str(resolve(a.hf_repo, a.hf_file))
         draft = str(resolve(a.hf_repo_draft)) if a.hf_repo_draft else a.model_draft
         if not target:
             raise PyllamaspecError("a draft from -hfd needs a target (-m or -hf)")

@@ -20,8 +20,8 @@ from . import ServerDependencyError, check_dependencies
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..flags.args import (Parser, add_accepted_args, add_model_args, add_reasoning_args, add_resource_args,
-                              add_sampling_args, add_speculation_args)
+    from ..flags.args import (Parser, add_accepted_args, add_mmproj_args, add_model_args, add_reasoning_args,
+                              add_resource_args, add_sampling_args, add_speculation_args)
     ap = Parser(prog="python -m pyllamaspec.server", description=__doc__, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for add in (add_model_args, add_sampling_args, add_speculation_args, add_resource_args, add_accepted_args):
@@ -38,9 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-template", help="a built-in template (chatml, llama3, gemma, llama2, mistral), "
                                            "Jinja source, or a file, in place of the model's")
     g.add_argument("--chat-template-file", help="a Jinja template file, in place of the model's")
-    g.add_argument("-mm", "--mmproj", default=None, metavar="FILE",
-                   help="vision projector (llama.cpp's mmproj GGUF): chat messages may then hold image_url parts "
-                        "(data URLs; URLs are never fetched)")
+    add_mmproj_args(g, "vision projector (llama.cpp's mmproj GGUF): chat messages may then hold image_url parts "
+                       "(data URLs; URLs are never fetched); with -hf, the repository's is loaded unless --no-mmproj")
     add_reasoning_args(g)
     g.add_argument("-cram", "--cache-ram", dest="cache_ram", type=int, default=8192, metavar="MiB",
                    help="host memory for prompts a slot lets go of, resumed when a request shares them "
@@ -134,6 +133,26 @@ def _slot_dir(path: str | None) -> str | None:
     return os.path.realpath(path)
 
 
+def _open_projector(a: argparse.Namespace, stack: ExitStack):
+    """The vision projector image_url parts need: --mmproj FILE, else the one -hf found in the
+    repository (as llama-server loads it; --no-mmproj: none). A projector of a type this engine
+    does not run yet, found by -hf, leaves the server text only with a warning (llama-server would
+    load it: refusing to serve the text model would be a step back); given by --mmproj, it is an
+    error."""
+    from ...errors import UnsupportedModelError
+    from ...vision.projector import Projector
+    if a.mmproj:
+        return stack.enter_context(Projector(a.mmproj, a.threads or 0))
+    if not getattr(a, "hf_mmproj", None):
+        return None
+    try:
+        return stack.enter_context(Projector(a.hf_mmproj, a.threads or 0))
+    except UnsupportedModelError as e:
+        print(f"warning: {a.hf_repo}'s vision projector cannot be used here ({e}): text only, image_url parts "
+              "are refused (--no-mmproj: not fetched)", file=sys.stderr)
+        return None
+
+
 def _api_key(a: argparse.Namespace) -> str | None:
     if a.api_key_file:
         with open(a.api_key_file, encoding="utf-8") as f:
@@ -172,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     kv_unified = auto if a.kv_unified is None else a.kv_unified
     if sys.platform.startswith("linux"):
         _heap_returns_large_blocks()
-    from ..flags.checks import unsupported_flags
-    for w in unsupported_flags(a):
+    from ..flags.checks import mmproj_flags, unsupported_flags
+    for w in unsupported_flags(a) + mmproj_flags(a):
         print(f"warning: {w}", file=sys.stderr)
     try:
         sampling, draft_params, _ = settings_from_args(a)
@@ -204,10 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                                 max_tokens=a.n_predict if a.n_predict >= 0 else None, constraint=a.constraint,
                                 n_parallel=n_parallel, kv_unified=kv_unified, reasoning=a.reasoning_options,
                                 template_kwargs=a.template_kwargs)
-            projector = None
-            if a.mmproj:
-                from ...vision.projector import Projector
-                projector = stack.enter_context(Projector(a.mmproj, a.threads or 0))
+            projector = _open_projector(a, stack)
             worker = Worker(target, drafter, defaults, projector)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
@@ -217,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                              max_head=a.max_header_size)
             what = ("plain decoding" if not types else f"{','.join(types)}"
                     + (f" with {draft_path}" if draft_path and drafter is not None else ""))
-            print(f"pyllamaspec server: {alias} ({what}), n_ctx {target.n_ctx}, {n_parallel} slot(s) of "
+            vision = f", vision projector {os.path.basename(projector.path)}" if projector else ""
+            print(f"pyllamaspec server: {alias} ({what}{vision}), n_ctx {target.n_ctx}, {n_parallel} slot(s) of "
                   f"{worker.n_ctx_slot}, listening on http://{a.host}:{a.port}", file=sys.stderr, flush=True)
             # a stream still running at shutdown is cut after 5 s (its generation then stops)
             from .http import guarded_protocol
