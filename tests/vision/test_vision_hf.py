@@ -88,8 +88,8 @@ def test_cli_hf_with_image(offline_cache, capsys):
     assert rc == 0 and out.startswith(want), err
     rc, out, err = _cli(capsys, "-hf", BAD + ":F32", *image)                  # ...which it would have taken
     assert rc == 1 and "mmproj-tiny-F32.gguf" in err
-    rc, out, err = _cli(capsys, "-hf", BAD + ":F32")                          # without --image it is not opened
-    assert rc == 0 and out.startswith(text_only), err
+    rc, out, err = _cli(capsys, "-hf", BAD + ":F32")          # without --image: text only, with a warning
+    assert rc == 0 and out.startswith(text_only) and "warning" in err and "text only" in err, err
 
 
 def test_cli_mmproj_flags_without_effect(offline_cache, capsys):

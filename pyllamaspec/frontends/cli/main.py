@@ -224,19 +224,20 @@ def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
     """--mmproj and --image: a.projector (or None), a.media = (Projector, [files]) for one prompt
     (a conversation attaches a.image to its first message). --mmproj FILE is loaded (so checked)
     even without --image, and so is the projector -hf found (a.hf_mmproj), as llama-mtmd-cli loads
-    it: a conversation's /image takes it. One of a type this engine does not run yet, found by -hf,
-    leaves the CLI text only with a warning, unless --image needs it."""
+    it: a conversation's /image takes it. One found by -hf that cannot be used (a type this engine
+    does not run yet, a damaged file) leaves the CLI text only with a warning, unless --image
+    needs it."""
     a.media, a.projector = None, None
     path = a.mmproj or getattr(a, "hf_mmproj", None)
     if a.image and not path:
         raise InvalidArgumentError(_no_projector(a))
     if not path:
         return
-    from ...errors import UnsupportedModelError
+    from ...errors import ModelFormatError, UnsupportedModelError
     from ...vision.projector import Projector
     try:
         a.projector = stack.enter_context(Projector(path, a.threads or 0))
-    except UnsupportedModelError as e:
+    except (UnsupportedModelError, ModelFormatError) as e:
         if a.mmproj or a.image:
             raise
         print(f"warning: {a.hf_repo}'s vision projector cannot be used here ({e}): text only", file=sys.stderr)

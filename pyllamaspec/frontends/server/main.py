@@ -135,11 +135,11 @@ def _slot_dir(path: str | None) -> str | None:
 
 def _open_projector(a: argparse.Namespace, stack: ExitStack):
     """The vision projector image_url parts need: --mmproj FILE, else the one -hf found in the
-    repository (as llama-server loads it; --no-mmproj: none). A projector of a type this engine
-    does not run yet, found by -hf, leaves the server text only with a warning (llama-server would
-    load it: refusing to serve the text model would be a step back); given by --mmproj, it is an
+    repository (as llama-server loads it; --no-mmproj: none). A projector found by -hf that cannot
+    be used (a type this engine does not run yet, a damaged file) leaves the server text only with
+    a warning (refusing to serve the text model would be a step back); given by --mmproj, it is an
     error."""
-    from ...errors import UnsupportedModelError
+    from ...errors import ModelFormatError, UnsupportedModelError
     from ...vision.projector import Projector
     if a.mmproj:
         return stack.enter_context(Projector(a.mmproj, a.threads or 0))
@@ -147,7 +147,7 @@ def _open_projector(a: argparse.Namespace, stack: ExitStack):
         return None
     try:
         return stack.enter_context(Projector(a.hf_mmproj, a.threads or 0))
-    except UnsupportedModelError as e:
+    except (UnsupportedModelError, ModelFormatError) as e:
         print(f"warning: {a.hf_repo}'s vision projector cannot be used here ({e}): text only, image_url parts "
               "are refused (--no-mmproj: not fetched)", file=sys.stderr)
         return None
