@@ -36,6 +36,7 @@ def test_server_answers_about_an_image(files):
     s = Server(args + ["--mmproj", str(files / "mmproj.gguf"), "--lookup", "--draft-max", "4"])
     try:
         assert s.get("/props")["modalities"]["vision"] is True
+        assert s.get("/v1/models")["models"][0]["capabilities"] == ["completion", "multimodal"]   # llama-server's
         code, got = s.post("/v1/chat/completions", _body(files))
         assert code == 200, got
         with Model(files / "text.gguf", n_ctx=256) as m:
@@ -57,6 +58,7 @@ def test_server_answers_about_an_image(files):
     s = Server(args)                                                           # no projector
     try:
         assert s.get("/props")["modalities"]["vision"] is False
+        assert s.get("/v1/models")["models"][0]["capabilities"] == ["completion"]
         code, err = s.post("/v1/chat/completions", _body(files))
         assert code == 400 and "mmproj" in err["error"]["message"]
     finally:

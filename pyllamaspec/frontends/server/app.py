@@ -135,7 +135,12 @@ class Routes:
         t = self.worker.target
         meta = {"n_ctx": t.n_ctx, "n_vocab": t.n_vocab, "n_params": t.info.n_params, "size": t.info.size_bytes,
                 "arch": t.info.arch, "drafter": _drafter_name(self.worker.drafter)}
-        return JSONResponse({"object": "list", "data": [
+        # llama-server's "models" list beside OpenAI's "data": clients read an image model's
+        # "multimodal" capability there
+        caps = ["completion", "multimodal"] if self.worker.projector is not None else ["completion"]
+        return JSONResponse({"models": [{"name": self.alias, "model": self.alias, "type": "model",
+                                         "capabilities": caps, "details": {"format": "gguf"}}],
+                             "object": "list", "data": [
             {"id": self.alias, "object": "model", "created": int(time.time()), "owned_by": "pyllamaspec",
              "meta": meta}]})
 
