@@ -14,6 +14,8 @@ needs a llama.cpp build.
         $B/tools/mtmd/libmtmd.a $B/vendor/hash/libvendor-hash.a $B/src/libllama.a \\
         $B/ggml/src/libggml.a $B/ggml/src/libggml-cpu.a $B/ggml/src/libggml-base.a \\
         -fopenmp -lpthread -ldl -o /tmp/probe_mtmd
+    (GCC 12 on a CPU with AMX: compile ggml-cpu/amx/mmq.cpp with -include csrc/compat/gcc_amx_tilecfg.h,
+    as this project's build does, or llama.cpp's AMX products fault: SIGILL)
     python scripts/vision_reference.py --probe /tmp/probe_mtmd [--out OUT.json]
     python scripts/vision_reference.py --probe /tmp/probe_mtmd --add-machine NAME   (another CPU's spread)
 
