@@ -77,3 +77,32 @@ def test_cli_image(files):
     assert out.stdout.startswith("describe" + want.text)
     out = subprocess.run(run + ["--image", str(files / "a.png")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "--mmproj" in out.stderr
+
+
+def test_a_slot_with_an_image_survives_a_restart(files, tmp_path):
+    """/slots save and restore keep the image's own ids (the core's history): restored after a
+    restart, the same image is taken from the slot (only the last token evaluated again) and
+    another image at the same place is evaluated anew."""
+    args = ["-m", str(files / "text.gguf"), "-c", "256", "-t", "1", "-np", "1", "--chat-template", "gemma",
+            "--mmproj", str(files / "mmproj.gguf"), "--cache-ram", "0", "--slot-save-path", str(tmp_path)]
+    s = Server(args)
+    try:
+        code, first = s.post("/v1/chat/completions", _body(files))
+        assert code == 200, first
+        code, out = s.post("/slots/0?action=save", {"filename": "img.bin"})
+        assert code == 200, out
+    finally:
+        s.stop()
+    s = Server(args)
+    try:
+        code, r = s.post("/slots/0?action=restore", {"filename": "img.bin"})
+        assert code == 200 and r["n_restored"] == out["n_saved"], r
+        code, again = s.post("/v1/chat/completions", _body(files))
+        assert code == 200 and again["timings"]["prompt_n"] <= 2, again["timings"]
+        assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+        other = _body(files)
+        other["messages"][0]["content"][1]["image_url"]["url"] = _url(files / "b.png")
+        code, r = s.post("/v1/chat/completions", other)
+        assert code == 200 and r["timings"]["prompt_n"] >= 16, r["timings"]      # the other image's rows
+    finally:
+        s.stop()
