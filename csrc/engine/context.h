@@ -93,7 +93,7 @@ struct psl_context {
     void mtp_draft_nodes(int32_t seq, int32_t n, const int32_t * tokens, const int32_t * parents, float * out,
                          int64_t out_cap);
     void check_seq(int32_t seq) const;
-    void check_logits_out(const Batch & b, const float * out, int64_t out_cap) const;
+    void check_logits_out(const psl::Batch & b, const float * out, int64_t out_cap) const;
     static std::vector<int8_t> logits_flags(int32_t n, int32_t mode);
     void attach_head(psl_model * h);
     void head_draft(int32_t token, int32_t step, float * out, int64_t out_cap);
