@@ -104,9 +104,9 @@ def write_qwen3vl_mmproj(path, *, n_embd_text: int, seed: int = 0, image_size: i
     pre-norm blocks (LayerNorm ``eps``, fused qkv, 2-D M-RoPE, GELU MLP ``n_embd -> n_ff``);
     ``v.post_ln``, 2 x 2 patches concatenated (``merge``; 2 only), ``mm.0`` (4 n_embd square),
     GELU, ``mm.2`` to ``n_embd_text``. ``deepstack_layers`` (Qwen3-VL's deepstack_visual_indexes;
-    Qwen3.5 has none) add a merger each whose output is concatenated to the rows: the text model
-    must then be ``n_embd_text * (1 + len)`` wide at its input (llama.cpp's qwen3vl arch), which
-    the tiny qwen35 text model is not, so the fixtures use none. clip.cpp's default token limits
+    Qwen3.5 has none) add a merger each whose output is concatenated to the rows: mtmd then wants
+    a text model whose input is ``n_embd_text * (1 + len)`` wide (llama.cpp's qwen3vl arch splits
+    it into the embedding and the deepstack features); the fixtures use none, as Qwen3.5. clip.cpp's default token limits
     for the type are 8 .. 4096 (``image_min_tokens`` / ``image_max_tokens`` override them).
 
     Weights: ``models_parts.Draws`` (seed; projections N(0, 1/sqrt(fan_in)), norm weights
