@@ -1,7 +1,7 @@
 // Prints what llama.cpp's libmtmd does with one image in a prompt: the preprocessed image the
 // vision encoder was fed, the image embeddings, the chunks, the logits after the prompt and a few
-// greedy steps. For scripts/vision_reference.py (tests/data/reference/vision_gemma3.json). Not part
-// of the build or of CI.
+// greedy steps. For scripts/vision_reference.py (tests/data/reference/vision_gemma3.json) and
+// scripts/vision_reference_qwen.py (vision_qwen3vl.json). Not part of the build or of CI.
 //
 //   L=/path/to/llama.cpp B=/path/to/build   (static: BUILD_SHARED_LIBS=OFF, target mtmd); one command:
 //   g++ -O2 -std=c++17 llamacpp_mtmd.cpp -I $L/include -I $L/ggml/include -I $L/tools/mtmd
@@ -14,11 +14,20 @@
 // mtmd_helper_bitmap_init_from_file (stb_image). CPU, n_ctx 512, n_batch = n_ubatch 512, mtmd's
 // defaults otherwise (flash attention auto, which the CPU enables for both; warmup). PROBE_THREADS
 // sets the threads of both the text context and mtmd (default 2); PROBE_FLASH_ATTN=off disables
-// flash attention in both (another set of kernels, to measure llama.cpp's own spread). Output, one
-// record a line, floats %.9g:
+// flash attention in both (another set of kernels, to measure llama.cpp's own spread).
+// PROBE_IMAGE_MIN_TOKENS / PROBE_IMAGE_MAX_TOKENS set mtmd's image_min_tokens / image_max_tokens
+// (llama-mtmd-cli's --image-min-tokens / --image-max-tokens; default: the projector type's). The
+// prompt is evaluated as mtmd_helper_eval_chunks does (each chunk by mtmd_helper_eval_chunk_single,
+// which encodes an image and calls mtmd_helper_decode_image_chunk), except that an image chunk is
+// decoded by that same call made here, with a post-decode callback that prints the positions the
+// batch held. Output, one record a line, floats %.9g:
 //   info n_embd N n_vocab N marker M
 //   chunk I text N id id ...            a text chunk's token ids
 //   chunk I image N_TOKENS N_POS NON_CAUSAL   an image chunk (NON_CAUSAL: mtmd_decode_use_non_causal)
+//   grid I NX NY M                      its token grid (mtmd_image_tokens_get_nx / _ny), M: whether
+//                                       mtmd_decode_use_mrope
+//   pos I K p ...                       image chunk I's token K: the positions llama_decode got, one
+//                                       per section (4 with M-RoPE: sections 0..3, else 1)
 //   preproc NX NY v ...                 the encoder's input tensor "inp_raw" (planar RGB, NX*NY per
 //                                       channel), read through the eval callback of the encode
 //   embd I v ...                        row I of mtmd_get_output_embd after mtmd_encode_chunk
@@ -89,6 +98,9 @@ static bool print_chunks(mtmd_context * mctx, const mtmd_input_chunks * chunks, 
         const size_t n_tok = mtmd_input_chunk_get_n_tokens(ch);
         std::printf("chunk %zu image %zu %d %d\n", i, n_tok, (int) mtmd_input_chunk_get_n_pos(ch),
                     (int) mtmd_decode_use_non_causal(mctx, ch));
+        const mtmd_image_tokens * it = mtmd_input_chunk_get_tokens_image(ch);
+        std::printf("grid %zu %zu %zu %d\n", i, it ? mtmd_image_tokens_get_nx(it) : 0,
+                    it ? mtmd_image_tokens_get_ny(it) : 0, (int) mtmd_decode_use_mrope(mctx));
         cap.data.clear();
         if (mtmd_encode_chunk(mctx, ch) != 0) return false;
         std::printf("preproc %ld %ld", cap.nx, cap.ny);
@@ -96,6 +108,43 @@ static bool print_chunks(mtmd_context * mctx, const mtmd_input_chunks * chunks, 
         std::printf("\n");
         const float * embd = mtmd_get_output_embd(mctx);
         for (size_t r = 0; r < n_tok; ++r) print_row("embd", (long) r, embd + r * n_embd, n_embd);
+    }
+    return true;
+}
+
+struct pos_sink {
+    size_t chunk = 0;
+    long next = 0;   // the chunk's tokens printed so far (the helper decodes in sub-batches)
+};
+
+// the helper's post-decode view: positions section-major, [n_pos][n_tokens]
+static int32_t on_decoded(const mtmd_helper_embd_batch * b, void * ud) {
+    auto * s = static_cast<pos_sink *>(ud);
+    for (int32_t k = 0; k < b->n_tokens; ++k) {
+        std::printf("pos %zu %ld", s->chunk, s->next++);
+        for (int32_t j = 0; j < b->n_pos; ++j) std::printf(" %d", (int) b->pos[(size_t) j * b->n_tokens + k]);
+        std::printf("\n");
+    }
+    return 0;
+}
+
+// mtmd_helper_eval_chunks' loop (mtmd-helper.cpp), an image chunk's decode with on_decoded
+static bool eval_chunks(mtmd_context * mctx, llama_context * lctx, const mtmd_input_chunks * chunks,
+                        int n_batch, llama_pos * n_past) {
+    const size_t n = mtmd_input_chunks_size(chunks);
+    for (size_t i = 0; i < n; ++i) {
+        const mtmd_input_chunk * ch = mtmd_input_chunks_get(chunks, i);
+        const bool last = i + 1 == n;
+        if (mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+            if (mtmd_helper_eval_chunk_single(mctx, lctx, ch, *n_past, 0, n_batch, last, n_past) != 0) return false;
+            continue;
+        }
+        if (mtmd_encode_chunk(mctx, ch) != 0) return false;
+        pos_sink sink{i, 0};
+        if (mtmd_helper_decode_image_chunk(mctx, lctx, ch, mtmd_get_output_embd(mctx), *n_past, 0, n_batch, n_past,
+                                           on_decoded, &sink) != 0) {
+            return false;
+        }
     }
     return true;
 }
@@ -162,6 +211,8 @@ int main(int argc, char ** argv) {
     xp.flash_attn_type = fa;
     xp.cb_eval = on_eval;
     xp.cb_eval_user_data = &cap;
+    if (const char * v = std::getenv("PROBE_IMAGE_MIN_TOKENS")) xp.image_min_tokens = std::atoi(v);
+    if (const char * v = std::getenv("PROBE_IMAGE_MAX_TOKENS")) xp.image_max_tokens = std::atoi(v);
     mtmd_context * mctx = mtmd_init_from_file(argv[2], model, xp);
     if (!mctx) return 1;
     std::printf("info n_embd %d n_vocab %d marker %s\n", n_embd, n_vocab, mtmd_default_marker());
@@ -177,7 +228,7 @@ int main(int argc, char ** argv) {
     if (!print_chunks(mctx, chunks, cap, n_embd)) return 1;
 
     llama_pos n_past = 0;
-    if (mtmd_helper_eval_chunks(mctx, lctx, chunks, 0, 0, 512, true, &n_past) != 0) return 1;
+    if (!eval_chunks(mctx, lctx, chunks, 512, &n_past)) return 1;
     const float * last = llama_get_logits_ith(lctx, -1);
     std::vector<float> logits(last, last + n_vocab);
     print_row("logits", n_vocab, logits.data(), n_vocab);

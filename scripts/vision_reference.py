@@ -88,15 +88,22 @@ def f32(values) -> list[float]:
     return [float(str(v)) for v in np.asarray(values, np.float32).ravel()]
 
 
-def write_files(tmp: pathlib.Path) -> tuple[dict, dict, dict, dict]:
-    images, image_paths = {}, {}
+def write_images(tmp: pathlib.Path, specs: dict) -> tuple[dict, dict]:
+    """Each (width, height, mode) of specs drawn (draw_test_image) and saved as tmp/NAME.png:
+    the fixture's records of them and their paths."""
     from PIL import Image
 
-    for name, (w, h, mode) in IMAGES.items():
+    images, image_paths = {}, {}
+    for name, (w, h, mode) in specs.items():
         arr = draw_test_image(w, h, mode)
         image_paths[name] = tmp / f"{name}.png"
         Image.fromarray(arr, mode).save(image_paths[name])
         images[name] = {"width": w, "height": h, "mode": mode, "rgb_sha256": sha256(arr.tobytes())}
+    return images, image_paths
+
+
+def write_files(tmp: pathlib.Path) -> tuple[dict, dict, dict, dict]:
+    images, image_paths = write_images(tmp, IMAGES)
     projectors, proj_paths = {}, {}
     for name, kw in PROJECTORS.items():
         proj_paths[name] = tmp / f"{name}.gguf"
@@ -123,10 +130,14 @@ def run_probe(probe: str, text: pathlib.Path, proj: pathlib.Path, image: pathlib
                           str(case["n_gen"])], capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise SystemExit(f"probe failed ({res.returncode}): {res.stderr[-2000:]}")
-    out: dict = {"chunks": [], "embd": [], "gen": []}
+    out: dict = {"chunks": [], "embd": [], "gen": [], "grids": {}, "positions": {}}
     for line in res.stdout.splitlines():
         f = line.split()
-        if f[0] == "chunk" and f[2] == "text":
+        if f[0] == "grid":      # image chunk -> (nx, ny, M-RoPE)
+            out["grids"][int(f[1])] = (int(f[2]), int(f[3]), bool(int(f[4])))
+        elif f[0] == "pos":     # image chunk -> its tokens' positions, one per section
+            out["positions"].setdefault(int(f[1]), []).append([int(x) for x in f[3:]])
+        elif f[0] == "chunk" and f[2] == "text":
             out["chunks"].append({"type": "text", "ids": [int(x) for x in f[4:]]})
         elif f[0] == "chunk":
             out["chunks"].append({"type": "image", "n_tokens": int(f[3]), "n_pos": int(f[4]),

@@ -1,9 +1,10 @@
 """Tiny random vision projectors (llama.cpp "mmproj" files): ``write_gemma3_mmproj`` writes a
 Gemma 3 projector (SigLIP encoder + average pooling + soft-embedding norm + input projection) as
 llama.cpp b11434's converter lays it out (conversion/gemma.py ``Gemma3VisionModel`` over
-``MmprojModel``; names as clip.cpp's loader reads them, tools/mtmd/clip-impl.h ``TN_*``). A file is
-a pure function of the writer's arguments: tests/data/reference/vision_gemma3.json records the
-sha256 of files written this way.
+``MmprojModel``; names as clip.cpp's loader reads them, tools/mtmd/clip-impl.h ``TN_*``);
+``write_qwen3vl_mmproj`` (models_vision_qwen.py) a Qwen3-VL / Qwen3.5 one. A file is a pure
+function of the writer's arguments: tests/data/reference/vision_gemma3.json and vision_qwen3vl.json
+record the sha256 of files written this way.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Iterable, Mapping
 
 import models_parts as parts
 from models import gpt2_byte_tokens
+from models_vision_qwen import (QWEN_IMAGE_MARKERS, qwen_image_marker_kv, write_qwen3vl_mmproj,  # noqa: F401
+                                write_tiny_qwen_text)
 
 IMAGE_MARKERS = ("<start_of_image>", "<end_of_image>")  # what mtmd puts around a gemma3 image
 _DTYPES = ("F32", "F16", "Q8_0")

@@ -449,7 +449,7 @@ void psl_context::decode(const psl_batch & batch, float * out, int64_t out_cap) 
 }
 
 // NULL is a buffer for no rows (a prompt's prefill)
-void psl_context::check_logits_out(const Batch & b, const float * out, int64_t out_cap) const {
+void psl_context::check_logits_out(const psl::Batch & b, const float * out, int64_t out_cap) const {
     const int32_t n_vocab = model->hp.n_vocab;
     if (!out && b.n_out > 0) fail(PSL_ERR_INVALID_ARGUMENT, "logits buffer is NULL, %d rows requested", b.n_out);
     if (out && out_cap < (int64_t) b.n_out * n_vocab) {

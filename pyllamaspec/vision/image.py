@@ -13,6 +13,14 @@ then ``x / 255`` and ``(x - mean) / std`` in float32. The resampler is Pillow's 
 clipped to bytes, then the vertical one), written here in numpy: Pillow's own ``Image.resize`` is not
 used because Pillow (13) runs the vertical pass first on some images, which mtmd never does, and
 then differs by one level on some pixels.
+
+With ``Preprocess.smart`` (``SmartResize``: the ``qwen3vl_merger`` projector, mtmd's
+``mtmd_image_preprocessor_dyn_size``) the target is not a square but the image's own "smart
+resize" (``img_tool::calc_size_preserved_ratio``): each edge rounded to a multiple of ``align``
+(patch_size * n_merge), then, if the area is over ``max_pixels`` (under ``min_pixels``), both edges
+scaled by the same factor and rounded down (up) to that multiple, in float32 as C++ computes it;
+the image is then fitted into that rectangle as above (bicubic, pad ceil, black, centred).
+``for_projector`` picks the preprocessing a projector type takes.
 """
 from __future__ import annotations
 
@@ -34,9 +42,31 @@ PADS = ("ceil", "nearest", "none")  # mtmd's PAD_CEIL, PAD_NEAREST, PAD_NONE
 PRECISION_BITS = 22  # the coefficients' fixed point: 32 - 8 - 2
 
 
+# clip.cpp's token limits per image for the types that resize to the image's own size (clip.cpp's
+# load_hparams: set_limit_image_tokens(8, 4096) for qwen2vl / qwen2.5vl / qwen3vl)
+DYN_SIZE_TOKENS = {"qwen3vl_merger": (8, 4096)}
+
+
+@dataclass(frozen=True)
+class SmartResize:
+    """mtmd's dyn-size target (calc_size_preserved_ratio): edges multiples of ``align``, the area
+    within ``min_pixels`` .. ``max_pixels`` (0: no bound)."""
+
+    align: int
+    min_pixels: int = 0
+    max_pixels: int = 0
+
+    def __post_init__(self) -> None:
+        if self.align <= 0 or self.min_pixels < 0 or self.max_pixels < 0:
+            raise InvalidArgumentError(f"bad smart resize {self}")
+        if self.max_pixels and self.max_pixels < self.min_pixels:
+            raise InvalidArgumentError(f"max_pixels {self.max_pixels} is less than min_pixels {self.min_pixels}")
+
+
 @dataclass(frozen=True)
 class Preprocess:
-    """What a projector's preprocessing takes from its file and its type (clip.cpp's hparams)."""
+    """What a projector's preprocessing takes from its file and its type (clip.cpp's hparams).
+    ``smart`` None: the fixed ``image_size`` square (gemma3); else the image's smart-resized size."""
 
     image_size: int
     mean: tuple[float, float, float]
@@ -44,6 +74,7 @@ class Preprocess:
     resample: str = "bilinear"
     pad: str = "ceil"
     pad_color: tuple[int, int, int] = (0, 0, 0)
+    smart: SmartResize | None = None
 
     def __post_init__(self) -> None:
         if self.image_size <= 0:
@@ -99,18 +130,67 @@ def _to_rgb(im):
     return im.convert("RGB")
 
 
-def fit_size(w: int, h: int, p: Preprocess) -> tuple[int, int]:
-    """The size mtmd resamples a w x h image to (img_tool::resize): scale = min(t / w, t / h)
-    and each edge times scale in float32, rounded up (pad "ceil") or to nearest (ties away from
-    zero), at most t; pad "none" stretches to t x t."""
-    t = p.image_size
+def for_projector(proj_type: str, image_size: int, patch_size: int, n_merge: int, mean, std, *,
+                  min_tokens: int | None = None, max_tokens: int | None = None) -> Preprocess:
+    """How mtmd preprocesses for a projector of ``proj_type`` (clip.cpp's load_hparams and
+    mtmd.cpp's choice of preprocessor): a dyn-size type (``DYN_SIZE_TOKENS``) bicubic into its
+    smart-resized size, ``min_tokens`` / ``max_tokens`` overriding the type's limits as mtmd's
+    image_min_tokens / image_max_tokens do (each token is n_merge x n_merge patches); any other
+    (gemma3) bilinear into the ``image_size`` square."""
+    mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+    if proj_type not in DYN_SIZE_TOKENS:
+        return Preprocess(image_size, mean, std)
+    lo, hi = DYN_SIZE_TOKENS[proj_type]
+    area = patch_size * patch_size * n_merge * n_merge   # pixels per token (set_limit_image_tokens)
+    lo, hi = (min_tokens if min_tokens and min_tokens > 0 else lo), (max_tokens if max_tokens and max_tokens > 0 else hi)
+    return Preprocess(image_size, mean, std, resample="bicubic",
+                      smart=SmartResize(patch_size * n_merge, lo * area, hi * area))
+
+
+def _round_half_away(v: np.float32) -> int:
+    """C's round of a float: ties away from zero (exact: a float32 plus 0.5 is exact in float64)."""
+    x = float(v)
+    return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
+
+
+def smart_size(w: int, h: int, s: SmartResize) -> tuple[int, int]:
+    """(width, height) as calc_size_preserved_ratio computes them, float32 throughout: edges
+    rounded to multiples of ``align`` (at least one), then an area over max_pixels scaled down by
+    beta = sqrt(h * w / max) and floored to the multiple, or one under min_pixels scaled up by
+    beta = sqrt(min / (h * w)) and ceiled."""
+    f32, a = np.float32, s.align
+    fa = f32(a)
+    w_bar = max(a, _round_half_away(f32(w) / fa) * a)
+    h_bar = max(a, _round_half_away(f32(h) / fa) * a)
+    if s.max_pixels > 0 and h_bar * w_bar > s.max_pixels:
+        beta = np.sqrt(f32(h) * f32(w) / f32(s.max_pixels))
+        h_bar = max(a, int(np.floor(f32(h) / beta / fa)) * a)
+        w_bar = max(a, int(np.floor(f32(w) / beta / fa)) * a)
+    elif s.min_pixels > 0 and h_bar * w_bar < s.min_pixels:
+        beta = np.sqrt(f32(s.min_pixels) / (f32(h) * f32(w)))
+        h_bar = int(np.ceil(f32(h) * beta / fa)) * a
+        w_bar = int(np.ceil(f32(w) * beta / fa)) * a
+    return w_bar, h_bar
+
+
+def target_size(w: int, h: int, p: Preprocess) -> tuple[int, int]:
+    """The (width, height) the encoder takes for a w x h image."""
+    return smart_size(w, h, p.smart) if p.smart is not None else (p.image_size, p.image_size)
+
+
+def fit_size(w: int, h: int, p: Preprocess, target: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The size mtmd resamples a w x h image to (img_tool::resize) inside ``target`` (tw, th;
+    default the image_size square): scale = min(tw / w, th / h) and each edge times scale in
+    float32, rounded up (pad "ceil") or to nearest (ties away from zero), at most its target edge;
+    pad "none" stretches to the target."""
+    tw, th = target or (p.image_size, p.image_size)
     if p.pad == "none":
-        return t, t
-    scale = min(np.float32(t) / np.float32(w), np.float32(t) / np.float32(h))
+        return tw, th
+    scale = min(np.float32(tw) / np.float32(w), np.float32(th) / np.float32(h))
     edges = (np.float32(w) * scale, np.float32(h) * scale)  # float32 products, as in C++
     if p.pad == "ceil":
-        return tuple(min(int(np.ceil(e)), t) for e in edges)
-    return tuple(min(int(np.floor(np.float64(e) + 0.5)), t) for e in edges)  # exact in float64
+        return tuple(min(int(np.ceil(e)), t) for e, t in zip(edges, (tw, th)))
+    return tuple(min(int(np.floor(np.float64(e) + 0.5)), t) for e, t in zip(edges, (tw, th)))  # exact in float64
 
 
 def _filter(name: str, x: float) -> float:
@@ -185,30 +265,30 @@ def resample(rgb: np.ndarray, width: int, height: int, name: str = "bilinear") -
 
 
 def fit(rgb: np.ndarray, p: Preprocess) -> np.ndarray:
-    """uint8 (h, w, 3) -> uint8 (image_size, image_size, 3): resampled and padded as mtmd does."""
-    t = p.image_size
+    """uint8 (h, w, 3) -> uint8 (th, tw, 3) (``target_size``): resampled and padded as mtmd does."""
     h, w = rgb.shape[:2]
-    if (w, h) == (t, t):
+    tw, th = target_size(w, h, p)
+    if (w, h) == (tw, th):
         return rgb.copy()
-    nw, nh = fit_size(w, h, p)
+    nw, nh = fit_size(w, h, p, (tw, th))
     if nw == 0 or nh == 0:
         raise InvalidArgumentError(f"a {w}x{h} image scales to {nw}x{nh} pixels: too thin to use")
     small = resample(rgb, nw, nh, p.resample)
     if p.pad == "none":
         return small
     if p.pad == "ceil":
-        ox, oy = (t - nw) // 2, (t - nh) // 2
+        ox, oy = (tw - nw) // 2, (th - nh) // 2
     else:  # round((t - n) / 2.0f), ties away from zero
-        ox, oy = (t - nw + 1) // 2, (t - nh + 1) // 2
-    out = np.empty((t, t, 3), np.uint8)
+        ox, oy = (tw - nw + 1) // 2, (th - nh + 1) // 2
+    out = np.empty((th, tw, 3), np.uint8)
     out[:] = np.asarray(p.pad_color, np.uint8)
     out[oy:oy + nh, ox:ox + nw] = small
     return out
 
 
 def preprocess(img, p: Preprocess) -> np.ndarray:
-    """float32 (3, image_size, image_size), planar RGB: the encoder's input for ``img`` (a
-    ``PIL.Image.Image`` or a uint8 (h, w, 3) array)."""
+    """float32 (3, th, tw), planar RGB (the image_size square, or the smart-resized size): the
+    encoder's input for ``img`` (a ``PIL.Image.Image`` or a uint8 (h, w, 3) array)."""
     rgb = np.asarray(img if isinstance(img, np.ndarray) else _to_rgb(img), dtype=np.uint8)
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.shape[0] == 0 or rgb.shape[1] == 0:
         raise InvalidArgumentError(f"expected an RGB image, got an array of shape {rgb.shape}")

@@ -14,7 +14,7 @@ import numpy as np
 from ..engine import _native
 from ..engine._native import ffi, lib
 from ..errors import InvalidArgumentError
-from .image import Preprocess, load_image, preprocess
+from .image import for_projector, load_image, preprocess
 
 ImageLike = Union[str, bytes, "os.PathLike[str]", Any]   # a file, its bytes, or a PIL image
 
@@ -70,7 +70,8 @@ class Projector(_native.Closeable):
         self.info = ProjectorInfo(ffi.string(i.type).decode(), i.image_size, i.patch_size, i.n_merge, i.n_embd,
                                   i.n_tokens, tuple(i.image_mean), tuple(i.image_std), bool(i.non_causal))
         # how mtmd resizes for this type (gemma3: bilinear into the square, black padding)
-        self.preprocess = Preprocess(self.info.image_size, self.info.mean, self.info.std)
+        self.preprocess = for_projector(self.info.type, self.info.image_size, self.info.patch_size,
+                                        self.info.n_merge, self.info.mean, self.info.std)
 
     def close(self) -> None:
         p, self._p = getattr(self, "_p", None), None
