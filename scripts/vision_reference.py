@@ -102,13 +102,19 @@ def write_images(tmp: pathlib.Path, specs: dict) -> tuple[dict, dict]:
     return images, image_paths
 
 
+def write_projectors(tmp: pathlib.Path, specs: dict, writer) -> tuple[dict, dict]:
+    """Each projector of specs (name -> the writer's kwargs) written by writer: (fixture records, paths)."""
+    projectors, proj_paths = {}, {}
+    for name, kw in specs.items():
+        proj_paths[name] = tmp / f"{name}.gguf"
+        writer(proj_paths[name], **kw)
+        projectors[name] = {"kwargs": kw, "sha256": sha256(proj_paths[name].read_bytes())}
+    return projectors, proj_paths
+
+
 def write_files(tmp: pathlib.Path) -> tuple[dict, dict, dict, dict]:
     images, image_paths = write_images(tmp, IMAGES)
-    projectors, proj_paths = {}, {}
-    for name, kw in PROJECTORS.items():
-        proj_paths[name] = tmp / f"{name}.gguf"
-        write_gemma3_mmproj(proj_paths[name], **kw)
-        projectors[name] = {"kwargs": kw, "sha256": sha256(proj_paths[name].read_bytes())}
+    projectors, proj_paths = write_projectors(tmp, PROJECTORS, write_gemma3_mmproj)
     texts, text_paths = {}, {}
     for name, kw in TEXT_MODELS.items():
         if kw is None:

@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from vision_reference import (ROOT, RUNS, cpu_name, f32, logits_record, run_probe, sha256, spread,  # noqa: E402
-                              write_images)
+                              write_images, write_projectors)
 
 from models_vision import write_qwen3vl_mmproj, write_tiny_qwen_text  # noqa: E402
 from pyllamaspec.vision.image import for_projector, load_image, preprocess  # noqa: E402
@@ -69,11 +69,7 @@ CASES = [dict(text_model="tiny_qwen35", projector="q32", image=name, prompt_befo
 
 def write_files(tmp: pathlib.Path) -> tuple[dict, dict, dict, dict]:
     images, image_paths = write_images(tmp, IMAGES)
-    projectors, proj_paths = {}, {}
-    for name, kw in PROJECTORS.items():
-        proj_paths[name] = tmp / f"{name}.gguf"
-        write_qwen3vl_mmproj(proj_paths[name], **kw)
-        projectors[name] = {"kwargs": kw, "sha256": sha256(proj_paths[name].read_bytes())}
+    projectors, proj_paths = write_projectors(tmp, PROJECTORS, write_qwen3vl_mmproj)
     texts, text_paths = {}, {}
     for name, kw in TEXT_MODELS.items():
         text_paths[name] = tmp / f"{name}.gguf"

@@ -95,6 +95,20 @@ def general_kv(gguf, name: str, file_type: int) -> dict:
             "general.quantization_version": gguf.GGML_QUANT_VERSION}
 
 
+def clip_vision_kv(gguf, hp: dict, file_type: int) -> dict:
+    """The keys llama.cpp's converter writes first for every vision projector (MmprojModel's), in
+    its order: a projector writer adds its type's keys after them."""
+    kv = {"general.type": "mmproj"}
+    kv.update(general_kv(gguf, hp["name"], file_type))
+    kv.update({"clip.has_vision_encoder": True, "clip.vision.projection_dim": hp["n_embd_text"],
+               "clip.vision.image_size": hp["image_size"], "clip.vision.patch_size": hp["patch_size"],
+               "clip.vision.embedding_length": hp["n_embd"], "clip.vision.feed_forward_length": hp["n_ff"],
+               "clip.vision.block_count": hp["n_layer"], "clip.vision.attention.head_count": hp["n_head"],
+               "clip.vision.image_mean": [float(v) for v in hp["mean"]],
+               "clip.vision.image_std": [float(v) for v in hp["std"]]})
+    return kv
+
+
 def hparams_kv(a: str, *, n_ctx_train: int, n_embd: int, n_layer: int, n_ff: int, n_head: int, n_head_kv: int,
                eps: float, rope_base: float, head_dim: int | None = None) -> dict:
     """The transformer's ``{a}.*`` keys, with ``attention.key_length`` / ``value_length`` when

@@ -69,15 +69,8 @@ def _tensors(draw: parts.Draws, hp: dict) -> list:
 def _keys(gguf, hp: dict) -> dict:
     """The converter's keys, in its order; ``clip.vision.projector.scale_factor`` only when it is
     not 4 (clip.cpp's default for gemma3), as the converter does."""
-    kv = {"general.type": "mmproj"}
-    kv.update(parts.general_kv(gguf, hp["name"], parts.FILE_TYPE[hp["dtype"]]))
-    kv.update({"clip.has_vision_encoder": True, "clip.vision.projection_dim": hp["n_embd_text"],
-               "clip.vision.image_size": hp["image_size"], "clip.vision.patch_size": hp["patch_size"],
-               "clip.vision.embedding_length": hp["n_embd"], "clip.vision.feed_forward_length": hp["n_ff"],
-               "clip.vision.block_count": hp["n_layer"], "clip.vision.attention.head_count": hp["n_head"],
-               "clip.vision.image_mean": [float(v) for v in hp["mean"]],
-               "clip.vision.image_std": [float(v) for v in hp["std"]],
-               "clip.projector_type": "gemma3",
+    kv = parts.clip_vision_kv(gguf, hp, parts.FILE_TYPE[hp["dtype"]])
+    kv.update({"clip.projector_type": "gemma3",
                "clip.vision.attention.layer_norm_epsilon": float(hp["eps"]),
                "clip.use_gelu": True})
     if hp["scale_factor"] != 4:
