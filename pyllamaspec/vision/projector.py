@@ -43,6 +43,10 @@ class ImageRows:
     rows: np.ndarray          # (n_tokens, n_embd) float32
     digest: str
     non_causal: bool
+    # (nx, ny): the rows' grid where the text model places them at 2-D M-RoPE positions (the Qwen
+    # family: row i at (p0, p0 + i // nx, p0 + i % nx, 0), the image taking max(nx, ny)
+    # positions); None: one position a row, as a token's
+    grid: tuple[int, int] | None = None
 
     @property
     def n_tokens(self) -> int:
