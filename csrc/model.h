@@ -379,6 +379,9 @@ struct ArchOps {
     // (psl_context_seq_eval_rows: an image's); false where a layer reads the ids again (gemma4's
     // per-layer inputs) or where no one has checked.
     bool takes_rows = false;
+    // Its attention ropes with M-RoPE sections (qwen35): an image with a grid goes at 2-D
+    // positions (memory/row_spans.h), as llama.cpp's mtmd places one for such a model.
+    bool mrope_rows = false;
     bool is_head() const { return build_encode != nullptr || reads_target_kv; }
 };
 

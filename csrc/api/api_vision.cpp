@@ -47,10 +47,11 @@ psl_status psl_projector_encode(psl_projector * proj, const float * pixels, int3
 }
 
 psl_status psl_context_seq_eval_rows(psl_context * ctx, int32_t seq, const float * rows, int32_t n, int32_t width,
-                                     const int32_t * ids, bool non_causal, int32_t logits_mode, float * out,
-                                     int64_t out_cap) {
+                                     const int32_t * ids, const psl_rows_layout * layout, int32_t logits_mode,
+                                     float * out, int64_t out_cap) {
     return guard([&] {
         if (!ctx) fail(PSL_ERR_INVALID_ARGUMENT, "ctx is NULL");
-        ctx->eval_rows(seq, rows, n, width, ids, non_causal, logits_mode, out, out_cap);
+        const psl_rows_layout plain{false, 0, 0};
+        ctx->eval_rows(seq, rows, n, width, ids, layout ? *layout : plain, logits_mode, out, out_cap);
     });
 }

@@ -303,7 +303,12 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
         }
         graph_tokens = n, graph_kv = n_kv, graph_mode = mode, graph_rows = n_rows, graph_fa = fa_rows;
     }
-    const UBatch ub{n, ub_tokens_.data(), ub_pos_.data(), ub_seq_.data(), ub_cell_.data(), ub_out_.data()};
+    UBatch ub{n, ub_tokens_.data(), ub_pos_.data(), ub_seq_.data(), ub_cell_.data(), ub_out_.data()};
+    if (graph->inp_pos4) {   // M-RoPE: the rope positions the sequences' images changed
+        ub_rope_.resize(4 * (size_t) n);
+        for (int32_t j = 0; j < n; ++j) mem->spans().rope_pos(ub_seq_[j], ub_pos_[j], &ub_rope_[4 * (size_t) j]);
+        ub.rope = ub_rope_.data();
+    }
     inputs.fill(*graph, ub, cells);
     if (graph->inp_rows) {   // eval_rows: the batch's tokens are its rows, in order
         const size_t row = (size_t) model->hp.n_embd;
@@ -485,45 +490,6 @@ void psl_context::embed(const int32_t * tokens, int32_t n, float * out, int64_t 
              (long long) n * n_embd);
     }
     run(b, true, out);
-}
-
-// Rows in place of token embeddings (an image's, from a projector: vision/projector.h), as llama.cpp
-// decodes an mtmd image chunk: each row takes a position and a cell as a token would, holding
-// ids[i] in the sequence's history (the image's own ids, any int32: what a state file keeps, so a
-// restored sequence is told from one that holds other rows, or a text, there); a non-causal chunk
-// is one graph in which every row sees all the others.
-void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, const int32_t * ids,
-                            bool non_causal, int32_t mode, float * out, int64_t out_cap) {
-    check_seq(seq);
-    if (!rows || n <= 0) fail(PSL_ERR_INVALID_ARGUMENT, "rows is NULL or n (%d) is not positive", n);
-    if (!ids) fail(PSL_ERR_INVALID_ARGUMENT, "ids is NULL");
-    if (width != model->hp.n_embd) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given; the model's embeddings have %d (a projector made "
-             "for another model?)", width, model->hp.n_embd);
-    }
-    if (mem->rs() || mtp || draft_head || !model->arch->takes_rows) {
-        fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with %s%s",
-             mem->rs() ? "a hybrid model's recurrent state" : mtp ? "MTP drafting" : draft_head ? "a draft head"
-                                                                                   : "the architecture ",
-             mem->rs() || mtp || draft_head ? "" : model->arch_name.c_str());
-    }
-    if (non_causal && n > params.n_batch) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "an image of %d rows attends within itself in one batch: n_batch (%d) must "
-             "hold it", n, params.n_batch);
-    }
-    // the batch is checked with token 0 (no row reads a token's embedding); its history is ids
-    std::vector<int32_t> tokens((size_t) n, 0), seqs((size_t) n, seq);
-    const std::vector<int8_t> flags = logits_flags(n, mode);
-    const psl_batch batch{n, tokens.data(), nullptr, nullptr, seqs.data(), flags.data()};
-    Batch b(batch, *mem, model->hp.n_vocab, params.n_ctx, one_seq_per_graph());
-    b.tokens.assign(ids, ids + n);
-    check_logits_out(b, out, out_cap);
-    struct Scope {   // the next token graph is built as before, whatever happens here
-        psl_context & c;
-        ~Scope() { c.rows_in_ = nullptr, c.rows_non_causal_ = false, c.graph_tokens = -1; }
-    } scope{*this};
-    rows_in_ = rows, rows_non_causal_ = non_causal, graph_tokens = -1;
-    run(b, false, out);
 }
 
 void psl_context::check_seq(int32_t seq) const {

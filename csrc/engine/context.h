@@ -65,8 +65,8 @@ struct psl_context {
 
     void eval(const int32_t * tokens, int32_t n, int32_t mode, float * out, int64_t out_cap);
     void embed(const int32_t * tokens, int32_t n, float * out, int64_t out_cap);
-    void eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, const int32_t * ids, bool non_causal,
-                   int32_t mode, float * out, int64_t out_cap);
+    void eval_rows(int32_t seq, const float * rows, int32_t n, int32_t width, const int32_t * ids,
+                   const psl_rows_layout & layout, int32_t mode, float * out, int64_t out_cap);
     void decode(const psl_batch & batch, float * out, int64_t out_cap);
     void truncate(int32_t seq, int32_t n_keep);
     void copy(int32_t src, int32_t dst, int32_t n);
@@ -93,6 +93,7 @@ struct psl_context {
     void mtp_draft_nodes(int32_t seq, int32_t n, const int32_t * tokens, const int32_t * parents, float * out,
                          int64_t out_cap);
     void check_seq(int32_t seq) const;
+    psl::RowSpan rows_span(int32_t seq, int32_t n, const psl_rows_layout & layout) const;
     void check_logits_out(const psl::Batch & b, const float * out, int64_t out_cap) const;
     static std::vector<int8_t> logits_flags(int32_t n, int32_t mode);
     void attach_head(psl_model * h);
@@ -123,6 +124,7 @@ private:
     bool rows_non_causal_ = false;
     // scratch of compute(): the graph's tokens, positions, sequences, cells, output rows
     std::vector<int32_t> ub_tokens_, ub_pos_, ub_seq_, ub_cell_, ub_out_, ub_rows_;
+    std::vector<int32_t> ub_rope_;           // scratch of compute(): M-RoPE positions, 4 a token (row_spans.h)
     std::vector<int32_t> moved_;             // scratch of compute(): old cell -> new after a compaction
     std::vector<int32_t> fa_seq_rows_;       // scratch of fa_rows_for(): the graph's rows by sequence
 };

@@ -643,17 +643,36 @@ PSL_API psl_status psl_projector_get_info(const psl_projector * proj, psl_projec
  * (out_cap floats). A projector is used by one thread at a time. */
 PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixels, int32_t width, int32_t height,
                                         float * out, int64_t out_cap);
+/* How an image's rows are placed (psl_context_seq_eval_rows). non_causal: the rows attend to each
+ * other both ways (psl_projector_info), in one graph (n <= n_batch). grid_x x grid_y: the rows'
+ * grid (row i at column i % grid_x, line i / grid_x; grid_x * grid_y == n), or 0 x 0: one
+ * position a row. As llama.cpp's mtmd, the text model decides: one with M-RoPE (qwen35,
+ * qwen35moe) places a gridded image at 2-D positions, row i at (p0, p0 + i / grid_x,
+ * p0 + i % grid_x, 0) where p0 is the rope position the image starts at, and the tokens after it
+ * go on from p0 + max(grid_x, grid_y); any other model, and a 0 x 0 grid, one position a row.
+ * The sequence's positions (n_past, truncate, copy, state files) still count one a row. */
+typedef struct psl_rows_layout {
+    bool    non_causal;
+    int32_t grid_x, grid_y;
+} psl_rows_layout;
 /* Evaluates n rows of width floats (an image's, from psl_projector_encode) in place of token
  * embeddings, appended to sequence seq at its next positions: each row takes a position and a
  * cell as a token would, and the sequence's history holds ids[i] for it (n ids, any int32: an
  * image's own, negative in pyllamaspec's prompts, so a state file keeps which image is there, and
- * a restored sequence is never taken for one holding another image or a text). non_causal: the rows attend to each other both ways (psl_projector_info), in
- * one graph (n <= n_batch). logits_mode and out as psl_context_eval. PSL_ERR_UNSUPPORTED with a
- * hybrid model, MTP drafting, a draft head, or an architecture that reads token ids beyond its
- * embeddings (gemma4); on failure the sequence is as it was. */
+ * a restored sequence is never taken for one holding another image or a text). layout: as above
+ * (NULL: causal, one position a row); a grid of negative sides, of one side 0, or whose product
+ * is not n is PSL_ERR_INVALID_ARGUMENT. logits_mode and out as psl_context_eval. A hybrid's
+ * recurrent layers read the rows as they would embeddings. Afterwards a truncate or copy that
+ * cuts inside an image placed 2-D is PSL_ERR_INVALID_ARGUMENT, the sequence unchanged; a
+ * hybrid cut deeper than its ring over an image is stale (psl_context_seq_stale) and its next
+ * eval PSL_ERR_UNSUPPORTED (its rows are no tokens to replay) until a checkpoint is set or it is
+ * cut before the image. A sequence state holds its images' layout (files without images are
+ * as before), a checkpoint is told from one of the same ids at other positions. PSL_ERR_UNSUPPORTED
+ * with MTP drafting, a draft head, or an architecture that reads token ids beyond its embeddings
+ * (gemma4); on failure the sequence is as it was. */
 PSL_API psl_status psl_context_seq_eval_rows(psl_context * ctx, int32_t seq, const float * rows, int32_t n,
-                                             int32_t width, const int32_t * ids, bool non_causal, int32_t logits_mode,
-                                             float * out, int64_t out_cap);
+                                             int32_t width, const int32_t * ids, const psl_rows_layout * layout,
+                                             int32_t logits_mode, float * out, int64_t out_cap);
 /* cffi-end */
 
 #ifdef __cplusplus

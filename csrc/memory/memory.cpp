@@ -11,7 +11,7 @@
 namespace psl {
 
 Memory::Memory(const psl_model & m, int32_t n_ctx, int32_t n_seq, ggml_type type_k, ggml_type type_v)
-    : n_ctx_(n_ctx), replay_((size_t) n_seq, -1), history_((size_t) n_seq) {
+    : n_ctx_(n_ctx), replay_((size_t) n_seq, -1), spans_(n_seq), history_((size_t) n_seq) {
     kv_ = std::make_unique<KvCache>(m, n_ctx, n_seq, type_k, type_v);
     if (m.hp.hybrid()) rs_ = std::make_unique<RecurrentState>(m, recurrent_snapshots(), n_seq);
 }
@@ -46,7 +46,9 @@ void Memory::truncate(int32_t seq, int32_t n_keep) {
     if (n_keep < 0 || n_keep > n_past(seq)) {
         fail(PSL_ERR_OUT_OF_RANGE, "truncate(%d): sequence %d holds %d tokens", n_keep, seq, n_past(seq));
     }
+    check_keep(seq, n_keep, "truncate");
     cells().truncate(seq, n_keep);
+    spans_.truncate(seq, n_keep);
     if (rs_) {
         keep_recurrent(seq, n_keep);
     } else {
@@ -64,7 +66,9 @@ void Memory::copy(int32_t src, int32_t dst, int32_t n) {
         truncate(dst, n);
         return;
     }
+    check_keep(src, n, "copy");
     cells().copy(src, dst, n);
+    spans_.copy(src, dst, n);
     if (!rs_) {
         history_[dst].assign(history_[src].begin(), history_[src].begin() + n);
         replay_[dst] = replay_[src] >= 0 ? std::min(replay_[src], n) : -1;
@@ -85,10 +89,19 @@ void Memory::copy(int32_t src, int32_t dst, int32_t n) {
 
 void Memory::clear() {
     cells().clear();
+    spans_.clear();
     for (int32_t s = 0; s < n_seq(); ++s) {
         replay_[s] = -1;
         if (rs_) rs_->rollback(s, 0);
         history_[s].clear();
+    }
+}
+
+// What truncate and copy refuse, before they change anything (memory.h).
+void Memory::check_keep(int32_t seq, int32_t n_keep, const char * what) const {
+    if (spans_.cuts(seq, n_keep)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "%s to %d tokens would cut an image of sequence %d (its rows at 2-D "
+             "positions): keep the whole image or cut before it", what, n_keep, seq);
     }
 }
 
@@ -110,6 +123,10 @@ void Memory::replay_all() {
 void Memory::replay(int32_t seq, const std::function<void(const int32_t * tokens, int32_t n)> & eval) {
     if (replay_[seq] < 0) return;
     const int32_t n = replay_[seq];
+    if (spans_.any_below(seq, n)) {
+        fail(PSL_ERR_UNSUPPORTED, "sequence %d holds an image: its memory cannot be rebuilt from its tokens "
+             "(truncate it before the image)", seq);
+    }
     const std::vector<int32_t> & h = rs_ ? rs_->history(seq) : history_[seq];
     std::vector<int32_t> toks(h.begin(), h.begin() + n);
     if (rs_) rs_->rollback(seq, 0);

@@ -7,6 +7,7 @@
 
 #include "memory/kv_cache.h"
 #include "memory/recurrent_state.h"
+#include "memory/row_spans.h"
 
 #include <functional>
 #include <memory>
@@ -51,7 +52,14 @@ public:
     // PSL_ERR_CONTEXT_FULL when no cell is free.
     int32_t free_cell(const int32_t * seqs, int32_t n, std::vector<int32_t> * moved);
     int64_t compactions() const { return compactions_; }
+    // Where seq's images lie and the M-RoPE positions they change (row_spans.h).
+    RowSpans & spans() { return spans_; }
+    const RowSpans & spans() const { return spans_; }
     // Keeps the first n_keep tokens of seq (PSL_ERR_OUT_OF_RANGE unless 0 <= n_keep <= n_past).
+    // A cut inside an image placed 2-D is PSL_ERR_INVALID_ARGUMENT, the sequence unchanged. (A
+    // hybrid cut deeper than its ring over an image goes stale as any: its replay() then fails,
+    // PSL_ERR_UNSUPPORTED, as an image's rows are no tokens to evaluate again, until a checkpoint
+    // or a cut before the image.)
     void truncate(int32_t seq, int32_t n_keep);
     // dst holds src's first n tokens (PSL_ERR_OUT_OF_RANGE unless 0 <= n <= n_past(src)): the
     // KV cells are shared, a recurrent state is copied (or replayed, beyond the ring).
@@ -86,12 +94,14 @@ public:
 private:
     int32_t state_rs_rows(int32_t seq) const;   // the recurrent states a saved state of seq holds
     void keep_recurrent(int32_t seq, int32_t n_keep);
+    void check_keep(int32_t seq, int32_t n_keep, const char * what) const;
 
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<RecurrentState> rs_;
     int32_t n_ctx_;
     int64_t compactions_ = 0;
     std::vector<int32_t> replay_;   // by sequence, >= 0: its memory must be rebuilt up to here
+    RowSpans spans_;
     std::vector<std::vector<int32_t>> history_;   // by sequence: its tokens, when there is no recurrent state
 };
 

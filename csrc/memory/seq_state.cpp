@@ -18,6 +18,9 @@ namespace {
 constexpr uint32_t MAGIC = 0x53534c50;     // "PLSS" little-endian
 constexpr uint32_t VERSION_KV = 1;         // K/V rows only
 constexpr uint32_t VERSION_HYBRID = 2;     // then the recurrent states
+// or'ed into the version when the sequence holds images (row_spans.h): after everything else,
+// uint32 n_spans then n_spans RowSpans (4 int32 each); files without images are as before
+constexpr uint32_t VERSION_SPANS = 0x100;
 
 struct Header {
     uint32_t magic, version, n_tensors, n_tokens;
@@ -78,12 +81,44 @@ struct CheckpointHeader {
     uint64_t hash;                           // of the tokens it follows (FNV-1a)
 };
 
-uint64_t hash_tokens(const int32_t * t, int32_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (const uint8_t * p = (const uint8_t *) t, * e = p + sizeof(int32_t) * (size_t) n; p < e; ++p) {
-        h = (h ^ *p) * 1099511628211ull;
+uint64_t hash_bytes(uint64_t h, const void * data, size_t n) {
+    for (const uint8_t * p = (const uint8_t *) data, * e = p + n; p < e; ++p) h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+// the tokens, and the layout of the images placed 2-D among them (none: the hash of before)
+uint64_t hash_tokens(const int32_t * t, int32_t n, const std::vector<RowSpan> & spans) {
+    uint64_t h = hash_bytes(1469598103934665603ull, t, sizeof(int32_t) * (size_t) n);
+    for (const RowSpan & s : spans) {
+        if (s.grid() && s.first + s.n <= n) h = hash_bytes(h, &s, sizeof s);
     }
     return h;
+}
+
+size_t spans_bytes(const std::vector<RowSpan> & spans) {
+    return spans.empty() ? 0 : sizeof(uint32_t) + sizeof(RowSpan) * spans.size();
+}
+
+// A state's spans (at src, size bytes left), checked against its n tokens.
+std::vector<RowSpan> read_spans(const uint8_t * src, size_t size, int32_t n) {
+    uint32_t k = 0;
+    if (size < sizeof k) fail(PSL_ERR_INVALID_ARGUMENT, "a sequence state's images are truncated");
+    std::memcpy(&k, src, sizeof k);
+    if (k == 0 || size != sizeof k + sizeof(RowSpan) * (size_t) k) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "a sequence state's images (%u) do not fill its %zu bytes: a broken state", k, size);
+    }
+    std::vector<RowSpan> v(k);
+    std::memcpy(v.data(), src + sizeof k, sizeof(RowSpan) * k);
+    int32_t end = 0;
+    for (const RowSpan & s : v) {
+        const bool grid_ok = (s.nx == 0 && s.ny == 0) || (s.nx > 0 && s.ny > 0 && (int64_t) s.nx * s.ny == s.n);
+        if (s.first < end || s.n <= 0 || (int64_t) s.first + s.n > n || !grid_ok) {
+            fail(PSL_ERR_INVALID_ARGUMENT, "a sequence state's image at %d (%d rows, %d x %d) does not fit its %d "
+                 "tokens: a broken state", s.first, s.n, s.nx, s.ny, n);
+        }
+        end = s.first + s.n;
+    }
+    return v;
 }
 
 }  // namespace
@@ -106,7 +141,7 @@ size_t Memory::state_size(int32_t seq) const {
         bytes += sizeof(RsHeader);
         for (ggml_tensor * t : rs_->tensors()) bytes += sizeof(TensorInfo) + t->nb[1] * (size_t) state_rs_rows(seq);
     }
-    return bytes;
+    return bytes + spans_bytes(spans_.of(seq));
 }
 
 void Memory::state_get(int32_t seq, uint8_t * dst, size_t cap) const {
@@ -115,7 +150,9 @@ void Memory::state_get(int32_t seq, uint8_t * dst, size_t cap) const {
     const int32_t n = n_past(seq), n_rows = state_rs_rows(seq);
     const auto ts = kv_->tensors();
     uint8_t * p = dst;
-    const Header h{MAGIC, rs_ ? VERSION_HYBRID : VERSION_KV, (uint32_t) ts.size(), (uint32_t) n};
+    const std::vector<RowSpan> & spans = spans_.of(seq);
+    const uint32_t version = (rs_ ? VERSION_HYBRID : VERSION_KV) | (spans.empty() ? 0 : VERSION_SPANS);
+    const Header h{MAGIC, version, (uint32_t) ts.size(), (uint32_t) n};
     std::memcpy(p, &h, sizeof h), p += sizeof h;
     std::memcpy(p, history(seq).data(), sizeof(int32_t) * (size_t) n), p += sizeof(int32_t) * (size_t) n;
     put_infos(p, ts);
@@ -139,6 +176,11 @@ void Memory::state_get(int32_t seq, uint8_t * dst, size_t cap) const {
             p += t->nb[1];
         }
     }
+    if (!spans.empty()) {
+        const uint32_t k = (uint32_t) spans.size();
+        std::memcpy(p, &k, sizeof k), p += sizeof k;
+        std::memcpy(p, spans.data(), sizeof(RowSpan) * k);
+    }
 }
 
 void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
@@ -147,6 +189,8 @@ void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
     std::memcpy(&h, src, sizeof h);
     if (h.magic != MAGIC) fail(PSL_ERR_INVALID_ARGUMENT, "not a pyllamaspec sequence state");
     const uint32_t version = rs_ ? VERSION_HYBRID : VERSION_KV;
+    const bool has_spans = (h.version & VERSION_SPANS) != 0;
+    h.version &= ~VERSION_SPANS;
     if (h.version != version) {
         if (h.version == VERSION_KV || h.version == VERSION_HYBRID) {
             fail(PSL_ERR_INVALID_ARGUMENT, "a state of a %s model, this one is %s: another model",
@@ -180,6 +224,12 @@ void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
         need += sizeof r + rts.size() * sizeof(TensorInfo) + check_infos(src, size, at, rts, r.n_rows, "recurrent");
         at += rts.size() * sizeof(TensorInfo);
     }
+    std::vector<RowSpan> spans;
+    if (has_spans) {
+        if (size < need) fail(PSL_ERR_INVALID_ARGUMENT, "a sequence state of %zu bytes, its header says %zu: truncated", size, need);
+        spans = read_spans(src + need, size - need, n);
+        need = size;
+    }
     if (size != need) fail(PSL_ERR_INVALID_ARGUMENT, "a sequence state of %zu bytes, its header says %zu: truncated", size, need);
     if (cells().n_free() + n_past(seq) < n) {
         fail(PSL_ERR_CONTEXT_FULL, "the state holds %d tokens; %d cells are free", n, cells().n_free() + n_past(seq));
@@ -189,6 +239,7 @@ void Memory::state_set(int32_t seq, const uint8_t * src, size_t size) {
     truncate(seq, 0);
     for (int32_t p = 0; p < n; ++p) cells().append(free_cell(&seq, 1, nullptr), &seq, 1);
     replay_[seq] = -1;
+    spans_.set(seq, std::move(spans));
     const uint8_t * rows = src + infos + ts.size() * sizeof(TensorInfo) + (rs_ ? sizeof r + rts.size() * sizeof(TensorInfo) : 0);
     for (ggml_tensor * t : ts) {
         const size_t row = t->nb[1];
@@ -229,7 +280,7 @@ void Memory::checkpoint_get(int32_t seq, uint8_t * dst, size_t cap) const {
     if (cap < need) fail(PSL_ERR_BUFFER_TOO_SMALL, "the checkpoint of sequence %d takes %zu bytes, the buffer %zu", seq, need, cap);
     const int32_t n = n_past(seq);
     const auto rts = rs_->tensors();
-    const CheckpointHeader h{CHECKPOINT_MAGIC, (uint32_t) rts.size(), (uint32_t) n, 0, hash_tokens(history(seq).data(), n)};
+    const CheckpointHeader h{CHECKPOINT_MAGIC, (uint32_t) rts.size(), (uint32_t) n, 0, hash_tokens(history(seq).data(), n, spans_.of(seq))};
     uint8_t * p = dst;
     std::memcpy(p, &h, sizeof h), p += sizeof h;
     put_infos(p, rts);
@@ -258,7 +309,7 @@ void Memory::checkpoint_set(int32_t seq, const uint8_t * src, size_t size) {
              seq, n_past(seq));
     }
     const std::vector<int32_t> & hist = history(seq);
-    if ((int32_t) hist.size() < n || hash_tokens(hist.data(), n) != h.hash) {
+    if ((int32_t) hist.size() < n || hash_tokens(hist.data(), n, spans_.of(seq)) != h.hash) {
         fail(PSL_ERR_INVALID_ARGUMENT, "a checkpoint of other tokens than sequence %d's first %d", seq, n);
     }
     cells().drop_scratch(seq);

@@ -26,6 +26,6 @@ ggml_tensor * build_mtp(Graph & g) { return build_qwen35_mtp(g, k_ffn); }
 
 }  // namespace
 
-extern const ArchOps arch_qwen35 = {"qwen35", hparams, tensors, build, build_mtp};
+extern const ArchOps arch_qwen35 = {"qwen35", hparams, tensors, build, build_mtp, nullptr, false, true, true};
 
 }  // namespace psl

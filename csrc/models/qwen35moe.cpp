@@ -33,6 +33,6 @@ ggml_tensor * build_mtp(Graph & g) { return build_qwen35_mtp(g, k_ffn); }
 
 }  // namespace
 
-extern const ArchOps arch_qwen35moe = {"qwen35moe", hparams, tensors, build, build_mtp};
+extern const ArchOps arch_qwen35moe = {"qwen35moe", hparams, tensors, build, build_mtp, nullptr, false, true, true};
 
 }  // namespace psl

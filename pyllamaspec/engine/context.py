@@ -67,10 +67,10 @@ class Context(ABC):
     def seq_copy(self, src: int, dst: int, n: int) -> None: ...
 
     def seq_eval_rows(self, seq: int, rows: np.ndarray, ids: np.ndarray, non_causal: bool, mode: int,
-                      out: np.ndarray) -> None:
+                      out: np.ndarray, grid: tuple[int, int] | None = None) -> None:
         """Evaluates float32 rows (n x n_embd: an image's, from a projector) in place of token
         embeddings at seq's next positions, its history holding the int32 ids there
-        (psl_context_seq_eval_rows)."""
+        (psl_context_seq_eval_rows); grid: the rows' (nx, ny), or None."""
         raise UnsupportedModelError("images are not supported on this context (a model on RPC servers)")
 
     @abstractmethod
@@ -215,10 +215,13 @@ class LocalContext(Context):
         return lib.psl_context_seq_n_past(self._ctx, seq)
 
     def seq_eval_rows(self, seq: int, rows: np.ndarray, ids: np.ndarray, non_causal: bool, mode: int,
-                      out: np.ndarray) -> None:
+                      out: np.ndarray, grid: tuple[int, int] | None = None) -> None:
+        layout = ffi.new("psl_rows_layout *")
+        layout.non_causal = bool(non_causal)
+        layout.grid_x, layout.grid_y = grid if grid is not None else (0, 0)
         _native.check(lib.psl_context_seq_eval_rows(
             self._ctx, seq, ffi.from_buffer("float[]", rows), rows.shape[0], rows.shape[1],
-            ffi.from_buffer("int32_t[]", ids), non_causal, mode,
+            ffi.from_buffer("int32_t[]", ids), layout, mode,
             ffi.from_buffer("float[]", out, require_writable=True), out.size))
 
     def seq_truncate(self, seq: int, n_keep: int) -> None:

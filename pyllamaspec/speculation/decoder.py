@@ -257,7 +257,7 @@ class Decoder:
         if n_keep < len(head) and target_later and not cuts:
             self.pending = head[n_keep:]
         elif n_keep < len(head) and self.images is not None:
-            self._eval_images(n_keep, len(head), progress)
+            self._eval_images(n_keep, len(head), progress, [n_keep + c for c in cuts])
         elif n_keep < len(head):
             self._eval_prompt(head[n_keep:], progress, cuts)
         if self.drafter is not None:
@@ -267,18 +267,23 @@ class Decoder:
         self.stats.n_reused = n_keep
         self.stats.t_prompt = time.perf_counter() - t0
 
-    def _eval_images(self, start: int, end: int, progress) -> None:
+    def _eval_images(self, start: int, end: int, progress, cuts: Sequence[int] = ()) -> None:
         """The prompt's positions [start, end) into the target's cache, text and images in turn:
-        an image's rows as one batch (they may attend to each other both ways)."""
+        an image's rows as one batch (they may attend to each other both ways), at the grid's 2-D
+        positions where the text model places them so. A hybrid's checkpoints at the cuts
+        (positions of the prompt) of its text, and after an image for a cut within it."""
         done = start
         for run in self.images.chunks(start, end):
             if run[0] == "text":
-                self._eval_prompt(np.asarray(run[1], np.int32), None)
-                done += len(run[1])
+                n = len(run[1])
+                self._eval_prompt(np.asarray(run[1], np.int32), None, [c - done for c in cuts if done < c <= done + n])
+                done += n
             else:
                 img, ids = run[1], run[2]
-                self.tseq.eval_rows(img.rows, ids, img.non_causal)
+                self.tseq.eval_rows(img.rows, ids, img.non_causal, grid=img.grid)
                 done += len(ids)
+                if any(done - len(ids) < c <= done for c in cuts):
+                    self.tseq.take_checkpoint()
             if progress is not None:
                 progress(done - start, end - start)
 

@@ -310,15 +310,16 @@ ggml_tensor * Graph::output(ggml_tensor * x, ggml_tensor * norm_w) {
 // What does not depend on the cache's layout: tokens, positions (also M-RoPE's and the attention
 // temperature's), the recurrent state's rows (a hybrid's graph holds one sequence, seq0, at
 // consecutive positions).
-void GraphInputs::fill_common(const Graph & g, const int32_t * tokens, const int32_t * pos, int32_t seq0) {
+void GraphInputs::fill_common(const Graph & g, const int32_t * tokens, const int32_t * pos, int32_t seq0,
+                              const int32_t * rope) {
     const int32_t n = g.n_tokens;
     if (g.inp_tokens) ggml_backend_tensor_set(g.inp_tokens, tokens, 0, sizeof(int32_t) * (size_t) n);
     if (g.inp_pos->buffer) ggml_backend_tensor_set(g.inp_pos, pos, 0, sizeof(int32_t) * (size_t) n);
     if (g.inp_kv_idx->buffer) ggml_backend_tensor_set(g.inp_kv_idx, idx_.data(), 0, sizeof(int64_t) * (size_t) n);
-    if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE text positions: (p, p, p, 0), section-major
+    if (g.inp_pos4 && g.inp_pos4->buffer) {   // M-RoPE: rope's 4 a token, or a text's (p, p, p, 0)
         pos4_.assign(4 * (size_t) n, 0);
         for (int32_t i = 0; i < n; ++i) {
-            for (int j = 0; j < 3; ++j) pos4_[(size_t) j * n + i] = pos[i];
+            for (int j = 0; j < 4; ++j) pos4_[(size_t) j * n + i] = rope ? rope[4 * (size_t) i + j] : j < 3 ? pos[i] : 0;
         }
         ggml_backend_tensor_set(g.inp_pos4, pos4_.data(), 0, sizeof(int32_t) * pos4_.size());
     }
@@ -341,7 +342,7 @@ void GraphInputs::fill(const Graph & g, const UBatch & ub, const KvCells & cells
     if (g.inp_out_ids && g.inp_out_ids->buffer) {
         ggml_backend_tensor_set(g.inp_out_ids, ub.out_ids, 0, sizeof(int32_t) * (size_t) g.n_out_rows);
     }
-    fill_common(g, ub.tokens, ub.pos, ub.seq[0]);
+    fill_common(g, ub.tokens, ub.pos, ub.seq[0], ub.rope);
     fill_masks(g, ub, cells);
 }
 

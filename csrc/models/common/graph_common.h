@@ -57,7 +57,7 @@ struct Graph {
     ggml_tensor * inp_rs_src = nullptr;     // I32 [1]: the state row the batch starts from
     ggml_tensor * inp_rs_dst = nullptr;     // I64 [k]: rows for the states after the last k tokens, newest first
     ggml_tensor * inp_rs_dst_old = nullptr; // I64 [k]: the same rows, oldest first
-    ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions (p, p, p, 0), section-major
+    ggml_tensor * inp_pos4 = nullptr;       // I32 [4 * n_tokens]: M-RoPE positions, section-major (UBatch::rope)
     ggml_tensor * inp_attn_scale = nullptr; // F32 [1, 1, n_tokens]: q's temperature per position (attn_temp_scale)
     // MTP (mtp.h): the target's eval also fills the MTP block's cache and returns its hidden rows
     bool mtp = false;
@@ -173,6 +173,8 @@ struct UBatch {
     // per token, the cells of its positions from its sequence's n_past on (an MTP draft node's
     // path: its ancestors' scratch cells and its own); null: no token lies past its sequence
     const std::vector<int32_t> * tails = nullptr;
+    // with M-RoPE, 4 rope positions a token (t, y, x, e; memory/row_spans.h); null: (p, p, p, 0)
+    const int32_t * rope = nullptr;
 };
 
 // The host side of a graph's inputs: where its tokens sit (positions, cache cells), the causal
@@ -189,7 +191,8 @@ public:
 
 private:
     void fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells);
-    void fill_common(const Graph & g, const int32_t * tokens, const int32_t * pos, int32_t seq0);
+    void fill_common(const Graph & g, const int32_t * tokens, const int32_t * pos, int32_t seq0,
+                     const int32_t * rope = nullptr);
     void set_masks(const Graph & g);
 
     std::vector<int32_t> pos_, pos4_;
