@@ -161,3 +161,40 @@ def test_a_stale_hybrid_over_an_image_is_refused_not_replayed(text_model):
         s.truncate(n)
         with pytest.raises(PyllamaspecError, match="image"):
             s.eval([3], logits="last")
+
+
+def test_the_decoder_places_an_image_on_a_hybrid_and_reuses_its_prefix(text_model):
+    """The decoder's prompt path: the image at its grid's positions (its logits llama.cpp's), a
+    hybrid's checkpoints after the image and in the text after it, and later prompts parting from
+    the first there (deeper than the recurrent ring) resuming from them, as a fresh evaluation."""
+    from pyllamaspec import SamplingParams
+    from pyllamaspec.speculation.decoder import Decoder
+    from pyllamaspec.vision.projector import ImageRows
+    from pyllamaspec.vision.prompt import ImagePrompt, image_ids
+
+    c = CASES[0]
+    rows, _, g = _image(c)
+    img = ImageRows(rows, "5eed" * 16, False, grid=g)
+    own = image_ids(img)
+    before, after = c["chunks"][0]["ids"], c["chunks"][2]["ids"]
+    end = len(before) + len(own)             # the image's end: one checkpoint there, one 3 tokens on
+    first = before + own + after
+    long = first[:-1] + list(range(30, 60)) + first[-1:]
+    with Model(text_model, n_ctx=256, n_threads=2, n_seq_max=1) as m:
+        def run(ids, fresh=False, cuts=(end, end + 3)):
+            d = Decoder(m, None, SamplingParams(temperature=0))
+            d.images = ImagePrompt(list(ids), {own[0]: img}, 0)
+            d.prefill(list(ids), fresh=fresh, checkpoints=cuts)
+            out = d.tseq.eval([ids[-1]], logits="last")[0].copy(), d.stats.n_reused
+            d.close()
+            return out
+
+        got, _ = run(first, fresh=True, cuts=())
+        assert np.abs(got - np.array(c["logits"], np.float32)).max() < TOL
+        for part, kept in ((end + 3, end + 3), (end + 1, end)):
+            run(long, fresh=True)             # 30 tokens past the cut: further than the ring
+            other = long[:part] + [40, 41, 42, 7]
+            got, reused = run(other)
+            assert reused == kept
+            want, reused = run(other, fresh=True, cuts=(kept,))
+            assert reused == 0 and np.abs(got - want).max() < 1e-5
