@@ -196,5 +196,6 @@ def test_the_decoder_places_an_image_on_a_hybrid_and_reuses_its_prefix(text_mode
             other = long[:part] + [40, 41, 42, 7]
             got, reused = run(other)
             assert reused == kept
-            want, reused = run(other, fresh=True, cuts=(kept,))
-            assert reused == 0 and np.abs(got - want).max() < 1e-5
+            # fresh, split at the same cuts (a hybrid's batches round differently): to the bit
+            want, reused = run(other, fresh=True)
+            assert reused == 0 and np.array_equal(got, want)
