@@ -35,6 +35,15 @@ psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info
         std::copy(hp.mean, hp.mean + 3, out->image_mean);
         std::copy(hp.std, hp.std + 3, out->image_std);
         out->non_causal = proj->ops->non_causal;
+        out->mrope = proj->ops->mrope;
+    });
+}
+
+psl_status psl_projector_image_grid(const psl_projector * proj, int64_t width, int64_t height, int32_t * nx,
+                                    int32_t * ny) {
+    return guard([&] {
+        if (!proj || !nx || !ny) fail(PSL_ERR_INVALID_ARGUMENT, "proj, nx or ny is NULL");
+        proj->ops->grid(proj->hp, width, height, *nx, *ny);
     });
 }
 

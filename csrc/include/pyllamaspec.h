@@ -620,7 +620,8 @@ PSL_API psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n
                                 int32_t n_top, float * token_logprobs, int32_t * top_ids, float * top_logprobs);
 /* ---- vision projectors (csrc/vision/): llama.cpp's mmproj GGUF files (general.architecture
  * "clip"), loaded beside a text model, turn an image into rows the text model reads in place of
- * token embeddings (psl_context_seq_eval_rows). Types: "gemma3". The encoder runs on the CPU. ---- */
+ * token embeddings (psl_context_seq_eval_rows). Types: "gemma3", "qwen3vl_merger". The encoder
+ * runs on the CPU. ---- */
 typedef struct psl_projector psl_projector;
 typedef struct psl_projector_info {
     char    type[32];         /* clip.projector_type, e.g. "gemma3"                                 */
@@ -628,18 +629,26 @@ typedef struct psl_projector_info {
     int32_t patch_size;
     int32_t n_merge;          /* patches per side pooled into one row (gemma3's scale_factor)       */
     int32_t n_embd;           /* the rows' width: the text model's n_embd it was made for           */
-    int32_t n_tokens;         /* rows per image                                                     */
+    int32_t n_tokens;         /* rows of an image_size square (psl_projector_image_grid: any size)  */
     float   image_mean[3];    /* the pixels' normalization, (x / 255 - mean) / std per channel      */
     float   image_std[3];
     bool    non_causal;       /* an image's rows attend to each other both ways in the text model   */
+    bool    mrope;            /* the text model places the rows at 2-D M-RoPE positions, a grid of
+                                 nx x ny (psl_projector_image_grid): the Qwen family                */
 } psl_projector_info;
 /* n_threads: the encoder's CPU threads (0 = default). A file that is not a projector, or of a type
  * not supported, fails with PSL_ERR_UNSUPPORTED. */
 PSL_API psl_status psl_projector_load(const char * path, int32_t n_threads, psl_projector ** out);
 PSL_API void       psl_projector_free(psl_projector * proj);   /* NULL is ignored */
 PSL_API psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info * out);
+/* The merged grid of an image width x height pixels (preprocessed): nx x ny rows, row-major.
+ * gemma3 takes its image_size square only; qwen3vl_merger rectangles whose sides are multiples of
+ * patch_size * n_merge. Other sizes: PSL_ERR_INVALID_ARGUMENT. */
+PSL_API psl_status psl_projector_image_grid(const psl_projector * proj, int64_t width, int64_t height, int32_t * nx,
+                                            int32_t * ny);
 /* pixels: an image already resized and normalized as the projector takes it (psl_projector_info),
- * 3 planes (R, G, B) of height x width float32; writes n_tokens x n_embd floats, row-major, to out
+ * 3 planes (R, G, B) of height x width float32 (a size psl_projector_image_grid takes); writes
+ * nx * ny x n_embd floats, row-major, to out
  * (out_cap floats). A projector is used by one thread at a time. */
 PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixels, int32_t width, int32_t height,
                                         float * out, int64_t out_cap);

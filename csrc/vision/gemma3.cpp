@@ -21,6 +21,7 @@ void hparams(const GgufFile & f, VitHParams & hp) {
 }
 
 void tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
+    vit_tensors(l, w, hp);
     w.mm_soft_norm_w = l.get("mm.soft_emb_norm.weight", {hp.n_embd});
     // [n_embd_text, n_embd]: the text model's width is the file's to say
     const int64_t n_text = l.meta("mm.input_projection.weight")->ne[0];
@@ -42,13 +43,18 @@ ggml_tensor * build(ProjectorGraph & g) {
     return ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, g.w.mm_proj_w)), x);
 }
 
-int32_t n_tokens(const VitHParams & hp) {
-    const int32_t side = hp.patches_side() / hp.n_merge;
-    return side * side;
+// The square image_size only (mtmd resizes every image into it).
+void grid(const VitHParams & hp, int64_t width, int64_t height, int32_t & nx, int32_t & ny) {
+    if (width != hp.image_size || height != hp.image_size) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "the projector takes %dx%d images (preprocessed), got %lldx%lld",
+             hp.image_size, hp.image_size, (long long) width, (long long) height);
+    }
+    nx = ny = hp.patches_side() / hp.n_merge;
 }
 
 }  // namespace
 
-extern const ProjectorOps projector_gemma3 = {"gemma3", /*non_causal =*/ true, hparams, tensors, build, n_tokens};
+extern const ProjectorOps projector_gemma3 = {"gemma3", /*non_causal =*/ true, /*mrope =*/ false, hparams,
+                                          tensors, build, grid};
 
 }  // namespace psl

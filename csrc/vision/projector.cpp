@@ -15,9 +15,10 @@
 namespace psl {
 
 extern const ProjectorOps projector_gemma3;
+extern const ProjectorOps projector_qwen3vl;
 
 const ProjectorOps * find_projector(const std::string & type) {
-    static const ProjectorOps * const all[] = {&projector_gemma3};
+    static const ProjectorOps * const all[] = {&projector_gemma3, &projector_qwen3vl};
     for (const ProjectorOps * o : all) {
         if (type == o->name) return o;
     }
@@ -90,6 +91,8 @@ void common_hparams(const GgufFile & f, VitHParams & hp) {
     hp.ffn = gelu ? VitHParams::Ffn::Gelu : silu ? VitHParams::Ffn::Silu : VitHParams::Ffn::GeluQuick;
 }
 
+}  // namespace
+
 // The ViT's tensors (clip.cpp's load_tensors, the layout SigLIP and CLIP share).
 void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp) {
     const int64_t e = hp.n_embd, p = hp.patch_size;
@@ -127,8 +130,6 @@ void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp) {
         L.down_b = l.get(down + "bias", {e}, false);
     }
 }
-
-}  // namespace
 
 const ggml_tensor * ProjectorLoader::meta(const std::string & name) const {
     const ggml_tensor * t = ggml_get_tensor(f_.meta(), name.c_str());
@@ -194,7 +195,7 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     if (type.empty()) type = f.get_str("clip.vision.projector_type", "");
     ops = find_projector(type);
     if (!ops) {
-        fail(PSL_ERR_UNSUPPORTED, "'%s': projector type '%s' is not supported (supported: gemma3)", path.c_str(),
+        fail(PSL_ERR_UNSUPPORTED, "'%s': projector type '%s' is not supported (supported: gemma3, qwen3vl_merger)", path.c_str(),
              type.c_str());
     }
     common_hparams(f, hp);
@@ -205,7 +206,6 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     ctx.reset(ggml_init(ip));
     if (!ctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the projector's tensor context");
     ProjectorLoader l(f, ctx.get());
-    vit_tensors(l, w, hp);
     ops->tensors(l, w, hp);
 
     buf.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_cpu_buffer_type()));
@@ -224,11 +224,8 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
 
 void psl_projector::encode(const float * pixels, int32_t width, int32_t height, float * out, int64_t out_cap) {
     if (!pixels || !out) fail(PSL_ERR_INVALID_ARGUMENT, "pixels or out is NULL");
-    if (width != hp.image_size || height != hp.image_size) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "the projector takes %dx%d images (preprocessed), got %dx%d", hp.image_size,
-             hp.image_size, width, height);
-    }
-    const int64_t need = (int64_t) n_tokens() * hp.n_embd_text;
+    const int32_t n_rows = n_tokens(width, height);   // refuses sizes the type cannot take
+    const int64_t need = (int64_t) n_rows * hp.n_embd_text;
     if (out_cap < need) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "out holds %lld floats, %lld needed", (long long) out_cap, (long long) need);
     }
@@ -237,6 +234,8 @@ void psl_projector::encode(const float * pixels, int32_t width, int32_t height, 
     if (!gctx) fail(PSL_ERR_OUT_OF_MEMORY, "cannot create the encoder's graph context");
     ggml_cgraph * gf = ggml_new_graph_custom(gctx.get(), graph_size, false);
     ProjectorGraph g{gctx.get(), hp, w};
+    g.width = width;
+    g.height = height;
     g.inp_raw = ggml_new_tensor_3d(gctx.get(), GGML_TYPE_F32, width, height, 3);
     ggml_set_input(g.inp_raw);
     ggml_tensor * res = ops->build(g);
@@ -247,11 +246,12 @@ void psl_projector::encode(const float * pixels, int32_t width, int32_t height, 
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate the encoder's graph");
     }
     ggml_backend_tensor_set(g.inp_raw, pixels, 0, ggml_nbytes(g.inp_raw));
+    for (const auto & [t, v] : g.inputs_i32) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     ggml_backend_cpu_set_n_threads(backend.get(), n_threads);
     if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
         fail(PSL_ERR_BACKEND, "the encoder's graph failed");
     }
-    if (res->ne[0] != hp.n_embd_text || res->ne[1] != n_tokens() || !ggml_is_contiguous(res)) {
+    if (res->ne[0] != hp.n_embd_text || res->ne[1] != n_rows || !ggml_is_contiguous(res)) {
         fail(PSL_ERR_INTERNAL, "the encoder made a [%lld, %lld] result", (long long) res->ne[0],
              (long long) res->ne[1]);
     }

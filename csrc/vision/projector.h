@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace psl {
@@ -36,6 +37,7 @@ struct VitLayer {
     ggml_tensor *q_w = nullptr, *q_b = nullptr, *k_w = nullptr, *k_b = nullptr, *v_w = nullptr, *v_b = nullptr;
     ggml_tensor *o_w = nullptr, *o_b = nullptr;
     ggml_tensor *up_w = nullptr, *up_b = nullptr, *down_w = nullptr, *down_b = nullptr;
+    ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;   // fused q, k, v (qwen3vl_merger)
 };
 
 // The weights of a projector, named as clip.cpp names them.
@@ -45,6 +47,8 @@ struct VitWeights {
     std::vector<VitLayer> layers;
     // gemma3
     ggml_tensor *mm_soft_norm_w = nullptr, *mm_proj_w = nullptr;
+    // qwen3vl_merger: the Conv3D's second temporal slice; the merger's two linears
+    ggml_tensor *patch_w1 = nullptr, *mm0_w = nullptr, *mm0_b = nullptr, *mm2_w = nullptr, *mm2_b = nullptr;
 };
 
 class ProjectorLoader;
@@ -54,11 +58,17 @@ struct ProjectorGraph;
 struct ProjectorOps {
     const char * name;            // clip.projector_type
     bool non_causal;              // an image's rows attend to each other both ways in the text model
+    bool mrope;                   // the text model places the rows at 2-D M-RoPE positions (Qwen)
     void (*hparams)(const GgufFile & f, VitHParams & hp);
     void (*tensors)(ProjectorLoader & l, VitWeights & w, VitHParams & hp);
     ggml_tensor * (*build)(ProjectorGraph & g);   // [n_embd_text, n_tokens]
-    int32_t (*n_tokens)(const VitHParams & hp);
+    // The merged grid (nx, ny) of an image width x height (preprocessed); sizes the type cannot
+    // take fail with PSL_ERR_INVALID_ARGUMENT.
+    void (*grid)(const VitHParams & hp, int64_t width, int64_t height, int32_t & nx, int32_t & ny);
 };
+
+// The ViT's tensors of the common layout (SigLIP / CLIP: separate q, k, v).
+void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp);
 
 // Takes tensors from the file by name, checking their shapes and types.
 class ProjectorLoader {
@@ -86,7 +96,10 @@ struct ProjectorGraph {
     ggml_context * ctx;
     const VitHParams & hp;
     const VitWeights & w;
-    ggml_tensor * inp_raw = nullptr;   // F32 [image_size, image_size, 3]: planar RGB
+    ggml_tensor * inp_raw = nullptr;   // F32 [width, height, 3]: planar RGB
+    int32_t width = 0, height = 0;     // the image's size in pixels
+    // I32 inputs the builder makes, set once the graph is allocated (positions)
+    std::vector<std::pair<ggml_tensor *, std::vector<int32_t>>> inputs_i32;
 
     // The ViT of the common layout (SigLIP / CLIP): patches by convolution, learned positions,
     // pre-norm layers with biases, LayerNorm after the last: [n_embd, n_patches].
@@ -113,5 +126,11 @@ struct psl_projector {
 
     psl_projector(const char * path, int32_t n_threads);
     void encode(const float * pixels, int32_t width, int32_t height, float * out, int64_t out_cap);
-    int32_t n_tokens() const { return ops->n_tokens(hp); }
+    // rows of an image width x height; square: image_size
+    int32_t n_tokens(int64_t width, int64_t height) const {
+        int32_t nx = 0, ny = 0;
+        ops->grid(hp, width, height, nx, ny);
+        return nx * ny;
+    }
+    int32_t n_tokens() const { return n_tokens(hp.image_size, hp.image_size); }
 };

@@ -34,6 +34,7 @@ class ProjectorInfo:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     non_causal: bool          # an image's rows attend to each other both ways
+    mrope: bool = False       # the text model places the rows at 2-D M-RoPE positions (Qwen)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ class Projector(_native.Closeable):
         i = ffi.new("psl_projector_info *")
         _native.check(lib.psl_projector_get_info(self._p, i))
         self.info = ProjectorInfo(ffi.string(i.type).decode(), i.image_size, i.patch_size, i.n_merge, i.n_embd,
-                                  i.n_tokens, tuple(i.image_mean), tuple(i.image_std), bool(i.non_causal))
+                                  i.n_tokens, tuple(i.image_mean), tuple(i.image_std), bool(i.non_causal),
+                                  bool(i.mrope))
         # how mtmd resizes for this type (gemma3: bilinear into the square, black padding)
         self.preprocess = for_projector(self.info.type, self.info.image_size, self.info.patch_size,
                                         self.info.n_merge, self.info.mean, self.info.std)
@@ -85,7 +87,8 @@ class Projector(_native.Closeable):
                 self._cache.clear()
 
     def pixels(self, image: ImageLike) -> np.ndarray:
-        """The image as the encoder takes it: (3, image_size, image_size) float32."""
+        """The image as the encoder takes it: (3, H, W) float32 (gemma3: the image_size square;
+        qwen3vl_merger: the smart resize's rectangle)."""
         img = image if hasattr(image, "convert") and hasattr(image, "size") else load_image(image)
         return preprocess(img, self.preprocess)
 
@@ -94,31 +97,43 @@ class Projector(_native.Closeable):
         px = np.ascontiguousarray(self.pixels(image), np.float32)
         return self.encode_pixels(px)
 
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """The merged grid (nx, ny) of an image width x height (preprocessed); a size the type
+        cannot take raises InvalidArgumentError."""
+        nx, ny = ffi.new("int32_t *"), ffi.new("int32_t *")
+        with self._lock:
+            self._check_open()
+            _native.check(lib.psl_projector_image_grid(self._p, int(width), int(height), nx, ny))
+        return int(nx[0]), int(ny[0])
+
+    def _check_open(self) -> None:
+        if self._p is None:
+            from ..errors import ModelClosedError
+            raise ModelClosedError("the projector is closed")
+
     def encode_pixels(self, px: np.ndarray) -> ImageRows:
         px = np.ascontiguousarray(px, np.float32)
-        s = self.info.image_size
-        if px.shape != (3, s, s):
-            raise InvalidArgumentError(f"pixels of shape {px.shape}; the projector takes (3, {s}, {s})")
-        digest = hashlib.sha256(px.tobytes()).hexdigest()
+        if px.ndim != 3 or px.shape[0] != 3:
+            raise InvalidArgumentError(f"pixels of shape {px.shape}; the projector takes (3, height, width)")
+        grid = self.grid(px.shape[2], px.shape[1])
+        # the shape too: the same bytes as another rectangle are another image
+        digest = hashlib.sha256(repr(px.shape).encode() + px.tobytes()).hexdigest()
         with self._lock:
-            if self._p is None:
-                from ..errors import ModelClosedError
-                raise ModelClosedError("the projector is closed")
+            self._check_open()
             rows = self._cache.get(digest)
             if rows is None:
-                rows = self._run_encoder(px)
+                rows = self._run_encoder(px, grid[0] * grid[1])
                 rows.flags.writeable = False          # shared by every encode of these pixels
                 self._cache[digest] = rows
                 while len(self._cache) > CACHE_IMAGES:
                     self._cache.popitem(last=False)
             else:
                 self._cache.move_to_end(digest)
-        return ImageRows(rows, digest, self.info.non_causal)
+        return ImageRows(rows, digest, self.info.non_causal, grid if self.info.mrope else None)
 
-    def _run_encoder(self, px: np.ndarray) -> np.ndarray:
+    def _run_encoder(self, px: np.ndarray, n_tokens: int) -> np.ndarray:
         """The encoder in the core (the caller holds the lock): pixels -> (n_tokens, n_embd) rows."""
-        s = self.info.image_size
-        out = np.empty((self.info.n_tokens, self.info.n_embd), np.float32)
-        _native.check(lib.psl_projector_encode(self._p, ffi.from_buffer("float[]", px), s, s,
+        out = np.empty((n_tokens, self.info.n_embd), np.float32)
+        _native.check(lib.psl_projector_encode(self._p, ffi.from_buffer("float[]", px), px.shape[2], px.shape[1],
                                                ffi.from_buffer("float[]", out, require_writable=True), out.size))
         return out

@@ -22,7 +22,11 @@ MEDIA_MARKER = "<__media__>"
 MARKER_CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase   # llama-server's random_string()
 
 # the text around an image, by projector type (mtmd.cpp's img_beg / img_end)
-WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>")}
+WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>"),
+        # mtmd.cpp's img_beg / img_end for the Qwen family's projectors
+        "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+        "qwen25vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+        "qwen3vl_merger": ("<|vision_start|>", "<|vision_end|>")}
 
 
 def random_marker() -> str:
