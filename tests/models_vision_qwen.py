@@ -152,3 +152,32 @@ def write_tiny_qwen_text(path, *, n_vocab: int = 272, n_embd: int = 32, seed: in
 
     return write_qwen35_gguf(path, n_vocab=n_vocab, n_embd=n_embd, seed=seed,
                              extra_kv=qwen_image_marker_kv(n_vocab), **kw)
+
+
+def write_reference_files(d, ref: Mapping) -> pathlib.Path:
+    """The files of a reference fixture (vision_qwen3vl.json: its projectors, text models and
+    images) written into d from the writers, each checked against the fixture's sha256, so that a
+    changed writer is caught before a stale fixture is trusted."""
+    import hashlib
+
+    from PIL import Image
+
+    import models_vision as mv
+
+    d = pathlib.Path(d)
+
+    def check(path: pathlib.Path, data: bytes, want: str) -> None:
+        if hashlib.sha256(data).hexdigest() != want:
+            raise AssertionError(f"{path.name}: the writer no longer makes the fixture's file")
+
+    for name, p in ref["projectors"].items():
+        write_qwen3vl_mmproj(d / f"{name}.gguf", **p["kwargs"])
+        check(d / f"{name}.gguf", (d / f"{name}.gguf").read_bytes(), p["sha256"])
+    for name, t in ref["text_models"].items():
+        write_tiny_qwen_text(d / f"{name}.gguf", **t["kwargs"])
+        check(d / f"{name}.gguf", (d / f"{name}.gguf").read_bytes(), t["sha256"])
+    for name, im in ref["images"].items():
+        px = mv.draw_test_image(im["width"], im["height"], im["mode"])
+        check(d / f"{name}.png", px.tobytes(), im["rgb_sha256"])
+        Image.fromarray(px, im["mode"]).save(d / f"{name}.png")
+    return d

@@ -251,6 +251,8 @@ class Decoder:
             target_later, n_keep = False, self.images.image_start(n_keep)
             self.tseq.truncate(n_keep)
         self.pending = None
+        if self.images is not None:              # a hybrid keeps its state before each image too
+            checkpoints = [*checkpoints, *self.images.starts()]
         cuts = [p - n_keep for p in sorted(set(checkpoints)) if n_keep < p <= len(head)]
         if cuts and not self.target.memory.get("recurrent_bytes", 0):
             cuts = []                            # nothing to keep: the cache rolls back exactly

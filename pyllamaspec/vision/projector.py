@@ -54,14 +54,33 @@ class ImageRows:
         return int(self.rows.shape[0])
 
 
+def _token_limits(lo: int | None, hi: int | None) -> tuple[int | None, int | None]:
+    """(min, max) rows an image may take; None: the type's (llama.cpp's -1 "read from model")."""
+    out = []
+    for name, v in (("image_min_tokens", lo), ("image_max_tokens", hi)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise InvalidArgumentError(f"{name} must be an integer, got {v!r}")
+        if v is not None and v < -1:
+            raise InvalidArgumentError(f"{name} must be positive (or -1: the projector's own), got {v}")
+        out.append(v if v is not None and v > 0 else None)
+    if out[0] is not None and out[1] is not None and out[0] > out[1]:
+        raise InvalidArgumentError(f"image_min_tokens ({out[0]}) is more than image_max_tokens ({out[1]})")
+    return out[0], out[1]
+
+
 class Projector(_native.Closeable):
     """`with Projector("mmproj.gguf") as p: rows = p.encode("cat.png")`. One encode at a time
     (a lock); the model it serves is checked by width when its rows are evaluated. The rows of
     the last CACHE_IMAGES images are kept: the same pixels again are not encoded again (the
     rows returned are read-only, shared by every encode of those pixels)."""
 
-    def __init__(self, path: str | os.PathLike, n_threads: int = 0):
+    def __init__(self, path: str | os.PathLike, n_threads: int = 0, *, image_min_tokens: int | None = None,
+                 image_max_tokens: int | None = None):
+        """image_min_tokens / image_max_tokens: the rows an image may take, for the types that
+        size images dynamically (qwen3vl_merger), as llama.cpp's --image-min-tokens /
+        --image-max-tokens (None, 0 or -1: the type's own limits); other types ignore them."""
         self.path = os.fspath(path)
+        limits = _token_limits(image_min_tokens, image_max_tokens)
         if not os.path.isfile(self.path):
             from ..errors import ModelNotFoundError
             raise ModelNotFoundError(f"projector file not found: {self.path}")
@@ -77,7 +96,8 @@ class Projector(_native.Closeable):
                                   bool(i.mrope))
         # how mtmd resizes for this type (gemma3: bilinear into the square, black padding)
         self.preprocess = for_projector(self.info.type, self.info.image_size, self.info.patch_size,
-                                        self.info.n_merge, self.info.mean, self.info.std)
+                                        self.info.n_merge, self.info.mean, self.info.std, min_tokens=limits[0],
+                                        max_tokens=limits[1])
 
     def close(self) -> None:
         p, self._p = getattr(self, "_p", None), None

@@ -77,6 +77,11 @@ class ImagePrompt:
             yield "image", img, self.ids[i:i + img.n_tokens]
             i += img.n_tokens
 
+    def starts(self) -> list[int]:
+        """Where each image begins (the length of the prompt before it): a hybrid keeps its
+        state there, so a later prompt with another image resumes from the text before it."""
+        return [i for i, t in enumerate(self.ids) if t < 0 and t in self.images]
+
     def image_start(self, n: int) -> int:
         """n, or where the image that position n falls inside begins (an image is evaluated whole)."""
         i = 0

@@ -9,14 +9,12 @@ Tolerance: llama.cpp's own spread stored per case (``spread``: its results at 1 
 raster order (the pixels' 2 x 2 blocks shuffled) move the rows by far more."""
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
 import pytest
 
 import models_vision_qwen as mq
-import models_vision as mv
 from conftest import reference_dir
 from pyllamaspec.engine.model import Model
 from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
@@ -29,26 +27,9 @@ CASES = REF["cases"]
 PROJ_DEFAULTS = dict(image_size=16, patch_size=2, merge=2, mean=(0.5,) * 3, std=(0.5,) * 3)  # the writer's
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from PIL import Image
-
-    d = tmp_path_factory.mktemp("vision_qwen_enc")
-    for name, p in REF["projectors"].items():
-        mq.write_qwen3vl_mmproj(d / f"{name}.gguf", **p["kwargs"])
-        assert _sha((d / f"{name}.gguf").read_bytes()) == p["sha256"], name
-    for name, t in REF["text_models"].items():
-        mq.write_tiny_qwen_text(d / f"{name}.gguf", **t["kwargs"])
-        assert _sha((d / f"{name}.gguf").read_bytes()) == t["sha256"], name
-    for name, im in REF["images"].items():
-        px = mv.draw_test_image(im["width"], im["height"], im["mode"])
-        assert _sha(px.tobytes()) == im["rgb_sha256"], name
-        Image.fromarray(px, im["mode"]).save(d / f"{name}.png")
-    return d
+    return mq.write_reference_files(tmp_path_factory.mktemp("vision_qwen_enc"), REF)
 
 
 def _spread(c, key: str) -> float:

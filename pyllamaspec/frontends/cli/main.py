@@ -26,7 +26,7 @@ from ...errors import InvalidArgumentError, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
 from ...generation.generate import iter_generate
-from ..flags.args import build_parser, parse_args
+from ..flags.args import build_parser, parse_args, projector_kwargs
 from .conversation import CTRL_C, run_conversation
 from ..flags.checks import Setup, ineffective_flags, show_warning
 from .compare import Run, alternate, report, warm_up
@@ -236,7 +236,7 @@ def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
     from ...errors import ModelFormatError, UnsupportedModelError
     from ...vision.projector import Projector
     try:
-        a.projector = stack.enter_context(Projector(path, a.threads or 0))
+        a.projector = stack.enter_context(Projector(path, **projector_kwargs(a)))
     except (UnsupportedModelError, ModelFormatError) as e:
         if a.mmproj or a.image:
             raise

@@ -43,6 +43,18 @@ def add_mmproj_args(g, mmproj_help: str) -> None:
                    help=argparse.SUPPRESS)                                      # checks.py: the projector runs on the CPU
     g.add_argument("--no-mmproj-offload", dest="mmproj_offload", action="store_false",
                    help="keep the vision projector on the CPU (llama.cpp's; here it always runs there)")
+    g.add_argument("--image-min-tokens", type=int, default=None, metavar="N",
+                   help="minimum number of tokens each image can take, only used by vision models with dynamic "
+                        "resolution (Qwen-VL; default: read from model)")
+    g.add_argument("--image-max-tokens", type=int, default=None, metavar="N",
+                   help="maximum number of tokens each image can take, only used by vision models with dynamic "
+                        "resolution (Qwen-VL; default: read from model)")
+
+
+def projector_kwargs(a: argparse.Namespace) -> dict:
+    """Projector(...)'s keywords from --threads and --image-min/max-tokens."""
+    return dict(n_threads=a.threads or 0, image_min_tokens=getattr(a, "image_min_tokens", None),
+                image_max_tokens=getattr(a, "image_max_tokens", None))
 
 
 def add_prompt_args(ap: argparse.ArgumentParser) -> None:

@@ -141,12 +141,13 @@ def _open_projector(a: argparse.Namespace, stack: ExitStack):
     error."""
     from ...errors import ModelFormatError, UnsupportedModelError
     from ...vision.projector import Projector
+    from ..flags.args import projector_kwargs
     if a.mmproj:
-        return stack.enter_context(Projector(a.mmproj, a.threads or 0))
+        return stack.enter_context(Projector(a.mmproj, **projector_kwargs(a)))
     if not getattr(a, "hf_mmproj", None):
         return None
     try:
-        return stack.enter_context(Projector(a.hf_mmproj, a.threads or 0))
+        return stack.enter_context(Projector(a.hf_mmproj, **projector_kwargs(a)))
     except (UnsupportedModelError, ModelFormatError) as e:
         print(f"warning: {a.hf_repo}'s vision projector cannot be used here ({e}): text only, image_url parts "
               "are refused (--no-mmproj: not fetched)", file=sys.stderr)
