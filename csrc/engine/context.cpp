@@ -661,7 +661,7 @@ void psl_context::enable_mtp() {
     std::vector<ggml_backend_t> backends;   // the MTP graph runs on the GPU (if any) and the CPU
     if (backend_gpu) backends.push_back(backend_gpu.get());
     backends.push_back(backend_cpu.get());
-    mtp = std::make_unique<MtpState>(*model, mem->kv(), backends, params.n_ctx,
+    mtp = std::make_unique<MtpState>(*model, mem->kv(), mem->spans(), backends, params.n_ctx,
                                      mem->rs() ? mem->rs()->n_snap() + 1 : 64);
     graph_tokens = -1;   // the target's graph now also fills the MTP cache
     // tokens already in the cache have no MTP entries: rebuild them by a replay

@@ -39,10 +39,11 @@ void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t 
         fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given; the model's embeddings have %d (a projector made "
              "for another model?)", width, model->hp.n_embd);
     }
-    if (mtp || draft_head || !model->arch->takes_rows) {
+    // with MTP the target's graph fills the block's cache at the rows too (the row is its
+    // embedding there, and its M-RoPE positions the image's), so drafting goes on after them
+    if (draft_head || !model->arch->takes_rows) {
         fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with %s%s",
-             mtp ? "MTP drafting" : draft_head ? "a draft head" : "the architecture ",
-             mtp || draft_head ? "" : model->arch_name.c_str());
+             draft_head ? "a draft head" : "the architecture ", draft_head ? "" : model->arch_name.c_str());
     }
     if (layout.non_causal && n > params.n_batch) {
         fail(PSL_ERR_INVALID_ARGUMENT, "an image of %d rows attends within itself in one batch: n_batch (%d) must "

@@ -11,9 +11,9 @@
 
 namespace psl {
 
-MtpState::MtpState(const psl_model & m, KvCache & kv, std::vector<ggml_backend_t> backends, int32_t n_ctx,
-                   int32_t min_rows)
-    : m_(m), kv_(kv), n_ctx_(n_ctx), n_embd_(m.hp.n_embd), n_rows_(std::max(64, min_rows)),
+MtpState::MtpState(const psl_model & m, KvCache & kv, const RowSpans & spans, std::vector<ggml_backend_t> backends,
+                   int32_t n_ctx, int32_t min_rows)
+    : m_(m), kv_(kv), spans_(spans), n_ctx_(n_ctx), n_embd_(m.hp.n_embd), n_rows_(std::max(64, min_rows)),
       seqs_((size_t) kv.cells().n_seq()) {
     if (m.mtp_layer < 0 || !m.arch->build_mtp) fail(PSL_ERR_UNSUPPORTED, "the model has no MTP (nextn) layers to draft with");
     graph_buf_.resize(ggml_tensor_overhead() * graph_size_ + ggml_graph_overhead_custom(graph_size_, false));
@@ -185,7 +185,12 @@ void MtpState::run(int32_t s, int32_t n, const int32_t * tokens, const int32_t *
 void MtpState::compute(int32_t n, const int32_t * tokens, std::atomic<bool> & interrupt) {
     const int32_t n_kv = kv_.n_kv_for(kv_.cells().used_end());
     if (n_kv != graph_kv_ || n != graph_tokens_) build(n, n_kv);
-    const UBatch ub{n, tokens, pos_.data(), seq_ids_.data(), cells_.data(), nullptr, tails_.data()};
+    UBatch ub{n, tokens, pos_.data(), seq_ids_.data(), cells_.data(), nullptr, tails_.data()};
+    if (graph_->inp_pos4) {   // M-RoPE: after an image the nodes' rope positions are not their indices
+        rope_.resize(4 * (size_t) n);
+        for (int32_t i = 0; i < n; ++i) spans_.rope_pos(seq_ids_[i], pos_[i], &rope_[4 * (size_t) i]);
+        ub.rope = rope_.data();
+    }
     inputs_.fill(*graph_, ub, kv_.cells());
     ggml_backend_tensor_set(graph_->inp_mtp_h, scratch_.data(), 0, sizeof(float) * (size_t) n * n_embd_);
     const ggml_status st = compute_graph(sched_.get(), gf_);

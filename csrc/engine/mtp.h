@@ -21,6 +21,7 @@
 
 #include "memory/hidden_ring.h"
 #include "memory/kv_cache.h"
+#include "memory/row_spans.h"
 #include "models/common/graph_common.h"
 
 #include "ggml-backend.h"
@@ -39,9 +40,10 @@ class MtpState {
 public:
     // backends: the context's, the CPU last (the draft graph gets a scheduler of its own over
     // them); n_ctx: the context length; min_rows: the hidden rows to keep at least (the
-    // recurrent ring's depth + 1).
-    MtpState(const psl_model & m, KvCache & kv, std::vector<ggml_backend_t> backends, int32_t n_ctx,
-             int32_t min_rows);
+    // recurrent ring's depth + 1); spans: the sequences' images, whose M-RoPE positions the
+    // draft nodes after them take too (memory/row_spans.h).
+    MtpState(const psl_model & m, KvCache & kv, const RowSpans & spans, std::vector<ggml_backend_t> backends,
+             int32_t n_ctx, int32_t min_rows);
     ~MtpState();
     // Around the target's compute of a batch of sequence seq at n_past (g.mtp set).
     void before_compute(const Graph & g, int32_t seq, int32_t n_past);
@@ -85,13 +87,14 @@ private:
 
     const psl_model & m_;
     KvCache & kv_;
+    const RowSpans & spans_;
     int32_t n_ctx_;
     int32_t n_embd_;
     int32_t n_rows_;                              // hidden rows kept per sequence
     std::vector<std::unique_ptr<Seq>> seqs_;      // made on first use
     std::vector<float> scratch_;
     // a draft batch: positions, sequence ids, cells, each node's tail (kv_cells' scratch cells)
-    std::vector<int32_t> pos_, seq_ids_, cells_;
+    std::vector<int32_t> pos_, seq_ids_, cells_, rope_;   // rope_: M-RoPE's 4 a node
     std::vector<std::vector<int32_t>> tails_;
     // the draft graph: its own scheduler, so that the target's graph stays allocated
     ggml_backend_sched_ptr sched_;

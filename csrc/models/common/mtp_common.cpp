@@ -32,7 +32,7 @@ ggml_tensor * new_input(Graph & g, int64_t n0, int64_t n1, const char * name) {
 // The block's input projection of token embeddings e and hidden rows h.
 ggml_tensor * project(Graph & g, ggml_tensor * e, ggml_tensor * h) {
     const Layer & l = g.m.layers[g.m.mtp_layer];
-    if (l.nextn_embed) e = ggml_get_rows(g.ctx, l.nextn_embed, g.inp_tokens);
+    if (l.nextn_embed && !g.rows_input) e = ggml_get_rows(g.ctx, l.nextn_embed, g.inp_tokens);   // rows: themselves
     ggml_tensor * eh = ggml_concat(g.ctx, g.rms_norm(e, l.nextn_enorm), g.rms_norm(h, l.nextn_hnorm), 0);
     return ggml_mul_mat(g.ctx, l.nextn_eh_proj, eh);
 }

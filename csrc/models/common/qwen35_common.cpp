@@ -219,10 +219,11 @@ ggml_tensor * linear_attention(Graph & g, int il, ggml_tensor * x) {
     return ggml_mul_mat(ctx, l.ssm_out, ggml_reshape_2d(ctx, o, s.d_inner, n));
 }
 
-// The token embeddings the block reads: its own table when the file has one.
+// The token embeddings the block reads: its own table when the file has one; at an image's rows
+// the rows themselves, as llama.cpp's graph_mtp takes an embeddings batch's.
 ggml_tensor * mtp_embed(Graph & g, ggml_tensor * embd) {
     const Layer & l = g.m.layers[g.m.mtp_layer];
-    return l.nextn_embed ? ggml_get_rows(g.ctx, l.nextn_embed, g.inp_tokens) : embd;
+    return l.nextn_embed && !g.rows_input ? ggml_get_rows(g.ctx, l.nextn_embed, g.inp_tokens) : embd;
 }
 
 // The block up to its residual stream's output; attn_only stops after the cache write.
