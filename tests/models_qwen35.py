@@ -39,6 +39,7 @@ def write_qwen35_gguf(
     seed: int = 0,
     dtype: str = "F32",
     n_nextn: int = 0,
+    nextn_embed: bool = False,
     name: str | None = None,
     n_expert: int = 0,
     n_expert_used: int = 2,
@@ -59,9 +60,9 @@ def write_qwen35_gguf(
     Attention layers: ``attn_q`` of 2 * head_dim per head (q and its gate interleaved per head),
     ``attn_k``, ``attn_v``, ``attn_output``, q/k norms. Every layer: ``attn_norm``,
     ``post_attention_norm`` (the FFN pre-norm) and the SwiGLU FFN. Seeded as ``write_gguf``.
-    ``n_nextn`` MTP blocks follow the trunk (``block_count`` counts them,
-    ``nextn_predict_layers`` names them): an attention layer plus ``nextn.eh_proj``,
-    ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm`` (the head is the model's).
+    ``n_nextn`` MTP blocks follow the trunk (``block_count`` counts them, ``nextn_predict_layers``
+    names them): attention, ``nextn.eh_proj``, ``nextn.enorm``, ``nextn.hnorm``, ``nextn.shared_head_norm``
+    (the head is the model's); with ``nextn_embed`` their own ``nextn.embed_tokens`` (drawn last).
     ``edit({name: weights})``, if given, may change the weights in place before they are written.
     ``n_expert`` > 0 writes ``qwen35moe`` (Qwen3.5 / 3.6 MoE): each layer's FFN (the MTP
     block's too) is ``ffn_gate_inp`` and stacked experts of width ``n_ff_exp`` plus a shared
@@ -92,6 +93,8 @@ def write_qwen35_gguf(
         if i >= n_layer:
             tensors += [(p + "nextn.eh_proj.weight", draw.lin(n_embd, 2 * n_embd), dtype)]
             tensors += parts.norms(draw, p, n_embd, "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm")
+    tensors += [(f"blk.{i}.nextn.embed_tokens.weight", draw.normal(n_vocab, n_embd), dtype)   # drawn last
+                for i in range(n_layer, n_layer + n_nextn * nextn_embed)]
 
     a = "qwen35moe" if n_expert else "qwen35"
     kv = parts.general_kv(gguf, name or f"tiny-random-{a}", parts.FILE_TYPE[dtype])
@@ -104,12 +107,9 @@ def write_qwen35_gguf(
     if n_expert:
         kv.update({f"{a}.expert_count": n_expert, f"{a}.expert_used_count": n_expert_used,
                    f"{a}.expert_feed_forward_length": n_ff_exp, f"{a}.expert_shared_feed_forward_length": n_ff_shexp})
-    if n_nextn:
-        kv[f"{a}.nextn_predict_layers"] = n_nextn
-    if recurrent_layers is None:
-        kv[f"{a}.full_attention_interval"] = full_attention_interval
-    else:
-        kv[f"{a}.attention.recurrent_layers"] = [bool(r) for r in recurrent]
+    kv.update({f"{a}.nextn_predict_layers": n_nextn} if n_nextn else {})
+    kv.update({f"{a}.full_attention_interval": full_attention_interval} if recurrent_layers is None
+              else {f"{a}.attention.recurrent_layers": [bool(r) for r in recurrent]})
     kv.update(extra_kv or {})
     if edit is not None:                        # edit({name: array}) changes weights in place
         edit({name: w for name, w, _ in tensors})

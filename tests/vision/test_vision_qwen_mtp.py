@@ -38,9 +38,10 @@ def _hidden_ignored(w):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = mq.write_reference_files(tmp_path_factory.mktemp("vision_qwen_mtp"), REF)
-    mq.write_tiny_qwen_text(d / "agree.gguf", n_nextn=1, edit=_agreeing(N_LAYER), **REF["text_models"]["tiny_qwen35"]["kwargs"])
-    mq.write_tiny_qwen_text(d / "tokens_only.gguf", n_nextn=1, edit=_hidden_ignored,
-                            **REF["text_models"]["tiny_qwen35"]["kwargs"])
+    kw = REF["text_models"]["tiny_qwen35"]["kwargs"]
+    mq.write_tiny_qwen_text(d / "agree.gguf", n_nextn=1, edit=_agreeing(N_LAYER), **kw)
+    mq.write_tiny_qwen_text(d / "tokens_only.gguf", n_nextn=1, edit=_hidden_ignored, **kw)
+    mq.write_tiny_qwen_text(d / "own_table.gguf", n_nextn=1, nextn_embed=True, **kw)
     return d
 
 
@@ -116,3 +117,13 @@ def test_mtp_drafts_after_a_qwen_image_survive_a_saved_state(files):
         m.sequence(0).load_state(state)
         np.testing.assert_array_equal(m.mtp_draft(100, 0), want[0])
         np.testing.assert_array_equal(m.mtp_draft(120, 1), want[1])
+
+
+def test_mtp_with_its_own_embedding_table_reads_an_image_s_rows(files):
+    """A block with its own nextn.embed_tokens takes the rows themselves at the image (llama.cpp's
+    graph_mtp: an embeddings batch has no tokens to look up); greedy MTP still equals plain."""
+    with _open(files / "own_table.gguf") as m:
+        plain = _gen(files, m, max_tokens=12, cache_prompt=False)
+        spec = _gen(files, m, "mtp", max_tokens=12, cache_prompt=False, adaptive=False, n_draft=4, p_min=0.0)
+    assert spec.tokens == plain.tokens
+    assert spec.stats.drafted > 0
