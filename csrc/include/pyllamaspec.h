@@ -676,9 +676,11 @@ typedef struct psl_rows_layout {
  * hybrid cut deeper than its ring over an image is stale (psl_context_seq_stale) and its next
  * eval PSL_ERR_UNSUPPORTED (its rows are no tokens to replay) until a checkpoint is set or it is
  * cut before the image. A sequence state holds its images' layout (files without images are
- * as before), a checkpoint is told from one of the same ids at other positions. PSL_ERR_UNSUPPORTED
- * with MTP drafting, a draft head, or an architecture that reads token ids beyond its embeddings
- * (gemma4); on failure the sequence is as it was. */
+ * as before), a checkpoint is told from one of the same ids at other positions. With MTP
+ * drafting the block's cache is filled at the rows too (the row stands for the token's
+ * embedding) and drafts after the image take its positions. PSL_ERR_UNSUPPORTED with a draft
+ * head, or an architecture that reads token ids beyond its embeddings (gemma4); on failure the
+ * sequence is as it was. */
 PSL_API psl_status psl_context_seq_eval_rows(psl_context * ctx, int32_t seq, const float * rows, int32_t n,
                                              int32_t width, const int32_t * ids, const psl_rows_layout * layout,
                                              int32_t logits_mode, float * out, int64_t out_cap);
