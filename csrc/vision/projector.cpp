@@ -93,12 +93,10 @@ void common_hparams(const GgufFile & f, VitHParams & hp) {
 
 }  // namespace
 
-// The ViT's tensors (clip.cpp's load_tensors, the layout SigLIP and CLIP share).
-void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp) {
-    const int64_t e = hp.n_embd, p = hp.patch_size;
-    w.patch_w = l.get_plain("v.patch_embd.weight", {p, p, 3, e});
-    w.patch_b = l.get("v.patch_embd.bias", {e}, false);
-    w.pos = l.get("v.position_embd.weight", {e, hp.n_patches()});
+// The norms every ViT layout has: v.post_ln (optional) and each block's ln1 / ln2 (biases
+// optional); sizes w.layers to n_layer.
+void vit_norms(ProjectorLoader & l, VitWeights & w, const VitHParams & hp) {
+    const int64_t e = hp.n_embd;
     w.post_ln_w = l.get("v.post_ln.weight", {e}, false);
     w.post_ln_b = l.get("v.post_ln.bias", {e}, false);
     w.layers.resize((size_t) hp.n_layer);
@@ -109,6 +107,19 @@ void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp) {
         L.ln1_b = l.get(b + "ln1.bias", {e}, false);
         L.ln2_w = l.get(b + "ln2.weight", {e});
         L.ln2_b = l.get(b + "ln2.bias", {e}, false);
+    }
+}
+
+// The ViT's tensors (clip.cpp's load_tensors, the layout SigLIP and CLIP share).
+void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp) {
+    const int64_t e = hp.n_embd, p = hp.patch_size;
+    w.patch_w = l.get_plain("v.patch_embd.weight", {p, p, 3, e});
+    w.patch_b = l.get("v.patch_embd.bias", {e}, false);
+    w.pos = l.get("v.position_embd.weight", {e, hp.n_patches()});
+    vit_norms(l, w, hp);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        VitLayer & L = w.layers[(size_t) il];
+        const std::string b = "v.blk." + std::to_string(il) + ".";
         L.q_w = l.get(b + "attn_q.weight", {e, e});
         L.k_w = l.get(b + "attn_k.weight", {e, e});
         L.v_w = l.get(b + "attn_v.weight", {e, e});

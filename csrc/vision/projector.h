@@ -69,6 +69,8 @@ struct ProjectorOps {
 
 // The ViT's tensors of the common layout (SigLIP / CLIP: separate q, k, v).
 void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp);
+// The norms every layout shares (v.post_ln, each block's ln1 / ln2); sizes w.layers.
+void vit_norms(ProjectorLoader & l, VitWeights & w, const VitHParams & hp);
 
 // Takes tensors from the file by name, checking their shapes and types.
 class ProjectorLoader {

@@ -51,16 +51,10 @@ void tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
     w.patch_w1 = l.get_plain("v.patch_embd.weight.1", {p, p, 3, e});
     w.patch_b = l.get("v.patch_embd.bias", {e});
     w.pos = l.get("v.position_embd.weight", {e, hp.n_patches()});
-    w.post_ln_w = l.get("v.post_ln.weight", {e}, false);
-    w.post_ln_b = l.get("v.post_ln.bias", {e}, false);
-    w.layers.resize((size_t) hp.n_layer);
+    vit_norms(l, w, hp);
     for (int il = 0; il < hp.n_layer; ++il) {
         VitLayer & L = w.layers[(size_t) il];
         const std::string b = "v.blk." + std::to_string(il) + ".";
-        L.ln1_w = l.get(b + "ln1.weight", {e});
-        L.ln1_b = l.get(b + "ln1.bias", {e}, false);
-        L.ln2_w = l.get(b + "ln2.weight", {e});
-        L.ln2_b = l.get(b + "ln2.bias", {e}, false);
         L.qkv_w = l.get(b + "attn_qkv.weight", {e, 3 * e});
         L.qkv_b = l.get(b + "attn_qkv.bias", {3 * e});
         L.o_w = l.get(b + "attn_out.weight", {e, e});
