@@ -22,11 +22,13 @@ def has_media(messages: Any) -> bool:
 
 
 def split_media(messages: Sequence[Mapping[str, Any]], local_files: bool = True,
-                marker: str = MEDIA_MARKER) -> tuple[list[dict], list]:
+                marker: str = MEDIA_MARKER, media_path: str | None = None) -> tuple[list[dict], list]:
     """(messages whose list contents are text with markers, the images: bytes or file paths).
-    local_files: a path or file:// URL is read (the Python API); a server passes False unless
-    allowed. A URL to fetch is refused: nothing is downloaded. marker: the default one (the
-    Python API, as llama-mtmd-cli), or the server's random one (prompt.server_marker)."""
+    local_files: a path or file:// URL is read (the Python API); a server passes False, and then
+    takes what llama-server takes: data URLs, bare base64, and file:// URLs relative to its
+    --media-path directory (media_path) when it has one. A URL to fetch is refused: nothing is
+    downloaded. marker: the default one (the Python API, as llama-mtmd-cli), or the server's
+    random one (prompt.server_marker)."""
     out, images = [], []
     for i, m in enumerate(messages):
         c = m.get("content") if isinstance(m, Mapping) else None
@@ -44,7 +46,7 @@ def split_media(messages: Sequence[Mapping[str, Any]], local_files: bool = True,
                 text += p["text"]
                 after_marker = False
             elif kind in ("image_url", "image"):
-                images.append(_source(p, kind, local_files, f"messages[{i}].content[{j}]"))
+                images.append(_source(p, kind, local_files, f"messages[{i}].content[{j}]", media_path))
                 text += marker
                 after_marker = True
             else:
@@ -54,7 +56,7 @@ def split_media(messages: Sequence[Mapping[str, Any]], local_files: bool = True,
     return out, images
 
 
-def _source(part: Mapping, kind: str, local_files: bool, where: str):
+def _source(part: Mapping, kind: str, local_files: bool, where: str, media_path: str | None = None):
     if kind == "image_url":
         v = part.get("image_url")
         url = v.get("url") if isinstance(v, Mapping) else v
@@ -77,5 +79,50 @@ def _source(part: Mapping, kind: str, local_files: bool, where: str):
     if url.startswith(("http://", "https://")):
         raise InvalidArgumentError(f"{where}: image URLs are not fetched; send the image as a data URL")
     if not local_files:
-        raise InvalidArgumentError(f"{where}: local image files are not allowed here; send a data URL")
+        return _server_source(url, where, media_path)
     return url[len("file://"):] if url.startswith("file://") else url
+
+
+def _server_source(url: str, where: str, media_path: str | None) -> bytes:
+    """What llama-server's handle_media reads besides data URLs: a file:// URL names a file under
+    --media-path (the server's directory, read here so that a missing file is the request's
+    error), anything else is base64 without the data: head."""
+    if url.startswith("file://"):
+        if not media_path:
+            raise InvalidArgumentError(f"{where}: file:// URLs are not allowed unless --media-path is specified")
+        rel = url[len("file://"):]
+        if not media_file_name_ok(rel):
+            raise InvalidArgumentError(f"{where}: file path is not allowed: {rel[:200]!r}")
+        try:
+            with open(os.path.join(media_path, rel.lstrip("/")), "rb") as f:
+                return f.read()
+        except OSError:
+            raise InvalidArgumentError(f"{where}: file does not exist or cannot be opened: {rel}") from None
+    try:
+        data = base64.b64decode(url, validate=True)
+    except (binascii.Error, ValueError):
+        data = b""
+    if not data:
+        raise InvalidArgumentError(f"{where}: an image must be a data URL (data:image/...;base64,...), base64, "
+                                   f"or a file:// URL under the server's --media-path; local paths are not read")
+    return data
+
+
+# What llama.cpp's fs_validate_filename refuses in a media path (subdirectories allowed): control
+# characters, the look-alikes of '.', '/' and '\', surrogates, U+FFFD, the BOM, and : * ? " < > |
+_REFUSED = set(range(0x20)) | {0x7F} | set(range(0x80, 0xA0)) | {0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF} \
+    | {ord(c) for c in ':*?"<>|'}
+
+
+def media_file_name_ok(name: str) -> bool:
+    """Whether llama-server would open this path under --media-path: at most 255 bytes, none of
+    the refused characters, no leading or trailing space or trailing '.', no '..' anywhere."""
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:           # a lone surrogate
+        return False
+    if not name or n > 255 or name == ".":
+        return False
+    if any(ord(c) in _REFUSED or 0xD800 <= ord(c) <= 0xDFFF for c in name):
+        return False
+    return not (name[0] == " " or name[-1] in " .") and ".." not in name

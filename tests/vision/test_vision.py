@@ -247,6 +247,24 @@ def test_message_parts_join_as_llama_server():
                        local_files=False)
 
 
+def test_media_path_names_as_llama_server(tmp_path):
+    """--media-path's file:// URLs: the names llama.cpp's fs_validate_filename (subdirectories
+    allowed) takes and refuses, read under the directory; without one, a file:// URL is refused."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.png").write_bytes(b"png")
+    for ok in ("x.png", "sub/x.png", "/sub/x.png", "é.png", "a b.png", ".hidden"):
+        assert vm.media_file_name_ok(ok), ok
+    for bad in ("", ".", "..", "../x.png", "sub/../x.png", "a..b", "x.png.", " x.png", "x.png ", "a:b", "a*b",
+                "a?b", 'a"b', "a<b", "a>b", "a|b", "a\x01b", "a\x7fb", "a\u0085b", "a\uff0eb", "a\u2215b",
+                "a\ufffdb", "\ufeffx", "a\ud800b", "x" * 256):
+        assert not vm.media_file_name_ok(bad), repr(bad)
+    part = [{"type": "image_url", "image_url": {"url": "file://sub/x.png"}}]
+    assert vm.split_media([{"role": "user", "content": part}], local_files=False,
+                          media_path=str(tmp_path))[1] == [b"png"]
+    with pytest.raises(InvalidArgumentError, match="unless --media-path"):
+        vm.split_media([{"role": "user", "content": part}], local_files=False)
+
+
 def test_chat_with_an_image_part(tiny):
     url = "data:image/png;base64," + base64.b64encode((tiny / "a.png").read_bytes()).decode()
     msgs = [{"role": "user", "content": [{"type": "text", "text": "describe"},

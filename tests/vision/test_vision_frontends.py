@@ -33,7 +33,8 @@ def _body(files, **kw):
 
 def test_server_answers_about_an_image(files):
     args = ["-m", str(files / "text.gguf"), "-c", "256", "-t", "1", "--chat-template", "gemma"]
-    s = Server(args + ["--mmproj", str(files / "mmproj.gguf"), "--lookup", "--draft-max", "4"])
+    s = Server(args + ["--mmproj", str(files / "mmproj.gguf"), "--lookup", "--draft-max", "4",
+                       "--media-path", str(files)])
     try:
         assert s.get("/props")["modalities"]["vision"] is True
         assert s.get("/v1/models")["models"][0]["capabilities"] == ["completion", "multimodal"]   # llama-server's
@@ -53,6 +54,7 @@ def test_server_answers_about_an_image(files):
         bad["messages"][0]["content"][1]["image_url"]["url"] = "https://example.com/cat.png"
         assert s.post("/v1/chat/completions", bad)[0] == 400
         assert s.post("/v1/chat/completions", _body(files))[0] == 200          # it lives on
+        _media_path_requests(s, files, got["choices"][0]["message"]["content"])
     finally:
         s.stop()
     s = Server(args)                                                           # no projector
@@ -63,6 +65,23 @@ def test_server_answers_about_an_image(files):
         assert code == 400 and "mmproj" in err["error"]["message"]
     finally:
         s.stop()
+
+
+def _media_path_requests(s, files, want: str) -> None:
+    """llama-server's other image sources: file:// URLs under --media-path (here the fixture's
+    directory) and bare base64 give the data URL's answer; a path that leaves the directory or a
+    missing file is a 400 naming it."""
+    def ask(url):
+        body = _body(files)
+        body["messages"][0]["content"][1]["image_url"]["url"] = url
+        return s.post("/v1/chat/completions", body)
+    for url in ("file://a.png", "file:///a.png", base64.b64encode((files / "a.png").read_bytes()).decode()):
+        code, r = ask(url)
+        assert code == 200 and r["choices"][0]["message"]["content"] == want, (url, r)
+    for url, why in (("file://../vision_fe0/a.png", "not allowed"), ("file://missing.png", "does not exist"),
+                     ("file://a.png\n", "not allowed"), ("/etc/hostname", "media-path")):
+        code, err = ask(url)
+        assert code == 400 and why in err["error"]["message"], (url, err)
 
 
 def test_cli_image(files):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import hmac
 import json
@@ -121,8 +122,9 @@ async def _until_disconnect(request: Request) -> None:
 
 class Routes:
     def __init__(self, worker: Worker, alias: str, native: NativeRoutes | None = None, key: str | None = None,
-                 operator: bool = False):
+                 operator: bool = False, media_path: str | None = None):
         self.worker, self.alias, self.native, self.key, self.operator = worker, alias, native, key, operator
+        self.media_path = media_path          # --media-path: file:// image URLs under it
 
     async def health(self, request: Request) -> Response:
         """{"status": "ok"} as llama-server's; the counters for the operator (--slots-debug, or the
@@ -145,7 +147,7 @@ class Routes:
              "meta": meta}]})
 
     async def chat(self, request: Request) -> Response:
-        return await self._generate(request, parse_chat)
+        return await self._generate(request, functools.partial(parse_chat, media_path=self.media_path))
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, parse_completion)
@@ -261,7 +263,7 @@ def create_app(worker: Worker, alias: str, api_key: str | None = None, options: 
     /props among them); `options` are its switches (--metrics, --embeddings, --pooling, ...)."""
     opts = options or Options()
     opts.keyed = api_key is not None
-    r = Routes(worker, alias, key=api_key, operator=opts.operator)
+    r = Routes(worker, alias, key=api_key, operator=opts.operator, media_path=opts.media_path)
     r.native = NativeRoutes(worker, alias, model_path, opts, r._generate)
     routes = [
         Route("/health", r.health, methods=["GET"]), Route("/v1/health", r.health, methods=["GET"]),

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", dest="ctx_checkpoints", type=int, default=8,
                    metavar="N", help="a hybrid model's checkpoints a slot keeps: its recurrent state where a chat's "
                                      "user turns begin (default 8, 0: none)")
+    g.add_argument("--media-path", dest="media_path", default=None, metavar="DIR",
+                   help="directory for local images: chat requests may name its files by file:// URLs with "
+                        "relative paths (llama-server's; default: off)")
     g.add_argument("--slot-save-path", dest="slot_save_path", default=None, metavar="DIR",
                    help="where POST /slots/{id}?action=save|restore writes and reads slot files")
     g.add_argument("-np", "--parallel", type=int, default=-1,
@@ -133,6 +136,11 @@ def _slot_dir(path: str | None) -> str | None:
     return os.path.realpath(path)
 
 
+def _media_dir(path: str | None) -> str | None:
+    """--media-path (main checked it is a directory), as an absolute path."""
+    return None if path is None else os.path.realpath(path)
+
+
 def _open_projector(a: argparse.Namespace, stack: ExitStack):
     """The vision projector image_url parts need: --mmproj FILE, else the one -hf found in the
     repository (as llama-server loads it; --no-mmproj: none). A projector found by -hf that cannot
@@ -187,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give a model: -m TARGET.gguf, -hf user/repo[:QUANT] or --demo")
     if a.parallel == 0 or a.parallel < -1 or a.parallel > 256:
         ap.error(f"-np/--parallel must be -1 (auto) or 1 to 256, got {a.parallel}")
+    if a.media_path is not None and not os.path.isdir(a.media_path):
+        ap.error(f"--media-path {a.media_path}: not a directory")     # before any model loads
     auto = a.parallel == -1
     n_parallel = 4 if auto else a.parallel            # llama-server's auto: 4 slots, one shared context
     kv_unified = auto if a.kv_unified is None else a.kv_unified
@@ -229,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
                            normalize=a.embd_normalize, ui=a.ui, operator=a.slots_debug,
-                           slot_save_path=_slot_dir(a.slot_save_path))
+                           slot_save_path=_slot_dir(a.slot_save_path), media_path=_media_dir(a.media_path))
             app = create_app(worker, alias, key, opts, model_path=target_path, max_body=a.max_body_size,
                              max_head=a.max_header_size)
             what = ("plain decoding" if not types else f"{','.join(types)}"

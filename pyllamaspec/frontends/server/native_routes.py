@@ -38,6 +38,7 @@ class Options:
     operator: bool = False                # --slots-debug: /slots and /health show prompts, answers, counters
     keyed: bool = False                   # an API key is set: whoever passed it is the operator
     slot_save_path: str | None = None     # --slot-save-path: /slots/{id}?action=save|restore|erase
+    media_path: str | None = None         # --media-path: the directory file:// image URLs name files in
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -149,7 +150,7 @@ class NativeRoutes:
         chat_template_kwargs, reasoning_effort), nothing generated."""
         try:
             body = await _json(request)
-            req = await run_in_threadpool(parse_chat, body, self.worker.target.n_ctx)
+            req = await run_in_threadpool(parse_chat, body, self.worker.target.n_ctx, self.opts.media_path)
             text = await run_in_threadpool(self.worker.chat_text, req)
         except APIError as e:
             return _error(e)

@@ -243,9 +243,10 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     return req
 
 
-def _content(i: int, m: dict) -> str:
+def _content(i: int, m: dict, media_path: str | None = None) -> str:
     """A message's text; a list of parts with images becomes text with the server's media marker
-    per image (llama-server's join), the images kept under "_images" for the request to collect."""
+    per image (llama-server's join), the images kept under "_images" for the request to collect
+    (file:// URLs read under media_path, the server's --media-path)."""
     c = m.get("content")
     if isinstance(c, str):
         return c
@@ -260,7 +261,7 @@ def _content(i: int, m: dict) -> str:
             return "".join(part["text"] for part in c)
         try:
             (msg,), images = split_media([{"role": "user", "content": c}], local_files=False,
-                                         marker=server_marker())
+                                         marker=server_marker(), media_path=media_path)
         except PyllamaspecError as e:
             raise APIError(f"messages[{i}]: {e}", param=f"messages[{i}].content") from None
         m["_images"] = images
@@ -271,7 +272,7 @@ def _content(i: int, m: dict) -> str:
                    param=f"messages[{i}].content")
 
 
-def _messages(body: dict) -> list[dict]:
+def _messages(body: dict, media_path: str | None = None) -> list[dict]:
     msgs = body.get("messages")
     if msgs is None:
         raise APIError("'messages' is required", param="messages")
@@ -288,7 +289,7 @@ def _messages(body: dict) -> list[dict]:
             what = _short(role) if isinstance(role, str) or role is None else f"of type {_type_name(role)}"
             raise APIError(f"messages[{i}].role {what} is not supported (use one of {', '.join(ROLES)})",
                            param=f"messages[{i}].role")
-        out.append(_message(i, m, ROLES[role]))
+        out.append(_message(i, m, ROLES[role], media_path))
     return out
 
 
@@ -297,7 +298,7 @@ def _message_images(body_messages: list) -> list:
     return [img for m in body_messages if isinstance(m, dict) for img in m.pop("_images", [])]
 
 
-def _message(i: int, m: dict, role: str) -> dict:
+def _message(i: int, m: dict, role: str, media_path: str | None = None) -> dict:
     """One message: content (null beside tool calls, or from a tool), an assistant's
     tool_calls, a tool result's tool_call_id and name, earlier reasoning_content."""
     calls = m.get("tool_calls")
@@ -310,7 +311,7 @@ def _message(i: int, m: dict, role: str) -> dict:
             raise APIError(f"messages[{i}] has neither content nor tool_calls", param=f"messages[{i}].content")
         out["content"] = None if calls else ""
     else:
-        out["content"] = _content(i, m)
+        out["content"] = _content(i, m, media_path)
     for j, tc in enumerate(calls or []):
         f = tc.get("function") if isinstance(tc, dict) else None
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or tc.get("type", "function") != "function":
@@ -378,9 +379,10 @@ def _reasoning(body: dict, req: GenRequest) -> None:
         req.reasoning["message"] = msg
 
 
-def parse_chat(body: Any, n_ctx: int) -> GenRequest:
+def parse_chat(body: Any, n_ctx: int, media_path: str | None = None) -> GenRequest:
+    """A chat request; media_path: the server's --media-path (file:// image URLs), or None."""
     req = _common(body, "chat", n_ctx)
-    req.messages = _messages(body)
+    req.messages = _messages(body, media_path)
     req.images = _message_images(body["messages"])
     _tools(body, req)
     _reasoning(body, req)
