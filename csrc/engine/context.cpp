@@ -349,8 +349,13 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
     if (st != GGML_STATUS_SUCCESS) fail(PSL_ERR_BACKEND, "graph computation failed (ggml status %d)", (int) st);
     if (n_out > 0 && !direct) write_rows(ub_rows_, consecutive, use_head, width, out);
     if (graph->mtp) mtp->after_compute(*graph, seq0, pos0);
-    // a draft head takes sequence 0 only (decode refuses others), whose cells are its positions
-    if (draft_head) draft_head->after_compute(*graph, ub_tokens_.data(), pos0, interrupt);
+    // a draft head takes sequence 0 only (decode refuses others), whose cells are its positions;
+    // at an image's rows it sees the family's image token (EAGLE-3 pairs tokens with features)
+    if (draft_head) {
+        const int32_t * toks = ub_tokens_.data();
+        if (rows_in_) head_tokens_.assign((size_t) n, rows_draft_token_), toks = head_tokens_.data();
+        draft_head->after_compute(*graph, toks, pos0, interrupt);
+    }
     if (mem->rs()) {
         mem->end_batch(seq0, ub_tokens_.data(), n);
     } else {

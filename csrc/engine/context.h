@@ -122,6 +122,8 @@ private:
     // eval_rows' input while it runs: n x n_embd floats in place of the tokens' embeddings
     const float * rows_in_ = nullptr;
     bool rows_non_causal_ = false;
+    int32_t rows_draft_token_ = 0;          // psl_rows_layout::draft_token: what a draft head sees there
+    std::vector<int32_t> head_tokens_;      // a draft head's tokens for a batch of rows
     // scratch of compute(): the graph's tokens, positions, sequences, cells, output rows
     std::vector<int32_t> ub_tokens_, ub_pos_, ub_seq_, ub_cell_, ub_out_, ub_rows_;
     std::vector<int32_t> ub_rope_;           // scratch of compute(): M-RoPE positions, 4 a token (row_spans.h)

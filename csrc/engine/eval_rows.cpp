@@ -40,10 +40,15 @@ void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t 
              "for another model?)", width, model->hp.n_embd);
     }
     // with MTP the target's graph fills the block's cache at the rows too (the row is its
-    // embedding there, and its M-RoPE positions the image's), so drafting goes on after them
-    if (draft_head || !model->arch->takes_rows) {
-        fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with %s%s",
-             draft_head ? "a draft head" : "the architecture ", draft_head ? "" : model->arch_name.c_str());
+    // embedding there, and its M-RoPE positions the image's), so drafting goes on after them; a
+    // draft head reads the target's features at the rows as at tokens
+    if (!model->arch->takes_rows) {
+        fail(PSL_ERR_UNSUPPORTED, "embedding rows (an image) are not supported yet with the architecture %s",
+             model->arch_name.c_str());
+    }
+    if (draft_head && (layout.draft_token < 0 || layout.draft_token >= model->hp.n_vocab)) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "draft_token %d (what the draft head sees at the rows) is not a token of the "
+             "vocabulary (0..%d)", layout.draft_token, model->hp.n_vocab - 1);
     }
     if (layout.non_causal && n > params.n_batch) {
         fail(PSL_ERR_INVALID_ARGUMENT, "an image of %d rows attends within itself in one batch: n_batch (%d) must "
@@ -62,11 +67,11 @@ void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t 
         int32_t seq, first;
         bool done = false;
         ~Scope() {
-            c.rows_in_ = nullptr, c.rows_non_causal_ = false, c.graph_tokens = -1;
+            c.rows_in_ = nullptr, c.rows_non_causal_ = false, c.rows_draft_token_ = 0, c.graph_tokens = -1;
             if (!done) c.mem->spans().truncate(seq, first);   // failed: the span goes as the rows did
         }
     } scope{*this, seq, span.first};
-    rows_in_ = rows, rows_non_causal_ = layout.non_causal, graph_tokens = -1;
+    rows_in_ = rows, rows_non_causal_ = layout.non_causal, rows_draft_token_ = layout.draft_token, graph_tokens = -1;
     mem->spans().add(seq, span);
     run(b, false, out);
     scope.done = true;

@@ -663,6 +663,8 @@ PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixe
 typedef struct psl_rows_layout {
     bool    non_causal;
     int32_t grid_x, grid_y;
+    int32_t draft_token;   /* the token an attached EAGLE-3 head pairs with these rows (the family's
+                              image token, what Hugging Face's input ids hold there); 0 if unsure */
 } psl_rows_layout;
 /* Evaluates n rows of width floats (an image's, from psl_projector_encode) in place of token
  * embeddings, appended to sequence seq at its next positions: each row takes a position and a
@@ -678,9 +680,11 @@ typedef struct psl_rows_layout {
  * cut before the image. A sequence state holds its images' layout (files without images are
  * as before), a checkpoint is told from one of the same ids at other positions. With MTP
  * drafting the block's cache is filled at the rows too (the row stands for the token's
- * embedding) and drafts after the image take its positions. PSL_ERR_UNSUPPORTED with a draft
- * head, or an architecture that reads token ids beyond its embeddings (gemma4); on failure the
- * sequence is as it was. */
+ * embedding) and drafts after the image take its positions. An attached draft head reads the
+ * target's features at the rows as at tokens (DFlash: they are all it reads; EAGLE-3 pairs them
+ * with layout->draft_token, a token of its vocabulary, else PSL_ERR_INVALID_ARGUMENT).
+ * PSL_ERR_UNSUPPORTED with an architecture that reads token ids beyond its embeddings (gemma4);
+ * on failure the sequence is as it was. */
 PSL_API psl_status psl_context_seq_eval_rows(psl_context * ctx, int32_t seq, const float * rows, int32_t n,
                                              int32_t width, const int32_t * ids, const psl_rows_layout * layout,
                                              int32_t logits_mode, float * out, int64_t out_cap);

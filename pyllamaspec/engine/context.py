@@ -215,10 +215,11 @@ class LocalContext(Context):
         return lib.psl_context_seq_n_past(self._ctx, seq)
 
     def seq_eval_rows(self, seq: int, rows: np.ndarray, ids: np.ndarray, non_causal: bool, mode: int,
-                      out: np.ndarray, grid: tuple[int, int] | None = None) -> None:
+                      out: np.ndarray, grid: tuple[int, int] | None = None, draft_token: int = 0) -> None:
         layout = ffi.new("psl_rows_layout *")
         layout.non_causal = bool(non_causal)
         layout.grid_x, layout.grid_y = grid if grid is not None else (0, 0)
+        layout.draft_token = draft_token
         _native.check(lib.psl_context_seq_eval_rows(
             self._ctx, seq, ffi.from_buffer("float[]", rows), rows.shape[0], rows.shape[1],
             ffi.from_buffer("int32_t[]", ids), layout, mode,

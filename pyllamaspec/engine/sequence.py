@@ -104,14 +104,15 @@ class ContextSequence:
         return self.model._eval_one(self, tokens, logits, out)
 
     def eval_rows(self, rows: np.ndarray, ids: Sequence[int], non_causal: bool,
-                  logits: str = "none", grid: tuple[int, int] | None = None) -> np.ndarray:
+                  logits: str = "none", grid: tuple[int, int] | None = None, draft_token: int = 0) -> np.ndarray:
         """Evaluates rows (n x n_embd float32: an image's, from a Projector) in place of token
         embeddings at [n_past, n_past + n); this sequence's ids, and the core's history (what a
         saved state keeps), hold `ids` there (an image's own ids, negative: so a prompt with
         another image or a text there shares no prefix with it, restored or not). non_causal:
         the rows see each other both ways (in one batch). grid: the rows' (nx, ny) (ImageRows.grid),
         which a text model with M-RoPE (Qwen) places at 2-D positions, as llama.cpp's mtmd; None:
-        one position a row."""
+        one position a row. draft_token: the token an attached EAGLE-3 head pairs with the rows'
+        features (the prompt's placeholder: ImagePrompt.placeholder)."""
         m = self.model
         rows = np.ascontiguousarray(rows, np.float32)
         if rows.ndim != 2 or rows.shape[0] != len(ids):
@@ -123,7 +124,7 @@ class ContextSequence:
         def run(c) -> None:
             m._make_room(len(ids), {self: len(ids)})
             try:
-                c.seq_eval_rows(self.id, rows, np.asarray(ids, np.int32), non_causal, mode, out, grid)
+                c.seq_eval_rows(self.id, rows, np.asarray(ids, np.int32), non_causal, mode, out, grid, draft_token)
             finally:
                 m._sync(self, list(ids))
         m._call(self, run)

@@ -282,7 +282,7 @@ class Decoder:
                 done += n
             else:
                 img, ids = run[1], run[2]
-                self.tseq.eval_rows(img.rows, ids, img.non_causal, grid=img.grid)
+                self.tseq.eval_rows(img.rows, ids, img.non_causal, grid=img.grid, draft_token=self.images.placeholder)
                 done += len(ids)
                 if any(done - len(ids) < c <= done for c in cuts):
                     self.tseq.take_checkpoint()
