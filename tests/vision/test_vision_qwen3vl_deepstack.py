@@ -118,6 +118,24 @@ def test_generate_answers_as_llamacpp_and_reuses_the_prefix(files, c):
     assert again.tokens == first.tokens and again.stats.n_reused > len(c["positions"])
 
 
+def test_greedy_speculation_with_a_deepstack_image_equals_plain(files):
+    """A text draft model (the target itself, seeing placeholders at the image's rows) and
+    n-gram lookup: greedy speculation equals plain. The n-gram drafts are accepted (8 of 15);
+    the draft model's none (86 drafted): without the image's rows and their slices this tiny
+    model continues otherwise, and the target's verification keeps the output exact anyway."""
+    c = CASES[0]
+    prompt = c["prompt_before"] + vp.MEDIA_MARKER + c["prompt_after"]
+    with Model(files / TEXT, n_ctx=256) as m, Model(files / TEXT, n_ctx=256) as d, _projector(files, c) as p:
+        def gen(draft=None, **kw):
+            return pyllamaspec.generate(prompt, m, draft, images=[files / f"{c['image']}.png"], mmproj=p,
+                                        temperature=0, max_tokens=24, cache_prompt=False, **kw)
+        plain = gen()
+        for drafter in (d, "ngram"):
+            spec = gen(drafter, adaptive=False, n_draft=4)
+            assert spec.tokens == plain.tokens and spec.stats.drafted > 0, drafter
+        assert spec.stats.accepted > 0
+
+
 def test_state_after_the_image(files):
     c = CASES[0]
     rows = np.array(c["embd"], np.float32)
@@ -154,3 +172,18 @@ def test_width_mismatch_refused(files, tmp_path):
         assert p.info.n_deepstack == 0 and p.info.n_embd == N_EMBD
         with pytest.raises(InvalidArgumentError, match="rows are 32 wide; the model takes 96"):
             vp.tokenize(m, "a" + vp.MEDIA_MARKER, [p.encode_pixels(_theirs(c))], p.info.type)
+
+
+def test_the_moe_text_model_reads_deepstack_rows_too(files, tmp_path):
+    """qwen3vlmoe shares the trunk: the same rows evaluate there, and their slices count (no
+    llama.cpp recording of this pair: the dense one above is the reference)."""
+    c = CASES[0]
+    rows = np.array(c["embd"], np.float32)
+    path = tmp_path / "moe.gguf"
+    mq.write_tiny_qwen3vl_text(path, moe=True, n_embd=N_EMBD, seed=76, n_deepstack=N_DS)
+    with Model(path, n_ctx=256, n_threads=2) as m, m.lease(None) as s:
+        got = _prompt_logits(s, c, rows)
+        s.clear()
+        dropped = rows.copy()
+        dropped[:, N_EMBD:] = 0.0
+        assert np.abs(_prompt_logits(s, c, dropped) - got).max() > 50 * TOL

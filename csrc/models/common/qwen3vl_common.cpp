@@ -12,6 +12,9 @@ void load_qwen3vl_hparams(const GgufFile & f, const std::string & a, HParams & h
     if (n_ds < 0 || n_ds >= hp.n_layer) {
         fail(PSL_ERR_FORMAT, "'%s': n_deepstack_layers %lld is outside [0, %d)", path, (long long) n_ds, hp.n_layer);
     }
+    if ((int64_t) hp.n_embd * (1 + n_ds) > (1 << 26)) {   // a row's width stays an int32 (Qwen3-VL's: 16384)
+        fail(PSL_ERR_FORMAT, "'%s': rows of %d x %lld values", path, hp.n_embd, (long long) (1 + n_ds));
+    }
     hp.n_deepstack = (int32_t) n_ds;
     const std::vector<int64_t> sec = f.get_ints(a + ".rope.dimension_sections");
     if (sec.empty() || sec.size() > 4) {
