@@ -69,6 +69,10 @@ struct HParams {
     int32_t attn_temp_floor = 0;
     // Gemma 4's per-layer token inputs: width per layer (0: none)
     int32_t n_embd_per_layer = 0;
+    // Qwen3-VL's deepstack: rows (an image's) carry this many more slices of n_embd, each added
+    // to the hidden state after one of the first layers (models/common/qwen3vl_common.h)
+    int32_t n_deepstack = 0;
+    int32_t n_embd_inp() const { return n_embd * (1 + n_deepstack); }   // the width of rows
 
     int32_t n_embd_k_gqa() const { return n_embd_head_k * n_head_kv; }
     int32_t n_embd_v_gqa() const { return n_embd_head_v * n_head_kv; }

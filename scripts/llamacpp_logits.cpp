@@ -12,7 +12,8 @@
 // "p g s id:logit ..." (the top 5 that chose token id, the first), ending after an end-of-generation
 // token (scripts/chat_reference.py). With `seq`, the prompt is evaluated one token at a time (the
 // top-5 lines as without it): ggml's kernels depend on the batch size (scripts/fixture_spread.py
-// compares the two). PROBE_THREADS sets the threads (default: llama.cpp's).
+// compares the two). PROBE_THREADS sets the threads (default: llama.cpp's); PROBE_FLASH_ATTN=off
+// disables flash attention (another set of kernels: llama.cpp's own spread).
 // Each prompt starts from a cleared memory (KV cache or hybrid).
 #include "llama.h"
 
@@ -45,6 +46,9 @@ int main(int argc, char ** argv) {
     cp.n_ctx = 512;
     cp.n_batch = cp.n_ubatch = 512;
     if (const char * t = std::getenv("PROBE_THREADS")) cp.n_threads = cp.n_threads_batch = std::atoi(t);
+    if (const char * fa = std::getenv("PROBE_FLASH_ATTN"); fa && std::string(fa) == "off") {
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) return 1;
     const llama_vocab * vocab = llama_model_get_vocab(model);

@@ -154,6 +154,18 @@ def write_tiny_qwen_text(path, *, n_vocab: int = 272, n_embd: int = 32, seed: in
                              extra_kv=qwen_image_marker_kv(n_vocab), **kw)
 
 
+def write_tiny_qwen3vl_text(path, *, n_vocab: int = 272, **kw) -> dict:
+    """The text model a deepstack projector pairs with: a tiny ``qwen3vl`` (models_qwen3vl; pass
+    ``n_deepstack`` = the projector's deepstack layers, as Qwen3-VL's files match theirs) with the
+    markers of ``qwen_image_marker_kv``."""
+    from models_qwen3vl import write_qwen3vl_gguf
+
+    return write_qwen3vl_gguf(path, n_vocab=n_vocab, extra_kv=qwen_image_marker_kv(n_vocab), **kw)
+
+
+QWEN3VL_TEXT_WRITER = "models_qwen3vl.write_qwen3vl_gguf"   # a fixture's text_models[name]["writer"]
+
+
 def write_reference_files(d, ref: Mapping) -> pathlib.Path:
     """The files of a reference fixture (vision_qwen3vl.json: its projectors, text models and
     images) written into d from the writers, each checked against the fixture's sha256, so that a
@@ -174,7 +186,8 @@ def write_reference_files(d, ref: Mapping) -> pathlib.Path:
         write_qwen3vl_mmproj(d / f"{name}.gguf", **p["kwargs"])
         check(d / f"{name}.gguf", (d / f"{name}.gguf").read_bytes(), p["sha256"])
     for name, t in ref["text_models"].items():
-        write_tiny_qwen_text(d / f"{name}.gguf", **t["kwargs"])
+        writer = write_tiny_qwen3vl_text if t.get("writer") == QWEN3VL_TEXT_WRITER else write_tiny_qwen_text
+        writer(d / f"{name}.gguf", **t["kwargs"])
         check(d / f"{name}.gguf", (d / f"{name}.gguf").read_bytes(), t["sha256"])
     for name, im in ref["images"].items():
         px = mv.draw_test_image(im["width"], im["height"], im["mode"])

@@ -147,6 +147,7 @@ psl_status psl_model_get_info(const psl_model * m, psl_model_info * out) {
         out->n_params = m->n_params;
         out->n_gpu_layers = m->n_gpu_layers;
         out->tied_output = m->tied_output;
+        out->n_embd_inp = hp.n_embd_inp();
     });
 }
 

@@ -30,7 +30,8 @@ psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info
         out->image_size = hp.image_size;
         out->patch_size = hp.patch_size;
         out->n_merge = hp.n_merge;
-        out->n_embd = hp.n_embd_text;
+        out->n_embd = hp.row_width();
+        out->n_deepstack = hp.n_deepstack;
         out->n_tokens = proj->n_tokens();
         std::copy(hp.mean, hp.mean + 3, out->image_mean);
         std::copy(hp.std, hp.std + 3, out->image_std);

@@ -311,7 +311,7 @@ void psl_context::compute(const Batch & b, const std::vector<int32_t> & idx, boo
     }
     inputs.fill(*graph, ub, cells);
     if (graph->inp_rows) {   // eval_rows: the batch's tokens are its rows, in order
-        const size_t row = (size_t) model->hp.n_embd;
+        const size_t row = (size_t) model->hp.n_embd_inp();
         for (int32_t j = 0; j < n; ++j) {
             ggml_backend_tensor_set(graph->inp_rows, rows_in_ + (size_t) idx[j] * row, (size_t) j * row * sizeof(float),
                                     row * sizeof(float));

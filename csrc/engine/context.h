@@ -94,6 +94,7 @@ struct psl_context {
                          int64_t out_cap);
     void check_seq(int32_t seq) const;
     psl::RowSpan rows_span(int32_t seq, int32_t n, const psl_rows_layout & layout) const;
+    void check_rows_width(int32_t width) const;
     void check_logits_out(const psl::Batch & b, const float * out, int64_t out_cap) const;
     static std::vector<int8_t> logits_flags(int32_t n, int32_t mode);
     void attach_head(psl_model * h);

@@ -24,6 +24,20 @@ psl::RowSpan psl_context::rows_span(int32_t seq, int32_t n, const psl_rows_layou
     return s;
 }
 
+// Rows are n_embd wide, or with deepstack (Qwen3-VL) n_embd * (1 + n_deepstack): a projector's
+// deepstack count must be the text model's, as llama.cpp's mtmd checks the widths.
+void psl_context::check_rows_width(int32_t width) const {
+    const psl::HParams & hp = model->hp;
+    if (width == hp.n_embd_inp()) return;
+    if (width > 0 && width % hp.n_embd == 0) {
+        fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given (n_embd %d x %d: %d deepstack slices); the model "
+             "takes %d (%d deepstack slices): a projector made for another model?", width, hp.n_embd,
+             width / hp.n_embd, width / hp.n_embd - 1, hp.n_embd_inp(), hp.n_deepstack);
+    }
+    fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given; the model's embeddings have %d%s (a projector made "
+         "for another model?)", width, hp.n_embd_inp(), hp.n_deepstack ? " (with its deepstack slices)" : "");
+}
+
 // Rows in place of token embeddings (an image's, from a projector: vision/projector.h), as llama.cpp
 // decodes an mtmd image chunk: each row takes a position and a cell as a token would, holding
 // ids[i] in the sequence's history (the image's own ids, any int32: what a state file keeps, so a
@@ -35,10 +49,7 @@ void psl_context::eval_rows(int32_t seq, const float * rows, int32_t n, int32_t 
     check_seq(seq);
     if (!rows || n <= 0) fail(PSL_ERR_INVALID_ARGUMENT, "rows is NULL or n (%d) is not positive", n);
     if (!ids) fail(PSL_ERR_INVALID_ARGUMENT, "ids is NULL");
-    if (width != model->hp.n_embd) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "rows of width %d given; the model's embeddings have %d (a projector made "
-             "for another model?)", width, model->hp.n_embd);
-    }
+    check_rows_width(width);
     // with MTP the target's graph fills the block's cache at the rows too (the row is its
     // embedding there, and its M-RoPE positions the image's), so drafting goes on after them; a
     // draft head reads the target's features at the rows as at tokens

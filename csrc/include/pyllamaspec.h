@@ -108,6 +108,8 @@ typedef struct psl_model_info {
     uint64_t n_params;        /* elements of all tensors                       */
     int32_t  n_gpu_layers;    /* layers actually offloaded                     */
     bool     tied_output;     /* output head shares token_embd                 */
+    int32_t  n_embd_inp;      /* the width of rows psl_context_seq_eval_rows takes: n_embd, or
+                                 n_embd * (1 + n_deepstack_layers) (qwen3vl, qwen3vlmoe)      */
 } psl_model_info;
 
 PSL_API psl_status psl_model_get_info(const psl_model * model, psl_model_info * out);
@@ -620,7 +622,8 @@ PSL_API psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n
                                 int32_t n_top, float * token_logprobs, int32_t * top_ids, float * top_logprobs);
 /* ---- vision projectors (csrc/vision/): llama.cpp's mmproj GGUF files (general.architecture
  * "clip"), loaded beside a text model, turn an image into rows the text model reads in place of
- * token embeddings (psl_context_seq_eval_rows). Types: "gemma3", "qwen3vl_merger". The encoder
+ * token embeddings (psl_context_seq_eval_rows). Types: "gemma3", "qwen3vl_merger" (with deepstack
+ * mergers too: wider rows, for qwen3vl text models). The encoder
  * runs on the CPU. ---- */
 typedef struct psl_projector psl_projector;
 typedef struct psl_projector_info {
@@ -628,13 +631,14 @@ typedef struct psl_projector_info {
     int32_t image_size;       /* the side of the square image the encoder takes, in pixels          */
     int32_t patch_size;
     int32_t n_merge;          /* patches per side pooled into one row (gemma3's scale_factor)       */
-    int32_t n_embd;           /* the rows' width: the text model's n_embd it was made for           */
+    int32_t n_embd;           /* the rows' width: the text model's n_embd_inp it was made for       */
     int32_t n_tokens;         /* rows of an image_size square (psl_projector_image_grid: any size)  */
     float   image_mean[3];    /* the pixels' normalization, (x / 255 - mean) / std per channel      */
     float   image_std[3];
     bool    non_causal;       /* an image's rows attend to each other both ways in the text model   */
     bool    mrope;            /* the text model places the rows at 2-D M-RoPE positions, a grid of
                                  nx x ny (psl_projector_image_grid): the Qwen family                */
+    int32_t n_deepstack;      /* deepstack mergers (Qwen3-VL): n_embd is n_embd_text * (1 + this) */
 } psl_projector_info;
 /* n_threads: the encoder's CPU threads (0 = default). A file that is not a projector, or of a type
  * not supported, fails with PSL_ERR_UNSUPPORTED. */
@@ -656,7 +660,7 @@ PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixe
  * other both ways (psl_projector_info), in one graph (n <= n_batch). grid_x x grid_y: the rows'
  * grid (row i at column i % grid_x, line i / grid_x; grid_x * grid_y == n), or 0 x 0: one
  * position a row. As llama.cpp's mtmd, the text model decides: one with M-RoPE (qwen35,
- * qwen35moe) places a gridded image at 2-D positions, row i at (p0, p0 + i / grid_x,
+ * qwen35moe, qwen3vl, qwen3vlmoe) places a gridded image at 2-D positions, row i at (p0, p0 + i / grid_x,
  * p0 + i % grid_x, 0) where p0 is the rope position the image starts at, and the tokens after it
  * go on from p0 + max(grid_x, grid_y); any other model, and a 0 x 0 grid, one position a row.
  * The sequence's positions (n_past, truncate, copy, state files) still count one a row. */
@@ -666,8 +670,9 @@ typedef struct psl_rows_layout {
     int32_t draft_token;   /* the token an attached EAGLE-3 head pairs with these rows (the family's
                               image token, what Hugging Face's input ids hold there); 0 if unsure */
 } psl_rows_layout;
-/* Evaluates n rows of width floats (an image's, from psl_projector_encode) in place of token
- * embeddings, appended to sequence seq at its next positions: each row takes a position and a
+/* Evaluates n rows of width floats (an image's, from psl_projector_encode; width must be the
+ * model's n_embd_inp, psl_model_info: with deepstack, slice k + 1 of each row is added after
+ * layer k; another width is PSL_ERR_INVALID_ARGUMENT) in place of token embeddings, appended to sequence seq at its next positions: each row takes a position and a
  * cell as a token would, and the sequence's history holds ids[i] for it (n ids, any int32: an
  * image's own, negative in pyllamaspec's prompts, so a state file keeps which image is there, and
  * a restored sequence is never taken for one holding another image or a text). layout: as above

@@ -22,13 +22,15 @@ extern const ArchOps arch_mistral3;
 extern const ArchOps arch_eagle3;
 extern const ArchOps arch_dflash;
 extern const ArchOps arch_gemma4_assistant;
+extern const ArchOps arch_qwen3vl;
+extern const ArchOps arch_qwen3vlmoe;
 
 namespace {
 const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_gemma3,
                                    &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35,
                                    &arch_gemma4, &arch_qwen35moe, &arch_deepseek2, &arch_glm4moe,
                                    &arch_mistral3, &arch_eagle3, &arch_dflash,
-                                   &arch_gemma4_assistant};
+                                   &arch_gemma4_assistant, &arch_qwen3vl, &arch_qwen3vlmoe};
 }
 
 const ArchOps * find_arch(const std::string & name) {

@@ -236,7 +236,7 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
 void psl_projector::encode(const float * pixels, int32_t width, int32_t height, float * out, int64_t out_cap) {
     if (!pixels || !out) fail(PSL_ERR_INVALID_ARGUMENT, "pixels or out is NULL");
     const int32_t n_rows = n_tokens(width, height);   // refuses sizes the type cannot take
-    const int64_t need = (int64_t) n_rows * hp.n_embd_text;
+    const int64_t need = (int64_t) n_rows * hp.row_width();
     if (out_cap < need) {
         fail(PSL_ERR_BUFFER_TOO_SMALL, "out holds %lld floats, %lld needed", (long long) out_cap, (long long) need);
     }
@@ -262,7 +262,7 @@ void psl_projector::encode(const float * pixels, int32_t width, int32_t height, 
     if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
         fail(PSL_ERR_BACKEND, "the encoder's graph failed");
     }
-    if (res->ne[0] != hp.n_embd_text || res->ne[1] != n_rows || !ggml_is_contiguous(res)) {
+    if (res->ne[0] != hp.row_width() || res->ne[1] != n_rows || !ggml_is_contiguous(res)) {
         fail(PSL_ERR_INTERNAL, "the encoder made a [%lld, %lld] result", (long long) res->ne[0],
              (long long) res->ne[1]);
     }

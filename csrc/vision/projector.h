@@ -22,12 +22,14 @@ class GgufFile;
 struct VitHParams {
     int32_t image_size = 0, patch_size = 0;
     int32_t n_embd = 0, n_head = 0, n_ff = 0, n_layer = 0;
-    int32_t n_embd_text = 0;      // the rows' width: the text model's n_embd
+    int32_t n_embd_text = 0;      // the text model's n_embd
+    int32_t n_deepstack = 0;      // deepstack mergers (qwen3vl_merger): each adds n_embd_text to a row
     int32_t n_merge = 1;          // patches pooled or merged into one row, per side
     float eps = 1e-6f;
     float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
     enum class Ffn { Gelu, Silu, GeluQuick } ffn = Ffn::GeluQuick;   // clip.use_gelu / use_silu
 
+    int32_t row_width() const { return n_embd_text * (1 + n_deepstack); }   // the rows' width
     int32_t patches_side() const { return image_size / patch_size; }
     int32_t n_patches() const { return patches_side() * patches_side(); }
 };
@@ -38,6 +40,9 @@ struct VitLayer {
     ggml_tensor *o_w = nullptr, *o_b = nullptr;
     ggml_tensor *up_w = nullptr, *up_b = nullptr, *down_w = nullptr, *down_b = nullptr;
     ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;   // fused q, k, v (qwen3vl_merger)
+    // a deepstack merger of this layer's output (qwen3vl_merger): LayerNorm, fc1, GELU, fc2
+    ggml_tensor *ds_norm_w = nullptr, *ds_norm_b = nullptr, *ds_fc1_w = nullptr, *ds_fc1_b = nullptr;
+    ggml_tensor *ds_fc2_w = nullptr, *ds_fc2_b = nullptr;
 };
 
 // The weights of a projector, named as clip.cpp names them.
@@ -61,7 +66,7 @@ struct ProjectorOps {
     bool mrope;                   // the text model places the rows at 2-D M-RoPE positions (Qwen)
     void (*hparams)(const GgufFile & f, VitHParams & hp);
     void (*tensors)(ProjectorLoader & l, VitWeights & w, VitHParams & hp);
-    ggml_tensor * (*build)(ProjectorGraph & g);   // [n_embd_text, n_tokens]
+    ggml_tensor * (*build)(ProjectorGraph & g);   // [row_width, n_tokens]
     // The merged grid (nx, ny) of an image width x height (preprocessed); sizes the type cannot
     // take fail with PSL_ERR_INVALID_ARGUMENT.
     void (*grid)(const VitHParams & hp, int64_t width, int64_t height, int32_t & nx, int32_t & ny);

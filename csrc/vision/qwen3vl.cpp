@@ -5,8 +5,10 @@
 // (align corners) to the image's grid; pre-norm LayerNorm blocks with fused qkv, 2-D rope
 // (ggml_rope_multi, vision mode) and a GELU MLP; post_ln; 2 x 2 patches concatenated -> mm.0,
 // GELU, mm.2. Rectangles: the smart resize's size, multiples of 2 * patch_size. The text model
-// places the rows at 2-D M-RoPE positions. Deepstack mergers (Qwen3-VL) are refused: their rows
-// are wider than the text model's embeddings, which the text side cannot read yet.
+// places the rows at 2-D M-RoPE positions. Deepstack (Qwen3-VL): a layer with v.deepstack.{il}.*
+// tensors (clip.cpp counts them, not clip.vision.is_deepstack_layers) puts its output's 2 x 2
+// patches through a merger of its own (LayerNorm, fc1, GELU, fc2), concatenated after the main
+// merger's row in layer order: rows n_embd_text * (1 + n_deepstack) wide, for qwen3vl text models.
 #include "vision/projector.h"
 
 #include "error.h"
@@ -29,13 +31,6 @@ void hparams(const GgufFile & f, VitHParams & hp) {
              f.path().c_str(), (long long) merge);
     }
     hp.n_merge = kMerge;
-    for (int64_t v : f.get_ints("clip.vision.is_deepstack_layers")) {
-        if (v != 0) {
-            fail(PSL_ERR_UNSUPPORTED, "'%s': deepstack layers (Qwen3-VL's deepstack_visual_indexes) are not "
-                 "supported: their rows are n_embd * (1 + n_deepstack) wide, which the text side cannot read yet",
-                 f.path().c_str());
-        }
-    }
     if ((hp.n_embd / hp.n_head) % 4 != 0) {
         fail(PSL_ERR_FORMAT, "'%s': the head size %d is not a multiple of 4 (the vision rope's 4 sections)",
              f.path().c_str(), hp.n_embd / hp.n_head);
@@ -43,6 +38,25 @@ void hparams(const GgufFile & f, VitHParams & hp) {
     const int64_t side = hp.patches_side();
     if (side * side > kMostPatches) fail(PSL_ERR_FORMAT, "'%s': %lld position embeddings", f.path().c_str(),
                                          (long long) (side * side));
+}
+
+// The deepstack mergers: a layer has one where its fc1 is there (as clip.cpp decides); the norm
+// and fc2 are then required, the biases optional.
+void deepstack_tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
+    const int64_t e4 = 4 * hp.n_embd, n_text = hp.n_embd_text;
+    hp.n_deepstack = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        VitLayer & L = w.layers[(size_t) il];
+        const std::string d = "v.deepstack." + std::to_string(il) + ".";
+        L.ds_fc1_w = l.get(d + "fc1.weight", {e4, e4}, false);
+        if (!L.ds_fc1_w) continue;
+        L.ds_fc1_b = l.get(d + "fc1.bias", {e4}, false);
+        L.ds_norm_w = l.get(d + "norm.weight", {e4});
+        L.ds_norm_b = l.get(d + "norm.bias", {e4}, false);
+        L.ds_fc2_w = l.get(d + "fc2.weight", {e4, n_text});
+        L.ds_fc2_b = l.get(d + "fc2.bias", {n_text}, false);
+        ++hp.n_deepstack;
+    }
 }
 
 void tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
@@ -71,6 +85,7 @@ void tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
     hp.n_embd_text = (int32_t) n_text;
     w.mm2_w = l.get("mm.2.weight", {e4, n_text});
     w.mm2_b = l.get("mm.2.bias", {n_text}, false);
+    deepstack_tensors(l, w, hp);
 }
 
 // [n_embd, px, py] (patches in raster order) -> [n_embd, px * py] with each 2 x 2 block's
@@ -135,6 +150,15 @@ ggml_tensor * attention(ProjectorGraph & g, const VitLayer & L, ggml_tensor * h,
     return g.linear(ggml_reshape_2d(ctx, a, e, n), L.o_w, L.o_b);
 }
 
+// A layer's deepstack merger over its output x ([n_embd, n_patches] in the merge order):
+// [n_embd_text, n_patches / 4].
+ggml_tensor * deepstack(ProjectorGraph & g, const VitLayer & L, ggml_tensor * x) {
+    ggml_tensor * f = ggml_reshape_2d(g.ctx, x, 4 * g.hp.n_embd, x->ne[1] / 4);   // 2 x 2 patches a row
+    f = g.layer_norm(f, L.ds_norm_w, L.ds_norm_b);
+    f = ggml_gelu(g.ctx, g.linear(f, L.ds_fc1_w, L.ds_fc1_b));
+    return g.linear(f, L.ds_fc2_w, L.ds_fc2_b);
+}
+
 ggml_tensor * build(ProjectorGraph & g) {
     ggml_context * ctx = g.ctx;
     const int p = g.hp.patch_size;
@@ -146,15 +170,21 @@ ggml_tensor * build(ProjectorGraph & g) {
     x = ggml_add(ctx, x, g.w.patch_b);
     x = ggml_add(ctx, x, merge_order(ctx, positions_embd(g, px, py), e, px, py));
     ggml_tensor * pos = rope_positions(g, px, py);
+    ggml_tensor * stack = nullptr;   // the deepstack mergers' rows, concatenated in layer order
     for (const VitLayer & L : g.w.layers) {
         x = ggml_add(ctx, attention(g, L, g.layer_norm(x, L.ln1_w, L.ln1_b), pos), x);
         ggml_tensor * h = ggml_gelu(ctx, g.linear(g.layer_norm(x, L.ln2_w, L.ln2_b), L.up_w, L.up_b));
         x = ggml_add(ctx, x, g.linear(h, L.down_w, L.down_b));
+        if (L.ds_fc1_w) {
+            ggml_tensor * f = deepstack(g, L, x);
+            stack = stack ? ggml_concat(ctx, stack, f, 0) : f;
+        }
     }
     if (g.w.post_ln_w) x = g.layer_norm(x, g.w.post_ln_w, g.w.post_ln_b);
     x = ggml_reshape_2d(ctx, x, 4 * e, px * py / 4);                            // 2 x 2 patches a row
     x = ggml_gelu(ctx, g.linear(x, g.w.mm0_w, g.w.mm0_b));
-    return g.linear(x, g.w.mm2_w, g.w.mm2_b);                                   // [n_embd_text, n_tokens]
+    x = g.linear(x, g.w.mm2_w, g.w.mm2_b);                                      // [n_embd_text, n_tokens]
+    return stack ? ggml_concat(ctx, x, stack, 0) : x;                           // [row_width, n_tokens]
 }
 
 // Rectangles of whole 2 x 2 patch blocks (the smart resize makes them).

@@ -54,6 +54,7 @@ class ModelInfo:
     n_params: int
     n_gpu_layers: int
     tied_output: bool
+    n_embd_inp: int = 0       # the width of an image's rows: n_embd, or wider with deepstack (Qwen3-VL)
 
     @property
     def file_type_name(self) -> str:

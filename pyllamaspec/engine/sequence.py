@@ -105,7 +105,7 @@ class ContextSequence:
 
     def eval_rows(self, rows: np.ndarray, ids: Sequence[int], non_causal: bool,
                   logits: str = "none", grid: tuple[int, int] | None = None, draft_token: int = 0) -> np.ndarray:
-        """Evaluates rows (n x n_embd float32: an image's, from a Projector) in place of token
+        """Evaluates rows (n x n_embd_inp float32: an image's, from a Projector) in place of token
         embeddings at [n_past, n_past + n); this sequence's ids, and the core's history (what a
         saved state keeps), hold `ids` there (an image's own ids, negative: so a prompt with
         another image or a text there shares no prefix with it, restored or not). non_causal:

@@ -29,19 +29,20 @@ class ProjectorInfo:
     image_size: int           # the square the encoder takes, in pixels
     patch_size: int
     n_merge: int
-    n_embd: int               # the text model's width its rows are for
+    n_embd: int               # the rows' width: the text model's (its n_embd_inp) they are for
     n_tokens: int             # rows per image
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     non_causal: bool          # an image's rows attend to each other both ways
     mrope: bool = False       # the text model places the rows at 2-D M-RoPE positions (Qwen)
+    n_deepstack: int = 0      # deepstack mergers (Qwen3-VL): a row is n_embd / (1 + this) x (1 + this)
 
 
 @dataclass(frozen=True)
 class ImageRows:
     """One image as the text model reads it: its rows and what identifies it (a hash of the
     pixels the encoder saw, so one image sent twice is known again, as llama-server does)."""
-    rows: np.ndarray          # (n_tokens, n_embd) float32
+    rows: np.ndarray          # (n_tokens, width) float32: the projector's n_embd (deepstack slices too)
     digest: str
     non_causal: bool
     # (nx, ny): the rows' grid where the text model places them at 2-D M-RoPE positions (the Qwen
@@ -93,7 +94,7 @@ class Projector(_native.Closeable):
         _native.check(lib.psl_projector_get_info(self._p, i))
         self.info = ProjectorInfo(ffi.string(i.type).decode(), i.image_size, i.patch_size, i.n_merge, i.n_embd,
                                   i.n_tokens, tuple(i.image_mean), tuple(i.image_std), bool(i.non_causal),
-                                  bool(i.mrope))
+                                  bool(i.mrope), int(i.n_deepstack))
         # how mtmd resizes for this type (gemma3: bilinear into the square, black padding)
         self.preprocess = for_projector(self.info.type, self.info.image_size, self.info.patch_size,
                                         self.info.n_merge, self.info.mean, self.info.std, min_tokens=limits[0],

@@ -116,9 +116,10 @@ def tokenize(model, text: str, images: list[ImageRows], kind: str, add_special: 
         ids += model.tokenize(piece, add_special=False, parse_special=True) if piece else []
         if k < len(images):
             img = images[k]
-            if img.rows.shape[1] != model.info.n_embd:
-                raise InvalidArgumentError(f"the projector's rows are {img.rows.shape[1]} wide; the model's "
-                                           f"embeddings {model.info.n_embd} (a projector made for another model)")
+            if img.rows.shape[1] != model.info.n_embd_inp:
+                raise InvalidArgumentError(f"the projector's rows are {img.rows.shape[1]} wide; the model takes "
+                                           f"{model.info.n_embd_inp} (n_embd {model.info.n_embd} and its deepstack "
+                                           f"slices, if any: a projector made for another model)")
             ids += model.tokenize(beg, add_special=False, parse_special=True) if beg else []
             own = image_ids(img)
             p.images[own[0]] = img

@@ -17,7 +17,7 @@ import pytest
 import models_vision_qwen as mq
 from conftest import reference_dir
 from pyllamaspec.engine.model import Model
-from pyllamaspec.errors import InvalidArgumentError, UnsupportedModelError
+from pyllamaspec.errors import InvalidArgumentError
 from pyllamaspec.vision import image as vi
 from pyllamaspec.vision import prompt as vp
 from pyllamaspec.vision.projector import Projector
@@ -98,10 +98,13 @@ def test_bad_sizes_refused(files):
             p.encode_pixels(np.zeros((8, 8), np.float32))
 
 
-def test_deepstack_refused(tmp_path):
+def test_deepstack_rows_are_wider(tmp_path):
+    """Deepstack mergers (Qwen3-VL) load: each adds n_embd_text to a row (their values against
+    llama.cpp: test_vision_qwen3vl_deepstack.py); without them the rows are the main merger's."""
     mq.write_qwen3vl_mmproj(tmp_path / "ds.gguf", n_embd_text=32, deepstack_layers=(0,))
-    with pytest.raises(UnsupportedModelError, match="deepstack"):
-        Projector(tmp_path / "ds.gguf")
+    with Projector(tmp_path / "ds.gguf") as p:
+        assert (p.info.n_embd, p.info.n_deepstack) == (64, 1)
+        assert p.encode_pixels(np.zeros((3, 8, 8), np.float32)).rows.shape == (4, 64)
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c["image"] for c in CASES])

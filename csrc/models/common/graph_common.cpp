@@ -36,16 +36,24 @@ Graph::Graph(ggml_context * ctx, ggml_cgraph * gf, const psl_model & m, KvCache 
 
 ggml_tensor * Graph::embed(float tok_scale) {
     if (rows_input) {
-        inp_rows = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd, n_tokens);
+        inp_rows = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd_inp(), n_tokens);
         ggml_set_name(inp_rows, "inp_rows");
         ggml_set_input(inp_rows);
-        return inp_rows;
+        // deepstack rows: the embedding is the first n_embd of each (llama.cpp's view too)
+        if (m.hp.n_deepstack == 0) return inp_rows;
+        return ggml_view_2d(ctx, inp_rows, m.hp.n_embd, n_tokens, inp_rows->nb[1], 0);
     }
     inp_tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_tokens);
     ggml_set_name(inp_tokens, "inp_tokens");
     ggml_set_input(inp_tokens);
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, inp_tokens);
     return tok_scale == 1.0f ? x : ggml_scale(ctx, x, tok_scale);
+}
+
+ggml_tensor * Graph::deepstack(int il) const {
+    if (!inp_rows || il >= m.hp.n_deepstack) return nullptr;
+    const size_t es = ggml_element_size(inp_rows);
+    return ggml_view_2d(ctx, inp_rows, m.hp.n_embd, n_tokens, inp_rows->nb[1], (size_t) (il + 1) * m.hp.n_embd * es);
 }
 
 void Graph::layer_input(int il, ggml_tensor * x) {

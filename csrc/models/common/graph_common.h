@@ -46,7 +46,7 @@ struct Graph {
 
     // inputs, filled before compute (GraphInputs)
     ggml_tensor * inp_tokens = nullptr;     // I32 [n_tokens]
-    ggml_tensor * inp_rows = nullptr;       // F32 [n_embd, n_tokens] with rows_input (psl_context::eval_rows)
+    ggml_tensor * inp_rows = nullptr;       // F32 [n_embd_inp, n_tokens] with rows_input (psl_context::eval_rows)
     ggml_tensor * inp_pos = nullptr;        // I32 [n_tokens]
     ggml_tensor * inp_kv_idx = nullptr;     // I64 [n_tokens]: the cache cells the batch is written to
     ggml_tensor * inp_mask = nullptr;       // F16 [n_kv, mask_rows()], causal
@@ -89,6 +89,9 @@ struct Graph {
     // or with rows_input the caller's rows as given (an image's, from a projector: llama.cpp
     // scales token rows only, so an architecture that scales passes its factor here).
     ggml_tensor * embed(float tok_scale = 1.0f);
+    // With rows_input, the rows' deepstack slice for layer il ([n_embd, n_tokens], added after
+    // it: hp.n_deepstack); null for tokens (theirs are zero) and for il >= n_deepstack.
+    ggml_tensor * deepstack(int il) const;
     // Called with the residual stream entering layer il: a head's captured feature when asked.
     void layer_input(int il, ggml_tensor * x);
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
