@@ -4,7 +4,8 @@
 (tests/data/reference/vision_qwen2vl.json, made by scripts/vision_reference_qwen2vl.py; its files
 rebuilt here from the writers and checked by sha256): the preprocessed pixels (to the bit), the
 rows, the grid, the prompt's chunks, the image's M-RoPE positions, the logits after the prompt and
-the greedy answer, through Projector, eval_rows and generate().
+the greedy answer, through Projector, eval_rows and generate(); greedy speculation across a 2.5
+image (a draft model, n-gram lookup) equals plain.
 
 Tolerances: llama.cpp's own spread stored per case (``spread``: 1 thread against 2, 0.0; flash
 attention off against on: rows 7e-4 .. 1.9e-3, logits 1.3e-3 .. 2.2e-3), the largest of a case.
@@ -161,6 +162,23 @@ def test_greedy_answer_is_llamacpps(files, c):
                                  temperature=0, max_tokens=c["n_gen"], cache_prompt=False)
     assert r.tokens[:len(want)] == want
     assert len(r.prompt_tokens) == sum(len(ch.get("ids", [])) or ch.get("n_tokens", 0) for ch in c["chunks"])
+
+
+def test_greedy_speculation_across_a_qwen25_image_equals_plain(files):
+    """A draft model (the target itself, seeing placeholders at the image's rows) and n-gram
+    lookup keep drafting after a 2.5 image; greedy output stays the target's, drafts accepted."""
+    c = _case("q25", "win")
+    with Model(files / TEXT, n_ctx=256) as m, Model(files / TEXT, n_ctx=256) as d:
+        def gen(draft=None, **kw):
+            return pyllamaspec.generate(c["prompt_before"] + "<__media__>" + c["prompt_after"], m, draft,
+                                        images=[files / "win.png"], mmproj=str(files / "q25.gguf"), temperature=0,
+                                        max_tokens=24, cache_prompt=False, **kw)
+        plain = gen()
+        assert len(plain.tokens) == 24
+        for drafter in (d, "ngram"):
+            spec = gen(drafter, adaptive=False, n_draft=4)
+            assert spec.tokens == plain.tokens, drafter
+        assert gen(d, adaptive=False, n_draft=4).stats.accepted > 0
 
 
 def test_bad_sizes_refused(files):
