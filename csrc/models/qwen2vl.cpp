@@ -18,7 +18,9 @@ void hparams(const GgufFile & f, const std::string & a, HParams & hp) {
     const std::string key = a + ".rope.dimension_sections";
     if (!f.has(key)) fail(PSL_ERR_FORMAT, "'%s': required key '%s' is missing", path, key.c_str());
     const std::vector<int64_t> sec = f.get_ints(key);
-    if (sec.empty() || sec.size() > 4) fail(PSL_ERR_FORMAT, "'%s': %s has %zu entries (1 to 4)", path, key.c_str(), sec.size());
+    if (sec.empty() || sec.size() > 4) {
+        fail(PSL_ERR_FORMAT, "'%s': %s has %zu entries (1 to 4)", path, key.c_str(), sec.size());
+    }
     int64_t sum = 0;
     for (size_t i = 0; i < sec.size(); ++i) {
         if (sec[i] < 0 || sec[i] > 4096) fail(PSL_ERR_FORMAT, "'%s': bad rope section %lld", path, (long long) sec[i]);

@@ -120,7 +120,9 @@ ggml_tensor * ffn(ProjectorGraph & g, const VitLayer & L, ggml_tensor * x) {
           : g.hp.ffn == Ffn::Gelu ? ggml_geglu_split(ctx, gate, up)
                                   : ggml_geglu_quick_split(ctx, gate, up);
     } else {
-        h = g.hp.ffn == Ffn::Silu ? ggml_silu(ctx, up) : g.hp.ffn == Ffn::Gelu ? ggml_gelu(ctx, up) : ggml_gelu_quick(ctx, up);
+        h = g.hp.ffn == Ffn::Silu ? ggml_silu(ctx, up)
+          : g.hp.ffn == Ffn::Gelu ? ggml_gelu(ctx, up)
+                                  : ggml_gelu_quick(ctx, up);
     }
     return g.linear(h, L.down_w, L.down_b);
 }
@@ -151,7 +153,8 @@ Windows windows(int32_t nx, int32_t ny, int32_t side, bool with_mask) {
                 }
             }
             for (size_t q = 4 * first; with_mask && q < 4 * dst; ++q) {
-                std::fill(w.mask.begin() + (ptrdiff_t) (q * n + 4 * first), w.mask.begin() + (ptrdiff_t) (q * n + 4 * dst), zero);
+                const auto row = w.mask.begin() + (ptrdiff_t) (q * n);
+                std::fill(row + (ptrdiff_t) (4 * first), row + (ptrdiff_t) (4 * dst), zero);
             }
         }
     }
