@@ -210,3 +210,23 @@ def test_bad_text_models_refused(tmp_path, kw, msg):
     mq.write_tiny_qwen2vl_text(tmp_path / "bad.gguf", **kw)
     with pytest.raises(PyllamaspecError, match=msg):
         Model(tmp_path / "bad.gguf", n_ctx=64)
+
+
+def test_text_alone_is_qwen2s_and_consistent(tmp_path):
+    """A text token's M-RoPE positions (p, p, p, 0) rotate as Qwen2's NEOX rope at p: the same
+    weights as a qwen2 file give the same logits (measured: equal to the bit); batched equals
+    token by token, rollback at every split, and greedy speculation (chains and trees) equals plain
+    (tests/arch_checks.py's checks; the draft another seed)."""
+    import arch_checks as ac
+    from models import write_gguf
+
+    kw = dict(n_vocab=272, n_embd=32, seed=3)
+    mq.write_tiny_qwen2vl_text(tmp_path / "vl.gguf", **kw)
+    write_gguf(tmp_path / "q2.gguf", arch="qwen2", extra_kv=mq.qwen_image_marker_kv(272), **kw)
+    toks = np.random.default_rng(1).integers(0, 260, 14).astype(np.int32)
+    with ac.f32_model(tmp_path / "vl.gguf") as vl, ac.f32_model(tmp_path / "q2.gguf") as q2:
+        assert np.array_equal(vl.eval(toks), q2.eval(toks))
+    assert ac.batched_vs_sequential(tmp_path / "vl.gguf", toks) < 1e-5
+    assert ac.rollback_every_split(tmp_path / "vl.gguf") < 1e-5         # as tests/archs/test_arch_checks.py
+    mq.write_tiny_qwen2vl_text(tmp_path / "draft.gguf", **dict(kw, seed=4))
+    ac.speculative_greedy(tmp_path / "vl.gguf", tmp_path / "draft.gguf", [1, 7, 3, 9, 12, 40])
