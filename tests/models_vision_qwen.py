@@ -166,10 +166,11 @@ def write_tiny_qwen3vl_text(path, *, n_vocab: int = 272, **kw) -> dict:
 QWEN3VL_TEXT_WRITER = "models_qwen3vl.write_qwen3vl_gguf"   # a fixture's text_models[name]["writer"]
 
 
-def write_reference_files(d, ref: Mapping) -> pathlib.Path:
+def write_reference_files(d, ref: Mapping, mmproj_writer=None, text_writer=None) -> pathlib.Path:
     """The files of a reference fixture (vision_qwen3vl.json: its projectors, text models and
     images) written into d from the writers, each checked against the fixture's sha256, so that a
-    changed writer is caught before a stale fixture is trusted."""
+    changed writer is caught before a stale fixture is trusted. mmproj_writer / text_writer:
+    another fixture's (vision_qwen2vl.json: write_qwen2vl_mmproj, write_tiny_qwen2vl_text)."""
     import hashlib
 
     from PIL import Image
@@ -183,10 +184,11 @@ def write_reference_files(d, ref: Mapping) -> pathlib.Path:
             raise AssertionError(f"{path.name}: the writer no longer makes the fixture's file")
 
     for name, p in ref["projectors"].items():
-        write_qwen3vl_mmproj(d / f"{name}.gguf", **p["kwargs"])
+        (mmproj_writer or write_qwen3vl_mmproj)(d / f"{name}.gguf", **p["kwargs"])
         check(d / f"{name}.gguf", (d / f"{name}.gguf").read_bytes(), p["sha256"])
     for name, t in ref["text_models"].items():
-        writer = write_tiny_qwen3vl_text if t.get("writer") == QWEN3VL_TEXT_WRITER else write_tiny_qwen_text
+        writer = text_writer or (write_tiny_qwen3vl_text if t.get("writer") == QWEN3VL_TEXT_WRITER
+                                 else write_tiny_qwen_text)
         writer(d / f"{name}.gguf", **t["kwargs"])
         check(d / f"{name}.gguf", (d / f"{name}.gguf").read_bytes(), t["sha256"])
     for name, im in ref["images"].items():
@@ -194,3 +196,101 @@ def write_reference_files(d, ref: Mapping) -> pathlib.Path:
         check(d / f"{name}.png", px.tobytes(), im["rgb_sha256"])
         Image.fromarray(px, im["mode"]).save(d / f"{name}.png")
     return d
+
+
+# ---- Qwen2-VL / Qwen2.5-VL (clip.cpp's qwen2vl_merger / qwen2.5vl_merger) ---------------------
+
+QWEN2VL_KINDS = {"qwen2vl": "qwen2vl_merger", "qwen25vl": "qwen2.5vl_merger"}
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)   # Qwen2-VL's preprocessor_config (OpenAI CLIP's)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def _qwen2vl_tensors(draw: parts.Draws, hp: dict) -> list:
+    """conversion/qwenvl.py's tensors (numpy shapes, all F32): the Conv3D's two temporal slices
+    (no bias, no position embeddings); per block ln1 / ln2 (Qwen2-VL: LayerNorm weight and bias;
+    Qwen2.5-VL: RMSNorm weight), q, k, v (split from qkv, biased), attn_out, the MLP (Qwen2-VL:
+    fc1 as ffn_up, fc2 as ffn_down; Qwen2.5-VL: ffn_gate, ffn_up, ffn_down, all biased); the
+    merger: ln_q as v.post_ln, mm.0 (4 n_embd square), mm.2 (to n_embd_text)."""
+    n, f, p, layer_norm = hp["n_embd"], hp["n_ff"], hp["patch_size"], hp["kind"] == "qwen2vl"
+    fan_in = 3 * p * p
+
+    def norm(name: str, width: int) -> list:
+        t = [(name + ".weight", draw.norm(width), "F32")]
+        return t + [(name + ".bias", draw.bias(width), "F32")] if layer_norm else t
+
+    def linear(name: str, n_out: int, n_in: int) -> list:
+        return [(name + ".weight", draw.lin(n_out, n_in), "F32"), (name + ".bias", draw.bias(n_out), "F32")]
+
+    t = [("v.patch_embd.weight", draw.normal(n, 3, p, p) / fan_in ** 0.5, "F32"),
+         ("v.patch_embd.weight.1", draw.normal(n, 3, p, p) / fan_in ** 0.5, "F32")]
+    for i in range(hp["n_layer"]):
+        b = f"v.blk.{i}."
+        t += norm(b + "ln1", n)
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            t += linear(b + name, n, n)
+        t += norm(b + "ln2", n)
+        if not layer_norm:
+            t += linear(b + "ffn_gate", f, n)
+        t += linear(b + "ffn_up", f, n) + linear(b + "ffn_down", n, f)
+    n4 = 4 * n
+    return t + norm("v.post_ln", n) + linear("mm.0", n4, n4) + linear("mm.2", hp["n_embd_text"], n4)
+
+
+def write_qwen2vl_mmproj(path, *, kind: str = "qwen2vl", n_embd_text: int, seed: int = 0, image_size: int = 56,
+                         patch_size: int = 14, n_embd: int = 16, n_head: int = 2, n_ff: int = 40, n_layer: int = 2,
+                         n_wa_pattern: int | None = None, eps: float = 1e-6, mean=CLIP_MEAN, std=CLIP_STD,
+                         bias_std: float = 0.1, name: str | None = None, drop_tensors: Iterable[str] = (),
+                         drop_keys: Iterable[str] = (), extra_kv: Mapping[str, object] | None = None) -> dict:
+    """Write a tiny random Qwen2-VL (``kind="qwen2vl"``: ``qwen2vl_merger``) or Qwen2.5-VL
+    (``"qwen25vl"``: ``qwen2.5vl_merger``) projector for a text model ``n_embd_text`` wide, as
+    b11434's converter (conversion/qwenvl.py ``Qwen2VLVisionModel``) lays one out.
+
+    The encoder (clip_graph_qwen2vl): two ``patch_size`` kernels summed, ``n_layer`` pre-norm
+    blocks (``eps``; biased q, k, v; 2-D vision rope; an MLP ``n_embd -> n_ff``: quick GELU for
+    Qwen2-VL, gated SiLU for 2.5 (``clip.use_silu``)), the merger to ``n_embd_text``. Qwen2.5-VL
+    attends within 112-pixel windows except in every ``n_wa_pattern``-th layer (default 2:
+    layer 0 windowed, 1 full; the converter's fullatt_block_indexes[0] + 1). As the converter,
+    Qwen2-VL's ``feed_forward_length`` key holds its config's ``hidden_size`` (the text model's
+    width, ``n_embd_text``), not the MLP's: clip.cpp never reads it for these types. Weights:
+    ``models_parts.Draws`` (seed). Returned dict: the arguments, ``path`` and ``tensors``."""
+    import gguf
+
+    if kind not in QWEN2VL_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(QWEN2VL_KINDS)}")
+    if image_size % (2 * patch_size):
+        raise ValueError("image_size must be a multiple of 2 * patch_size")
+    if n_embd % n_head or (n_embd // n_head) % 4:
+        raise ValueError("n_embd / n_head must be a multiple of 4 (the vision rope's 4 sections)")
+    if n_ff == n_embd:
+        raise ValueError("n_ff == n_embd is ambiguous to clip.cpp's ffn swap rule (is_ffn_swapped)")
+    if n_wa_pattern is None:
+        n_wa_pattern = 2 if kind == "qwen25vl" else 0
+    path = pathlib.Path(path)
+    hp = {"path": path, "kind": kind, "name": name or f"tiny-random-{kind}-mmproj", "n_embd_text": n_embd_text,
+          "seed": seed, "image_size": image_size, "patch_size": patch_size, "n_embd": n_embd, "n_head": n_head,
+          "n_ff": n_ff, "n_layer": n_layer, "n_wa_pattern": n_wa_pattern, "eps": float(eps),
+          "mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std), "bias_std": bias_std}
+    kv = parts.clip_vision_kv(gguf, dict(hp, n_ff=n_embd_text if kind == "qwen2vl" else n_ff), parts.FILE_TYPE["F32"])
+    kv["clip.projector_type"] = QWEN2VL_KINDS[kind]
+    if kind == "qwen25vl":
+        kv.update({"clip.use_silu": True, "clip.vision.n_wa_pattern": n_wa_pattern})
+    kv["clip.vision.attention.layer_norm_epsilon"] = float(eps)
+    kv.update(extra_kv or {})
+    hp["tensors"] = parts.write_file(gguf, path, "clip", kv, _qwen2vl_tensors(parts.Draws(seed, bias_std), hp),
+                                     drop_keys=set(drop_keys), drop_tensors=set(drop_tensors))
+    return hp
+
+
+def write_tiny_qwen2vl_text(path, *, n_vocab: int = 272, n_embd: int = 32, seed: int = 3,
+                            rope_sections=(2, 1, 1, 0), **kw) -> dict:
+    """The text model a tiny Qwen2-VL projector pairs with: a tiny ``qwen2vl`` (models.write_gguf:
+    Qwen2's layout, q/k/v biases) with ``rope.dimension_sections`` (M-RoPE: llama.cpp's rope type
+    for qwen2vl, so mtmd places images at 2-D positions; 4 heads of 8 by default, 4 rotary
+    pairs: t 2, y 1, x 1, as Qwen2-VL's 16 / 24 / 24 of 64) and the markers of
+    ``qwen_image_marker_kv``."""
+    from models import write_gguf
+
+    extra = dict(qwen_image_marker_kv(n_vocab))
+    extra["qwen2vl.rope.dimension_sections"] = [int(s) for s in rope_sections]
+    extra.update(kw.pop("extra_kv", None) or {})
+    return write_gguf(path, arch="qwen2vl", n_vocab=n_vocab, n_embd=n_embd, seed=seed, extra_kv=extra, **kw)

@@ -622,9 +622,9 @@ PSL_API psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n
                                 int32_t n_top, float * token_logprobs, int32_t * top_ids, float * top_logprobs);
 /* ---- vision projectors (csrc/vision/): llama.cpp's mmproj GGUF files (general.architecture
  * "clip"), loaded beside a text model, turn an image into rows the text model reads in place of
- * token embeddings (psl_context_seq_eval_rows). Types: "gemma3", "qwen3vl_merger" (with deepstack
- * mergers too: wider rows, for qwen3vl text models). The encoder
- * runs on the CPU. ---- */
+ * token embeddings (psl_context_seq_eval_rows). Types: "gemma3", "qwen2vl_merger",
+ * "qwen2.5vl_merger", "qwen3vl_merger" (with deepstack mergers too: wider rows, for qwen3vl text
+ * models). The encoder runs on the CPU. ---- */
 typedef struct psl_projector psl_projector;
 typedef struct psl_projector_info {
     char    type[32];         /* clip.projector_type, e.g. "gemma3"                                 */

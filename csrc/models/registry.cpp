@@ -8,6 +8,7 @@ namespace psl {
 
 extern const ArchOps arch_llama;
 extern const ArchOps arch_qwen2;
+extern const ArchOps arch_qwen2vl;
 extern const ArchOps arch_qwen3;
 extern const ArchOps arch_gemma3;
 extern const ArchOps arch_qwen2moe;
@@ -30,7 +31,7 @@ const ArchOps * const k_archs[] = {&arch_llama, &arch_qwen2, &arch_qwen3, &arch_
                                    &arch_qwen2moe, &arch_qwen3moe, &arch_gptoss, &arch_qwen35,
                                    &arch_gemma4, &arch_qwen35moe, &arch_deepseek2, &arch_glm4moe,
                                    &arch_mistral3, &arch_eagle3, &arch_dflash,
-                                   &arch_gemma4_assistant, &arch_qwen3vl, &arch_qwen3vlmoe};
+                                   &arch_gemma4_assistant, &arch_qwen3vl, &arch_qwen3vlmoe, &arch_qwen2vl};
 }
 
 const ArchOps * find_arch(const std::string & name) {

@@ -16,9 +16,12 @@ namespace psl {
 
 extern const ProjectorOps projector_gemma3;
 extern const ProjectorOps projector_qwen3vl;
+extern const ProjectorOps projector_qwen2vl;
+extern const ProjectorOps projector_qwen25vl;
 
 const ProjectorOps * find_projector(const std::string & type) {
-    static const ProjectorOps * const all[] = {&projector_gemma3, &projector_qwen3vl};
+    static const ProjectorOps * const all[] = {&projector_gemma3, &projector_qwen3vl, &projector_qwen2vl,
+                                               &projector_qwen25vl};
     for (const ProjectorOps * o : all) {
         if (type == o->name) return o;
     }
@@ -206,7 +209,8 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     if (type.empty()) type = f.get_str("clip.vision.projector_type", "");
     ops = find_projector(type);
     if (!ops) {
-        fail(PSL_ERR_UNSUPPORTED, "'%s': projector type '%s' is not supported (supported: gemma3, qwen3vl_merger)", path.c_str(),
+        fail(PSL_ERR_UNSUPPORTED, "'%s': projector type '%s' is not supported (supported: gemma3, qwen3vl_merger, "
+             "qwen2vl_merger, qwen2.5vl_merger)", path.c_str(),
              type.c_str());
     }
     common_hparams(f, hp);
@@ -257,7 +261,9 @@ void psl_projector::encode(const float * pixels, int32_t width, int32_t height, 
         fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate the encoder's graph");
     }
     ggml_backend_tensor_set(g.inp_raw, pixels, 0, ggml_nbytes(g.inp_raw));
-    for (const auto & [t, v] : g.inputs_i32) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    // an input no node reads has no buffer
+    for (const auto & [t, v] : g.inputs_i32) if (t->buffer) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    for (const auto & [t, v] : g.inputs_f16) if (t->buffer) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     ggml_backend_cpu_set_n_threads(backend.get(), n_threads);
     if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
         fail(PSL_ERR_BACKEND, "the encoder's graph failed");

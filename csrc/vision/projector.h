@@ -28,6 +28,10 @@ struct VitHParams {
     float eps = 1e-6f;
     float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
     enum class Ffn { Gelu, Silu, GeluQuick } ffn = Ffn::GeluQuick;   // clip.use_gelu / use_silu
+    // qwen2vl_merger / qwen2.5vl_merger: RMS norms (2.5) instead of LayerNorms; window attention
+    // in every layer but each n_wa_pattern-th (clip.vision.n_wa_pattern; 0: none)
+    bool rms_norm = false;
+    int32_t n_wa_pattern = 0;
 
     int32_t row_width() const { return n_embd_text * (1 + n_deepstack); }   // the rows' width
     int32_t patches_side() const { return image_size / patch_size; }
@@ -43,12 +47,14 @@ struct VitLayer {
     // a deepstack merger of this layer's output (qwen3vl_merger): LayerNorm, fc1, GELU, fc2
     ggml_tensor *ds_norm_w = nullptr, *ds_norm_b = nullptr, *ds_fc1_w = nullptr, *ds_fc1_b = nullptr;
     ggml_tensor *ds_fc2_w = nullptr, *ds_fc2_b = nullptr;
+    ggml_tensor *gate_w = nullptr, *gate_b = nullptr; // a gated MLP (qwen2.5vl_merger)
 };
 
 // The weights of a projector, named as clip.cpp names them.
 struct VitWeights {
     ggml_tensor *patch_w = nullptr, *patch_b = nullptr, *pos = nullptr;
     ggml_tensor *post_ln_w = nullptr, *post_ln_b = nullptr;
+    ggml_tensor *pre_ln_w = nullptr, *pre_ln_b = nullptr;   // qwen2vl_merger's graph takes one if there
     std::vector<VitLayer> layers;
     // gemma3
     ggml_tensor *mm_soft_norm_w = nullptr, *mm_proj_w = nullptr;
@@ -76,6 +82,10 @@ struct ProjectorOps {
 void vit_tensors(ProjectorLoader & l, VitWeights & w, const VitHParams & hp);
 // The norms every layout shares (v.post_ln, each block's ln1 / ln2); sizes w.layers.
 void vit_norms(ProjectorLoader & l, VitWeights & w, const VitHParams & hp);
+
+// The Qwen family's merged grid (nx, ny) of a width x height image: sides multiples of 2 x
+// patch_size, at most most_patches patches; other sizes fail with PSL_ERR_INVALID_ARGUMENT.
+void grid_2x2(const VitHParams & hp, int64_t width, int64_t height, int64_t most_patches, int32_t & nx, int32_t & ny);
 
 // Takes tensors from the file by name, checking their shapes and types.
 class ProjectorLoader {
@@ -107,12 +117,28 @@ struct ProjectorGraph {
     int32_t width = 0, height = 0;     // the image's size in pixels
     // I32 inputs the builder makes, set once the graph is allocated (positions)
     std::vector<std::pair<ggml_tensor *, std::vector<int32_t>>> inputs_i32;
+    std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> inputs_f16;   // masks
 
     // The ViT of the common layout (SigLIP / CLIP): patches by convolution, learned positions,
     // pre-norm layers with biases, LayerNorm after the last: [n_embd, n_patches].
     ggml_tensor * vit();
     ggml_tensor * layer_norm(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const;
     ggml_tensor * linear(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const;
+
+    // The Qwen family's pieces (qwen2vl.cpp, qwen3vl.cpp: vit.cpp). A still image through the
+    // Conv3D's two temporal kernels (both see the same frame), summed: [n_embd, px * py] in
+    // mtmd's 2 x 2 order (each merged row's four patches adjacent), px, py the patches a side.
+    ggml_tensor * temporal_patches(int64_t px, int64_t py);
+    // [n_embd, px, py] in raster order -> [n_embd, px * py] in that 2 x 2 order.
+    ggml_tensor * merge_order(ggml_tensor * x, int64_t px, int64_t py) const;
+    // Each patch's (y, x, y, x) in the 2 x 2 order, the 4 sections of the vision rope; with
+    // slot, the patches of merged row r go to rows slot[r] (window attention's reordering).
+    ggml_tensor * rope_positions(int64_t px, int64_t py, const std::vector<int32_t> * slot = nullptr);
+    // The 2-D vision rope (ggml_rope_multi, vision mode, 4 sections of d_head / 4) of [d, n_head, n].
+    ggml_tensor * vision_rope(ggml_tensor * x, ggml_tensor * pos) const;
+    // Attention as clip.cpp runs it where the backend has flash attention (its default): F16 K
+    // and V (and mask), F32 sums; q, k, v [d_head, n_head, n], mask F16 [n, n] or null -> [n_embd, n].
+    ggml_tensor * attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask) const;
 };
 
 const ProjectorOps * find_projector(const std::string & type);

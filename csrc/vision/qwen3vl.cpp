@@ -21,7 +21,6 @@ namespace psl {
 namespace {
 
 constexpr int32_t kMerge = 2;               // qwen3vl.cpp's reshapes hard-code 2 x 2
-constexpr int64_t kMostSide = 1 << 14;      // pixels a side (mtmd's limits are far below)
 constexpr int64_t kMostPatches = 1 << 16;   // patches an image: the attention is n x n
 
 void hparams(const GgufFile & f, VitHParams & hp) {
@@ -88,15 +87,6 @@ void tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
     deepstack_tensors(l, w, hp);
 }
 
-// [n_embd, px, py] (patches in raster order) -> [n_embd, px * py] with each 2 x 2 block's
-// patches adjacent, row by row (mtmd's order: the merger then concatenates 4 neighbours).
-ggml_tensor * merge_order(ggml_context * ctx, ggml_tensor * x, int64_t e, int64_t px, int64_t py) {
-    x = ggml_cont_4d(ctx, x, e * 2, px / 2, py, 1);
-    x = ggml_reshape_4d(ctx, x, e * 2, px / 2, 2, py / 2);
-    x = ggml_permute(ctx, x, 0, 2, 1, 3);
-    return ggml_cont_2d(ctx, x, e, px * py);
-}
-
 // The learned positions (a square grid) resized to px x py: [n_embd, px, py].
 ggml_tensor * positions_embd(ProjectorGraph & g, int64_t px, int64_t py) {
     const int64_t e = g.hp.n_embd, side = g.hp.patches_side();
@@ -107,27 +97,6 @@ ggml_tensor * positions_embd(ProjectorGraph & g, int64_t px, int64_t py) {
     return ggml_permute(g.ctx, pos, 1, 2, 0, 3);                                // [e, px, py]
 }
 
-// Each patch's (y, x, y, x) in the merge order, as the rope's 4 sections read them.
-ggml_tensor * rope_positions(ProjectorGraph & g, int64_t px, int64_t py) {
-    const int64_t n = px * py;
-    std::vector<int32_t> v((size_t) (4 * n));
-    int64_t i = 0;
-    for (int64_t y = 0; y < py; y += 2) {
-        for (int64_t x = 0; x < px; x += 2) {
-            for (int64_t dy = 0; dy < 2; ++dy) {
-                for (int64_t dx = 0; dx < 2; ++dx, ++i) {
-                    v[(size_t) i] = v[(size_t) (2 * n + i)] = (int32_t) (y + dy);
-                    v[(size_t) (n + i)] = v[(size_t) (3 * n + i)] = (int32_t) (x + dx);
-                }
-            }
-        }
-    }
-    ggml_tensor * t = ggml_new_tensor_1d(g.ctx, GGML_TYPE_I32, 4 * n);
-    ggml_set_input(t);
-    g.inputs_i32.emplace_back(t, std::move(v));
-    return t;
-}
-
 ggml_tensor * attention(ProjectorGraph & g, const VitLayer & L, ggml_tensor * h, ggml_tensor * pos) {
     ggml_context * ctx = g.ctx;
     const int64_t e = g.hp.n_embd, n_head = g.hp.n_head, d = e / n_head, n = h->ne[1];
@@ -136,18 +105,8 @@ ggml_tensor * attention(ProjectorGraph & g, const VitLayer & L, ggml_tensor * h,
         return ggml_view_3d(ctx, qkv, d, n_head, n, ggml_row_size(qkv->type, d), qkv->nb[1],
                             ggml_row_size(qkv->type, k * e));
     };
-    int sections[GGML_MROPE_SECTIONS] = {(int) d / 4, (int) d / 4, (int) d / 4, (int) d / 4};
-    auto rope = [&](ggml_tensor * x) {
-        return ggml_rope_multi(ctx, x, pos, nullptr, (int) d / 2, sections, GGML_ROPE_TYPE_VISION, 32768, 10000.0f,
-                               1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
-    };
-    ggml_tensor * q = ggml_permute(ctx, rope(part(0)), 0, 2, 1, 3);             // [d, n, n_head]
-    ggml_tensor * k = ggml_cast(ctx, ggml_permute(ctx, rope(part(1)), 0, 2, 1, 3), GGML_TYPE_F16);
-    ggml_tensor * v = ggml_cast(ctx, ggml_permute(ctx, part(2), 0, 2, 1, 3), GGML_TYPE_F16);
-    // as clip.cpp where the backend has flash attention (its default): F16 K and V, F32 sums
-    ggml_tensor * a = ggml_flash_attn_ext(ctx, q, k, v, nullptr, 1.0f / sqrtf((float) d), 0.0f, 0.0f);
-    ggml_prec_set_acc(a, GGML_PREC_F32);
-    return g.linear(ggml_reshape_2d(ctx, a, e, n), L.o_w, L.o_b);
+    ggml_tensor * a = g.attention(g.vision_rope(part(0), pos), g.vision_rope(part(1), pos), part(2), nullptr);
+    return g.linear(a, L.o_w, L.o_b);
 }
 
 // A layer's deepstack merger over its output x ([n_embd, n_patches] in the merge order):
@@ -163,13 +122,9 @@ ggml_tensor * build(ProjectorGraph & g) {
     ggml_context * ctx = g.ctx;
     const int p = g.hp.patch_size;
     const int64_t e = g.hp.n_embd, px = g.width / p, py = g.height / p;
-    // a still image: both temporal slices of the Conv3D see the same frame
-    ggml_tensor * x = ggml_add(ctx, ggml_conv_2d(ctx, g.w.patch_w, g.inp_raw, p, p, 0, 0, 1, 1),
-                               ggml_conv_2d(ctx, g.w.patch_w1, g.inp_raw, p, p, 0, 0, 1, 1));   // [px, py, e]
-    x = merge_order(ctx, ggml_permute(ctx, x, 1, 2, 0, 3), e, px, py);
-    x = ggml_add(ctx, x, g.w.patch_b);
-    x = ggml_add(ctx, x, merge_order(ctx, positions_embd(g, px, py), e, px, py));
-    ggml_tensor * pos = rope_positions(g, px, py);
+    ggml_tensor * x = ggml_add(ctx, g.temporal_patches(px, py), g.w.patch_b);
+    x = ggml_add(ctx, x, g.merge_order(positions_embd(g, px, py), px, py));
+    ggml_tensor * pos = g.rope_positions(px, py);
     ggml_tensor * stack = nullptr;   // the deepstack mergers' rows, concatenated in layer order
     for (const VitLayer & L : g.w.layers) {
         x = ggml_add(ctx, attention(g, L, g.layer_norm(x, L.ln1_w, L.ln1_b), pos), x);
@@ -189,19 +144,7 @@ ggml_tensor * build(ProjectorGraph & g) {
 
 // Rectangles of whole 2 x 2 patch blocks (the smart resize makes them).
 void grid(const VitHParams & hp, int64_t width, int64_t height, int32_t & nx, int32_t & ny) {
-    const int64_t unit = (int64_t) hp.patch_size * kMerge;
-    if (width <= 0 || height <= 0 || width > kMostSide || height > kMostSide || width % unit || height % unit) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "the projector takes images whose sides are positive multiples of %lld "
-             "pixels (patch_size %d x merge %d), at most %lld; got %lldx%lld", (long long) unit, hp.patch_size, kMerge,
-             (long long) kMostSide, (long long) width, (long long) height);
-    }
-    if ((width / hp.patch_size) * (height / hp.patch_size) > kMostPatches) {
-        fail(PSL_ERR_INVALID_ARGUMENT, "a %lldx%lld image is %lld patches, over the %lld the encoder takes",
-             (long long) width, (long long) height,
-             (long long) ((width / hp.patch_size) * (height / hp.patch_size)), (long long) kMostPatches);
-    }
-    nx = (int32_t) (width / unit);
-    ny = (int32_t) (height / unit);
+    grid_2x2(hp, width, height, kMostPatches, nx, ny);
 }
 
 }  // namespace

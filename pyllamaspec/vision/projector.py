@@ -78,7 +78,7 @@ class Projector(_native.Closeable):
     def __init__(self, path: str | os.PathLike, n_threads: int = 0, *, image_min_tokens: int | None = None,
                  image_max_tokens: int | None = None):
         """image_min_tokens / image_max_tokens: the rows an image may take, for the types that
-        size images dynamically (qwen3vl_merger), as llama.cpp's --image-min-tokens /
+        size images dynamically (the Qwen projectors), as llama.cpp's --image-min-tokens /
         --image-max-tokens (None, 0 or -1: the type's own limits); other types ignore them."""
         self.path = os.fspath(path)
         limits = _token_limits(image_min_tokens, image_max_tokens)
@@ -109,7 +109,7 @@ class Projector(_native.Closeable):
 
     def pixels(self, image: ImageLike) -> np.ndarray:
         """The image as the encoder takes it: (3, H, W) float32 (gemma3: the image_size square;
-        qwen3vl_merger: the smart resize's rectangle)."""
+        the Qwen projectors: the smart resize's rectangle)."""
         img = image if hasattr(image, "convert") and hasattr(image, "size") else load_image(image)
         return preprocess(img, self.preprocess)
 

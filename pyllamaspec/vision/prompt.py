@@ -25,7 +25,7 @@ MARKER_CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase  
 WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>"),
         # mtmd.cpp's img_beg / img_end for the Qwen family's projectors
         "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>"),
-        "qwen25vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+        "qwen2.5vl_merger": ("<|vision_start|>", "<|vision_end|>"),   # clip-impl.h's name for Qwen2.5-VL
         "qwen3vl_merger": ("<|vision_start|>", "<|vision_end|>")}
 
 

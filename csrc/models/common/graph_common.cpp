@@ -1,5 +1,7 @@
 #include "models/common/graph_common.h"
 
+#include "error.h"
+
 #include "kernels/attention_rows.h"
 #include "memory/recurrent_state.h"
 
@@ -74,6 +76,14 @@ ggml_tensor * Graph::rope(ggml_tensor * x, int mode, float freq_base, float freq
                           ggml_tensor * factors) const {
     const HParams & hp = m.hp;
     const int n_ctx_orig = hp.n_ctx_orig_yarn > 0 ? hp.n_ctx_orig_yarn : hp.n_ctx_train;
+    if (mode == GGML_ROPE_TYPE_MROPE || mode == GGML_ROPE_TYPE_IMROPE) {   // the file's sections over inp_pos4
+        if (!inp_pos4) fail(PSL_ERR_INTERNAL, "M-RoPE without its positions (inp_pos4)");
+        int sections[GGML_MROPE_SECTIONS];
+        std::copy(hp.rope_sections, hp.rope_sections + GGML_MROPE_SECTIONS, sections);
+        return ggml_rope_multi(ctx, x, inp_pos4, factors, n_rot > 0 ? n_rot : hp.n_rot, sections, mode, n_ctx_orig,
+                               freq_base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast,
+                               hp.yarn_beta_slow);
+    }
     return ggml_rope_ext(ctx, x, inp_pos, factors, n_rot > 0 ? n_rot : hp.n_rot, mode, n_ctx_orig, freq_base,
                          freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
 }

@@ -95,7 +95,8 @@ struct Graph {
     // Called with the residual stream entering layer il: a head's captured feature when asked.
     void layer_input(int il, ggml_tensor * x);
     ggml_tensor * rms_norm(ggml_tensor * x, ggml_tensor * w) const;
-    // x: [head, n_head, n_tokens]; n_rot 0: hp.n_rot; factors: per-pair frequency divisors
+    // x: [head, n_head, n_tokens]; n_rot 0: hp.n_rot; factors: per-pair frequency divisors;
+    // mode M-RoPE / IMROPE: hp.rope_sections over inp_pos4 (which the architecture creates)
     ggml_tensor * rope(ggml_tensor * x, int mode, float freq_base, float freq_scale, int n_rot = 0,
                        ggml_tensor * factors = nullptr) const;
     // Stores k_cur/v_cur ([head, n_head_kv, n_tokens]) into layer il's cache and attends with q
