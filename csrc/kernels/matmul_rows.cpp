@@ -16,6 +16,10 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define PSL_MM_AVX2 1
+// two weight rows side by side in a 512-bit register: each half is one row's 8 lanes of vec_dot
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define PSL_MM_AVX512 1
+#endif
 #endif
 
 namespace psl {
@@ -24,6 +28,12 @@ namespace {
 bool enabled() {
     const char * env = std::getenv("PYLLAMASPEC_MATMUL_ROWS");
     return !env || std::strcmp(env, "ggml") != 0;
+}
+
+// PYLLAMASPEC_MATMUL_ROWS=avx2: ours a weight row at a time, as on an AVX2 build (to compare)
+[[maybe_unused]] bool pairs_enabled() {
+    const char * env = std::getenv("PYLLAMASPEC_MATMUL_ROWS");
+    return !env || std::strcmp(env, "avx2") != 0;
 }
 
 #if defined(PSL_MM_AVX2)
@@ -334,6 +344,95 @@ void f16_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     }
 }
 
+#if defined(PSL_MM_AVX512)
+// Two weight rows at once (w0's lanes low, w1's high): each half does vec_dot's 8-lane arithmetic
+// for its row, so the numbers are the single-row kernels' (and ggml's), with half the
+// instructions for the activations' side and the scales.
+// (through the 64-bit lanes' insert and extract: AVX512F's, where the 32-bit ones are AVX512DQ's)
+__m512 pair(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+__m512i pair(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+__m512 pair_set1(float lo, float hi) { return pair(_mm256_set1_ps(lo), _mm256_set1_ps(hi)); }
+
+// one activation block (32 int8) in both halves
+__m512i both_halves(const int8_t * q) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) q)); }
+
+__m512i dot4(__m512i u, __m512i s) {   // as the 256-bit dot4: the same integers
+#if defined(__AVX512VNNI__)
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+#else
+    return _mm512_madd_epi16(_mm512_set1_epi16(1), _mm512_maddubs_epi16(u, s));
+#endif
+}
+
+// each half's 8 lanes summed as ggml's hsum_float_8
+void hsum_pair(__m512 acc, float & lo, float & hi) {
+    lo = hsum8(_mm512_castps512_ps256(acc));
+    hi = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+}
+
+// signed_rows for two weight rows: x's sign moved to y as _mm256_sign_epi8 moves it (y negated
+// where x < 0; where x is 0, |x| is 0 and so is the product)
+template <class T, int R>
+void signed_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, float * res0, float * res1) {
+    const typename T::Block * w0 = (const typename T::Block *) wv0;
+    const typename T::Block * w1 = (const typename T::Block *) wv1;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    const int8_t * qa = &a.qs[r0 * QK];
+    const float * da = &a.d[r0];
+    for (int64_t b = 0; b < a.nb; ++b, qa += a.n * QK, da += a.n) {
+        const __m512 dw = pair_set1(f16(w0[b].d), f16(w1[b].d));
+        const __m512i qx = pair(T::values(w0[b]), T::values(w1[b]));
+        const __m512i ax = _mm512_abs_epi8(qx);
+        const __mmask64 neg = _mm512_movepi8_mask(qx);
+        for (int r = 0; r < R; ++r) {
+            const __m512i qy = both_halves(qa + r * QK);
+            const __m512i sy = _mm512_mask_sub_epi8(qy, neg, _mm512_setzero_si512(), qy);
+            const __m512 q = _mm512_cvtepi32_ps(dot4(ax, sy));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[r])), q, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) hsum_pair(acc[r], res0[r], res1[r]);
+}
+
+// q4_1_rows for two weight rows; summs a lane per activation row (lane r: fma(m, s_r, summs_r),
+// the scalar fma of the single-row kernel)
+template <int R>
+void q4_1_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, float * res0, float * res1) {
+    static_assert(R <= 16, "one summs lane per row");
+    const BlockQ4_1 * w0 = (const BlockQ4_1 *) wv0;
+    const BlockQ4_1 * w1 = (const BlockQ4_1 *) wv1;
+    const __mmask16 lanes = (__mmask16) ((1u << R) - 1);
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    __m512 summs0 = _mm512_setzero_ps(), summs1 = _mm512_setzero_ps();
+    const int8_t * qa = &a.qs[r0 * QK];
+    const float * da = &a.d[r0];
+    const float * sa = &a.s[r0];
+    for (int64_t b = 0; b < a.nb; ++b, qa += a.n * QK, da += a.n, sa += a.n) {
+        const __m512 dw = pair_set1(f16(w0[b].d), f16(w1[b].d));
+        const __m512 s = _mm512_maskz_loadu_ps(lanes, sa);
+        summs0 = _mm512_fmadd_ps(_mm512_set1_ps(f16(w0[b].m)), s, summs0);
+        summs1 = _mm512_fmadd_ps(_mm512_set1_ps(f16(w1[b].m)), s, summs1);
+        const __m512i qx = pair(nibbles(w0[b].qs), nibbles(w1[b].qs));
+        for (int r = 0; r < R; ++r) {
+            const __m512 xy = _mm512_cvtepi32_ps(dot4(qx, both_halves(qa + r * QK)));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[r])), xy, acc[r]);
+        }
+    }
+    float m0[16], m1[16];
+    _mm512_storeu_ps(m0, summs0);
+    _mm512_storeu_ps(m1, summs1);
+    for (int r = 0; r < R; ++r) {
+        hsum_pair(acc[r], res0[r], res1[r]);
+        res0[r] += m0[r];
+        res1[r] += m1[r];
+    }
+}
+#endif
+
 constexpr int CHUNK = 8;   // activation rows whose accumulators stay in registers (AVX2 has 16)
 // F16 weights: four accumulators a row (AVX2's 16 registers hold two rows' and the weights')
 constexpr int F16_CHUNK = kern::Vec::N >= 16 ? 6 : 2;
@@ -370,8 +469,36 @@ RowsKernel kernel_for(ggml_type t, int r) {
     }
 }
 
+using PairKernel = void (*)(const void * w0, const void * w1, const Rows & a, int64_t r0, float * res0,
+                            float * res1);
+
+#if defined(PSL_MM_AVX512)
+template <int... R>
+constexpr std::array<PairKernel, sizeof...(R)> pairs_of(std::integer_sequence<int, R...>, ggml_type t) {
+    return t == GGML_TYPE_Q8_0   ? std::array<PairKernel, sizeof...(R)>{signed_pairs<Q8_0, R + 1>...}
+           : t == GGML_TYPE_Q5_0 ? std::array<PairKernel, sizeof...(R)>{signed_pairs<Q5_0, R + 1>...}
+                                 : std::array<PairKernel, sizeof...(R)>{q4_1_pairs<R + 1>...};
+}
+
+// The kernel for two weight rows at once, where there is one (nullptr: a row at a time)
+PairKernel pair_kernel_for(ggml_type t, int r) {
+    static constexpr auto q8_0 = pairs_of(std::make_integer_sequence<int, CHUNK>{}, GGML_TYPE_Q8_0);
+    static constexpr auto q5_0 = pairs_of(std::make_integer_sequence<int, CHUNK>{}, GGML_TYPE_Q5_0);
+    static constexpr auto q4_1 = pairs_of(std::make_integer_sequence<int, CHUNK>{}, GGML_TYPE_Q4_1);
+    switch (t) {
+        case GGML_TYPE_Q8_0: return q8_0[r - 1];
+        case GGML_TYPE_Q5_0: return q5_0[r - 1];
+        case GGML_TYPE_Q4_1: return q4_1[r - 1];
+        default: return nullptr;
+    }
+}
+#else
+PairKernel pair_kernel_for(ggml_type, int) { return nullptr; }
+#endif
+
 // ggml's custom-op callback: every thread quantizes the rows itself (a custom op has no barrier;
-// the rows are few) and takes its share of the weight rows.
+// the rows are few) and takes its share of the weight rows, two at a time where a pair kernel
+// exists.
 void compute(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * x = dst->src[1];
@@ -379,14 +506,25 @@ void compute(ggml_tensor * dst, int ith, int nth, void *) {
     quantize(x, ggml_get_type_traits_cpu(w->type)->vec_dot_type, a);
     const int64_t n_w = w->ne[1];
     const int chunk = w->type == GGML_TYPE_F16 ? F16_CHUNK : CHUNK;
-    float res[CHUNK];
-    for (int64_t i = n_w * ith / nth; i < n_w * (ith + 1) / nth; ++i) {
+    const bool pairs = pair_kernel_for(w->type, 1) != nullptr && pairs_enabled();
+    float res[2][CHUNK];
+    const auto out = [&](int64_t r, int64_t i) -> float & { return ((float *) ((char *) dst->data + r * dst->nb[1]))[i]; };
+    const int64_t end = n_w * (ith + 1) / nth;
+    for (int64_t i = n_w * ith / nth; i < end;) {
         const void * wr = (const char *) w->data + i * w->nb[1];
+        const int step = pairs && i + 1 < end ? 2 : 1;
         for (int64_t r0 = 0; r0 < a.n; r0 += chunk) {
             const int r = (int) std::min<int64_t>(chunk, a.n - r0);
-            kernel_for(w->type, r)(wr, a, r0, res);
-            for (int j = 0; j < r; ++j) ((float *) ((char *) dst->data + (r0 + j) * dst->nb[1]))[i] = res[j];
+            if (step == 2) {
+                pair_kernel_for(w->type, r)(wr, (const char *) wr + w->nb[1], a, r0, res[0], res[1]);
+            } else {
+                kernel_for(w->type, r)(wr, a, r0, res[0]);
+            }
+            for (int s = 0; s < step; ++s) {
+                for (int j = 0; j < r; ++j) out(r0 + j, i + s) = res[s][j];
+            }
         }
+        i += step;
     }
 }
 
@@ -423,6 +561,11 @@ bool plain_cpu(const ggml_tensor * w) {
 }  // namespace
 
 bool matmul_rows_takes(ggml_type t) { return type_takes(t) && enabled(); }
+
+bool matmul_rows_on_amx() {
+    const char * env = std::getenv("PYLLAMASPEC_MATMUL_ROWS_AMX");
+    return env && std::strcmp(env, "1") == 0;
+}
 
 int64_t matmul_rows_max(ggml_type t) {
     if (!matmul_rows_takes(t)) return 0;

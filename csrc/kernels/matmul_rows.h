@@ -33,6 +33,11 @@ int64_t matmul_rows_max(ggml_type t);
 
 constexpr int64_t MATMUL_ROWS_MAX = 16;
 
+// Whether the weights in ggml's AMX buffer get a plain twin too, which ours reads for 1-16 rows
+// (AMX tiles for 17+): PYLLAMASPEC_MATMUL_ROWS_AMX=1, read when a model is loaded. Off by default:
+// AMX's one-token product is faster than ours here (docs/benchmarks.md).
+bool matmul_rows_on_amx();
+
 // Turns the graph's products that matmul_rows_fit takes into matmul_rows nodes, in place (the
 // node keeps its activations, shape and identity; its op becomes our custom one). A weight that
 // ggml repacked is read through its plain twin (a tensor on the same values in the plain layout),
