@@ -213,11 +213,10 @@ void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t bu
     }
 }
 
-// The repacked weights that our products of a few rows take (a CPU-only model) get a twin in
-// the plain layout, which they read, while ggml's repacked kernels take one token and prompts.
-// Both give ggml's numbers: the repacked gemv / gemm for 1 and 17+ rows, vec_dot's (ours) for
-// 2-16, which unlike the repacked gemm do not depend on the batch. The cost is a second copy of
-// those weights in memory.
+// The repacked weights that our products of a few rows take (a CPU-only model), and the AMX
+// ones with PYLLAMASPEC_MATMUL_ROWS_AMX=1, get a twin in the plain layout: ours reads it for 1-16
+// rows (vec_dot's numbers at every row count), ggml's repacked gemm or AMX tiles take prompts of
+// 17+. The cost is a second copy of those weights in memory.
 void TensorLoader::plain_twins(ggml_context * ctx) {
     std::vector<ggml_tensor *> want;
     for (auto & [t, src] : created_) {

@@ -5,7 +5,10 @@
 // whose accumulators stay in registers, and keeps vec_dot's arithmetic per row: the activations
 // quantized by ggml's own from_float, the same integer sums, the block scales and the lanes added
 // in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
-// rows share the call (batch-invariant).
+// rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
+// has it) Q8_0, Q5_0 and Q4_1 take two weight rows at once in 512-bit registers, each half doing
+// its row's 8-lane vec_dot arithmetic: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2 brings back
+// the row-at-a-time loops, to compare).
 #pragma once
 
 #include "ggml.h"
@@ -17,7 +20,8 @@ namespace psl {
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
 // type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
-// plain buffer (not repacked, not AMX), F32 activations of 2..matmul_rows_max(type) rows. Off with
+// plain buffer (not repacked, not AMX: a CPU-only model keeps F16 out of ggml's AMX buffer, which
+// has no tile kernel for it), F32 activations of 2..matmul_rows_max(type) rows. Off with
 // PYLLAMASPEC_MATMUL_ROWS=ggml (read when a model is loaded, which then keeps no plain copy of
 // its repacked weights, and when a graph is built), to compare with ggml's.
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x);
