@@ -6,9 +6,9 @@
 // quantized by ggml's own from_float, the same integer sums, the block scales and the lanes added
 // in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
 // rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
-// has it) Q8_0, Q5_0 and Q4_1 take two weight rows at once in 512-bit registers, each half doing
-// its row's 8-lane vec_dot arithmetic: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2 brings back
-// the row-at-a-time loops, to compare).
+// has it) Q8_0, Q5_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
+// half doing its row's 8-lane vec_dot arithmetic: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
+// brings back the row-at-a-time loops, to compare).
 #pragma once
 
 #include "ggml.h"
