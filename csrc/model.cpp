@@ -93,10 +93,21 @@ ggml_backend_buffer_type_t TensorLoader::home(const std::string & name, Place pl
     const ggml_tensor * meta = src ? src->meta : nullptr;
     if (matrix && meta) {
         for (ggml_backend_buffer_type_t extra : cpu_extra_) {
+            if (amx_copies_only(extra, meta->type)) continue;
             if (supports_matmul(extra, meta)) return extra;
         }
     }
     return buft_cpu_;
+}
+
+// ggml's AMX buffer takes F16 weights but has no tile kernel for them: it copies them as they are
+// and runs an AVX-512 loop, slower than vec_dot for one token and than ours / llamafile's for a
+// few rows (Xeon, 2 threads, Gemma 3 F16: 35.7 ms a token against 32.1 in the plain buffer; 8
+// rows 93.7 against 63.6). A CPU-only model keeps them in the plain buffer; a model that offloads
+// keeps ggml's placement, as llama.cpp's.
+bool TensorLoader::amx_copies_only(ggml_backend_buffer_type_t extra, ggml_type t) const {
+    return m_.cpu_only() && t == GGML_TYPE_F16 &&
+           std::string(ggml_backend_buft_name(extra)).find("AMX") != std::string::npos;
 }
 
 ggml_tensor * TensorLoader::place(const std::string & name, std::vector<int64_t> ne, Place place, int il,
@@ -202,17 +213,18 @@ void TensorLoader::load_copied(ggml_context * ctx, ggml_backend_buffer_type_t bu
     }
 }
 
-// The repacked weights that our products of a few rows take (a CPU-only model) get a twin in
-// the plain layout, which they read, while ggml's repacked kernels take one token and prompts.
-// Both give ggml's numbers: the repacked gemv / gemm for 1 and 17+ rows, vec_dot's (ours) for
-// 2-16, which unlike the repacked gemm do not depend on the batch. The cost is a second copy of
-// those weights in memory.
+// The repacked weights that our products of a few rows take (a CPU-only model), and the AMX
+// ones with PYLLAMASPEC_MATMUL_ROWS_AMX=1, get a twin in the plain layout: ours reads it for 1-16
+// rows (vec_dot's numbers at every row count), ggml's repacked gemm or AMX tiles take prompts of
+// 17+. The cost is a second copy of those weights in memory.
 void TensorLoader::plain_twins(ggml_context * ctx) {
     std::vector<ggml_tensor *> want;
     for (auto & [t, src] : created_) {
         if (ggml_get_tensor(ctx, ggml_get_name(t)) != t) continue;
         const std::string buft = ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer));
-        if (m_.cpu_only() && buft.find("REPACK") != std::string::npos && matmul_rows_takes(t->type)) want.push_back(t);
+        const bool repacked = buft.find("REPACK") != std::string::npos || (buft.find("AMX") != std::string::npos &&
+                                                                             matmul_rows_on_amx());
+        if (m_.cpu_only() && repacked && matmul_rows_takes(t->type)) want.push_back(t);
     }
     if (want.empty()) return;
     ggml_init_params p = {ggml_tensor_overhead() * want.size(), nullptr, /*no_alloc =*/ true};

@@ -356,6 +356,7 @@ private:
     ggml_tensor * place(const std::string & name, std::vector<int64_t> ne, Place place, int il, bool required,
                         bool matrix);
     bool supports_matmul(ggml_backend_buffer_type_t buft, const ggml_tensor * w) const;
+    bool amx_copies_only(ggml_backend_buffer_type_t extra, ggml_type t) const;
     psl_model & m_;
     ggml_backend_buffer_type_t buft_cpu_, buft_gpu_;
     std::vector<ggml_backend_buffer_type_t> cpu_extra_;

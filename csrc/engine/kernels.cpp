@@ -74,7 +74,13 @@ std::string path(ggml_type t, const std::string & buft, bool experts, bool deter
         }
         return "repacked (ggml's gemv/gemm, activations as " + act + ")";
     }
-    if (buft.find("AMX") != std::string::npos) return "AMX tiles";
+    if (buft.find("AMX") != std::string::npos) {
+        if (twins) {   // PYLLAMASPEC_MATMUL_ROWS_AMX=1 (TensorLoader::plain_twins)
+            return "1-" + std::to_string(matmul_rows_max(t)) + " rows: ours (kernels/matmul_rows, on a plain copy: "
+                   "vec_dot's numbers); " + std::to_string(matmul_rows_max(t) + 1) + "+ rows: AMX tiles";
+        }
+        return "AMX tiles";
+    }
     if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
     // ours gives vec_dot's numbers row by row (kernels/matmul_rows.h), deterministic or not
     const int64_t most = matmul_rows_max(t);

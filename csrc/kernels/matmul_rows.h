@@ -5,7 +5,10 @@
 // whose accumulators stay in registers, and keeps vec_dot's arithmetic per row: the activations
 // quantized by ggml's own from_float, the same integer sums, the block scales and the lanes added
 // in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
-// rows share the call (batch-invariant).
+// rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
+// has it) Q8_0, Q5_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
+// half doing its row's 8-lane vec_dot arithmetic: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
+// brings back the row-at-a-time loops, to compare).
 #pragma once
 
 #include "ggml.h"
@@ -17,7 +20,8 @@ namespace psl {
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
 // type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
-// plain buffer (not repacked, not AMX), F32 activations of 2..matmul_rows_max(type) rows. Off with
+// plain buffer (not repacked, not AMX: a CPU-only model keeps F16 out of ggml's AMX buffer, which
+// has no tile kernel for it), F32 activations of 2..matmul_rows_max(type) rows. Off with
 // PYLLAMASPEC_MATMUL_ROWS=ggml (read when a model is loaded, which then keeps no plain copy of
 // its repacked weights, and when a graph is built), to compare with ggml's.
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x);
@@ -32,6 +36,11 @@ bool matmul_rows_takes(ggml_type t);
 int64_t matmul_rows_max(ggml_type t);
 
 constexpr int64_t MATMUL_ROWS_MAX = 16;
+
+// Whether the weights in ggml's AMX buffer get a plain twin too, which ours reads for 1-16 rows
+// (AMX tiles for 17+): PYLLAMASPEC_MATMUL_ROWS_AMX=1, read when a model is loaded. Off by default:
+// AMX's one-token product is faster than ours here (docs/benchmarks.md).
+bool matmul_rows_on_amx();
 
 // Turns the graph's products that matmul_rows_fit takes into matmul_rows nodes, in place (the
 // node keeps its activations, shape and identity; its op becomes our custom one). A weight that

@@ -71,6 +71,33 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
     assert np.abs(_batched(path, monkeypatch, "ours", other, rows) - ours).max() > 1e-3
 
 
+# An odd vocabulary (the tied head's rows: 67, a thread's share 33 or 34) takes the AVX-512 kernels'
+# two weight rows at a time and a single row at the end of a share; rows as in CASES
+ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 9, 16)]
+
+
+@needs_ours
+@pytest.mark.parametrize("dtype,n_rows", ODD_CASES)
+def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dtype, n_rows):
+    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=1, n_vocab=67, dtype=dtype, tied=True,
+                       seed=7)
+    rng = np.random.default_rng(n_rows + 100)
+    context, rows = rng.integers(0, 67, 24), rng.integers(0, 67, n_rows)
+    ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
+    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
+    # PYLLAMASPEC_MATMUL_ROWS=avx2: ours a weight row at a time (the AVX2 loops), the same bits
+    monkeypatch.setenv("PYLLAMASPEC_MATMUL_ROWS", "avx2")
+    with Model(str(path), n_ctx=512, n_threads=2, deterministic=True) as m:
+        m.eval(np.asarray(context, np.int32), logits="none")
+        single = np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
+        assert "2-16 rows: ours" in m.kernels, m.kernels
+    np.testing.assert_array_equal(ours, single)
+    # negative control: a context one token apart moves the rows
+    other = context.copy()
+    other[3] = (other[3] + 1) % 67
+    assert np.abs(_batched(path, monkeypatch, "ours", other, rows, deterministic=True) - ours).max() > 1e-3
+
+
 @needs_ours
 @pytest.mark.parametrize("n_rows", [2, 8, 16])
 def test_real_models_equal_ggml_to_the_bit(smollm2_path, gemma3_path, monkeypatch, n_rows):
@@ -107,3 +134,15 @@ def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeyp
     _switch(monkeypatch, "ggml")
     with Model(str(smollm2_path), n_ctx=256) as m:
         assert "matmul_rows" not in m.kernels, m.kernels
+
+
+@needs_ours
+def test_f16_weights_stay_out_of_the_amx_buffer(synth_model, monkeypatch):
+    # ggml's AMX buffer only copies F16 weights (no tile kernel): a CPU-only model keeps them in the
+    # plain buffer, where ours takes 2-4 rows (TensorLoader::amx_copies_only); the same without AMX
+    _switch(monkeypatch, "ours")
+    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype="F16", tied=True, seed=11)
+    with Model(str(path), n_ctx=256) as m:
+        lines = m.kernels.splitlines()
+    f16 = [x for x in lines if x.startswith("f16 ")]
+    assert f16 and all(x.startswith("f16 x") and " CPU: " in x and "2-4 rows: ours" in x for x in f16), lines
