@@ -27,6 +27,9 @@ struct VitHParams {
     float eps = 1e-6f;
     float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
     enum class Ffn { Gelu, Silu, GeluQuick } ffn = Ffn::GeluQuick;   // clip.use_gelu / use_silu
+    float rope_theta = 10000.0f;  // the vision rope's base (gemma4v: 100)
+    int32_t pos_size = 0;         // gemma4v: the patches a side its position tables hold
+    bool causal = false;          // this file's rows causal although its type's are not (gemma4v E2B / E4B)
 
     int32_t patches_side() const { return image_size / patch_size; }
     int32_t n_patches() const { return patches_side() * patches_side(); }
@@ -38,6 +41,16 @@ struct VitLayer {
     ggml_tensor *o_w = nullptr, *o_b = nullptr;
     ggml_tensor *up_w = nullptr, *up_b = nullptr, *down_w = nullptr, *down_b = nullptr;
     ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;   // fused q, k, v (qwen3vl_merger)
+    // gemma4v: per-head q / k norms, norms after attention and FFN, the FFN's gate, an output scale
+    ggml_tensor *q_norm = nullptr, *k_norm = nullptr, *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
+    ggml_tensor *gate_w = nullptr, *gate_b = nullptr, *out_scale = nullptr;
+};
+
+// The bounds a Gemma4ClippableLinear puts on a product's input and output (clip.cpp's
+// clamp_info_map; a bound the file does not give is +-FLT_MAX).
+struct VitClamp {
+    const ggml_tensor * w = nullptr;
+    float in_min, in_max, out_min, out_max;
 };
 
 // The weights of a projector, named as clip.cpp names them.
@@ -49,6 +62,9 @@ struct VitWeights {
     ggml_tensor *mm_soft_norm_w = nullptr, *mm_proj_w = nullptr;
     // qwen3vl_merger: the Conv3D's second temporal slice; the merger's two linears
     ggml_tensor *patch_w1 = nullptr, *mm0_w = nullptr, *mm0_b = nullptr, *mm2_w = nullptr, *mm2_b = nullptr;
+    // gemma4v: the standardization before the projection, the weights with clamps
+    ggml_tensor *std_bias = nullptr, *std_scale = nullptr;
+    std::vector<VitClamp> clamps;
 };
 
 class ProjectorLoader;
@@ -84,6 +100,9 @@ public:
     ggml_tensor * get_plain(const std::string & name, std::vector<int64_t> ne);
     // The file's tensor (shape and type, no data); missing: PSL_ERR_FORMAT.
     const ggml_tensor * meta(const std::string & name) const;
+    // A one-value F32 tensor's value (gemma4v's clamp bounds); absent: false. Another shape or
+    // type: PSL_ERR_FORMAT.
+    bool scalar(const std::string & name, float & out) const;
     const std::vector<std::string> & names() const { return names_; }
 
 private:
@@ -108,6 +127,8 @@ struct ProjectorGraph {
     ggml_tensor * vit();
     ggml_tensor * layer_norm(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const;
     ggml_tensor * linear(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const;
+    // Attention as clip.cpp runs it with flash attention: q, k, v [d_head, n_head, n] -> [e, n].
+    ggml_tensor * attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, float kq_scale) const;
 };
 
 const ProjectorOps * find_projector(const std::string & type);

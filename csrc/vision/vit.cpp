@@ -19,6 +19,16 @@ ggml_tensor * ProjectorGraph::linear(ggml_tensor * x, ggml_tensor * wt, ggml_ten
     return b ? ggml_add(ctx, x, b) : x;
 }
 
+ggml_tensor * ProjectorGraph::attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, float kq_scale) const {
+    const int64_t e = q->ne[0] * q->ne[1], n = q->ne[2];
+    q = ggml_permute(ctx, q, 0, 2, 1, 3);                                       // [d_head, n, n_head]
+    k = ggml_cast(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), GGML_TYPE_F16);
+    v = ggml_cast(ctx, ggml_permute(ctx, v, 0, 2, 1, 3), GGML_TYPE_F16);
+    ggml_tensor * a = ggml_flash_attn_ext(ctx, q, k, v, nullptr, kq_scale, 0.0f, 0.0f);
+    ggml_prec_set_acc(a, GGML_PREC_F32);
+    return ggml_reshape_2d(ctx, a, e, n);                                       // [d_head, n_head, n] -> rows
+}
+
 ggml_tensor * ProjectorGraph::vit() {
     const int64_t e = hp.n_embd, n = hp.n_patches(), n_head = hp.n_head, d_head = e / n_head;
     const int p = hp.patch_size;
@@ -33,13 +43,7 @@ ggml_tensor * ProjectorGraph::vit() {
         ggml_tensor * q = ggml_reshape_3d(ctx, linear(h, L.q_w, L.q_b), d_head, n_head, n);
         ggml_tensor * k = ggml_reshape_3d(ctx, linear(h, L.k_w, L.k_b), d_head, n_head, n);
         ggml_tensor * v = ggml_reshape_3d(ctx, linear(h, L.v_w, L.v_b), d_head, n_head, n);
-        q = ggml_permute(ctx, q, 0, 2, 1, 3);                                   // [d_head, n, n_head]
-        k = ggml_cast(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), GGML_TYPE_F16);
-        v = ggml_cast(ctx, ggml_permute(ctx, v, 0, 2, 1, 3), GGML_TYPE_F16);
-        ggml_tensor * a = ggml_flash_attn_ext(ctx, q, k, v, nullptr, kq_scale, 0.0f, 0.0f);
-        ggml_prec_set_acc(a, GGML_PREC_F32);
-        a = ggml_reshape_2d(ctx, a, e, n);                                      // [d_head, n_head, n] -> rows
-        x = ggml_add(ctx, linear(a, L.o_w, L.o_b), x);
+        x = ggml_add(ctx, linear(attention(q, k, v, kq_scale), L.o_w, L.o_b), x);
         h = linear(layer_norm(x, L.ln2_w, L.ln2_b), L.up_w, L.up_b);
         h = hp.ffn == VitHParams::Ffn::Gelu ? ggml_gelu(ctx, h)
           : hp.ffn == VitHParams::Ffn::Silu ? ggml_silu(ctx, h)
