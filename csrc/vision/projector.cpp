@@ -240,7 +240,7 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     if (!backend) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     n_threads = threads > 0 ? threads : (int32_t) std::min(hw, 16u);
-    graph_size = 256 + 64 * (size_t) hp.n_layer;   // a layer is about 30 nodes
+    graph_size = 256 + 96 * (size_t) hp.n_layer;   // a layer is about 30 nodes (gemma4v: up to about 60)
     graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
 }
 
