@@ -387,6 +387,9 @@ struct ArchOps {
     // Its attention ropes with M-RoPE sections (qwen35): an image with a grid goes at 2-D
     // positions (memory/row_spans.h), as llama.cpp's mtmd places one for such a model.
     bool mrope_rows = false;
+    // Non-causal rows (an image's) attend both ways on its sliding-window layers only, its full
+    // layers staying causal (llama.cpp's LLAMA_NON_CAUSAL_TYPE_SWA_ONLY: gemma4).
+    bool non_causal_swa_only = false;
     bool is_head() const { return build_encode != nullptr || reads_target_kv; }
 };
 

@@ -35,7 +35,7 @@ psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info
         out->n_tokens = proj->n_tokens();
         std::copy(hp.mean, hp.mean + 3, out->image_mean);
         std::copy(hp.std, hp.std + 3, out->image_std);
-        out->non_causal = proj->ops->non_causal;
+        out->non_causal = proj->ops->non_causal && !hp.causal;
         out->mrope = proj->ops->mrope;
     });
 }

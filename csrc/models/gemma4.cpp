@@ -14,7 +14,8 @@
 //   residual stream / sqrt(n_embd) times its own scale; softmax, top-k renormalized, GeGLU
 //   experts with a per-expert output scale;
 // * per-layer inputs (E2B/E4B): a token table and a projection of the embeddings give each
-//   layer a vector that gates a small GELU bottleneck added to its output;
+//   layer a vector that gates a small GELU bottleneck added to its output; at an image's rows
+//   the table's row is token 0's (llama.cpp's padding row for an embeddings batch);
 // * a per-layer output scale (layer_output_scale) when the file has it.
 #include "models/common/arch_common.h"
 
@@ -122,14 +123,20 @@ void tensors(TensorLoader & tl, psl_model & m) {
 }
 
 // The per-layer inputs [n_embd_per_layer, n_tokens, n_layer]: the token's row of the table
-// (times sqrt(width)) plus the normed projection of the embeddings x (divided by sqrt(n_embd)),
+// (times sqrt(width); token 0's for rows) plus the normed projection of the embeddings x (divided by sqrt(n_embd)),
 // over sqrt(2).
 ggml_tensor * per_layer_inputs(Graph & g, ggml_tensor * x) {
     const psl_model & m = g.m;
     ggml_context * ctx = g.ctx;
     const int64_t n_pl = m.hp.n_embd_per_layer, n_layer = m.hp.n_layer, n = g.n_tokens;
-    ggml_tensor * tok = ggml_get_rows(ctx, m.per_layer_tok_embd, g.inp_tokens);
-    tok = ggml_scale(ctx, ggml_reshape_3d(ctx, tok, n_pl, n_layer, n), sqrtf((float) n_pl));
+    ggml_tensor * tok;
+    if (g.rows_input) {   // an image's rows: token 0's row (the padding), as llama.cpp's embeddings batch
+        tok = ggml_cast(ctx, ggml_view_1d(ctx, m.per_layer_tok_embd, n_pl * n_layer, 0), GGML_TYPE_F32);
+        tok = ggml_scale(ctx, ggml_reshape_3d(ctx, tok, n_pl, n_layer, 1), sqrtf((float) n_pl));
+    } else {
+        tok = ggml_get_rows(ctx, m.per_layer_tok_embd, g.inp_tokens);
+        tok = ggml_scale(ctx, ggml_reshape_3d(ctx, tok, n_pl, n_layer, n), sqrtf((float) n_pl));
+    }
     ggml_tensor * proj = ggml_scale(ctx, ggml_mul_mat(ctx, m.per_layer_model_proj, x), 1.0f / sqrtf((float) m.hp.n_embd));
     proj = g.rms_norm(ggml_reshape_3d(ctx, proj, n_pl, n_layer, n), m.per_layer_proj_norm);
     ggml_tensor * inp = ggml_scale(ctx, ggml_add(ctx, proj, tok), 1.0f / sqrtf(2.0f));
@@ -194,7 +201,7 @@ ggml_tensor * per_layer_term(Graph & g, int il, ggml_tensor * x, ggml_tensor * i
 ggml_tensor * build(Graph & g) {
     const HParams & hp = g.m.hp;
     ggml_context * ctx = g.ctx;
-    ggml_tensor * x = ggml_scale(ctx, g.embed(), sqrtf((float) hp.n_embd));
+    ggml_tensor * x = g.embed(sqrtf((float) hp.n_embd));   // rows (an image's) are not scaled
     ggml_tensor * inp_pl = g.m.per_layer_tok_embd ? per_layer_inputs(g, x) : nullptr;
     for (int il = 0; il < hp.n_layer; ++il) {
         const Layer & l = g.m.layers[il];
@@ -216,6 +223,8 @@ ggml_tensor * build(Graph & g) {
 
 }  // namespace
 
-extern const ArchOps arch_gemma4 = {"gemma4", hparams, tensors, build};
+// takes rows: at an image's rows the per-layer inputs read token 0's table row, not the ids; a
+// non-causal image is so on the sliding-window layers only (llama.cpp's SWA_ONLY)
+extern const ArchOps arch_gemma4 = {"gemma4", hparams, tensors, build, nullptr, nullptr, false, true, false, true};
 
 }  // namespace psl

@@ -18,10 +18,11 @@ extern const ProjectorOps projector_gemma3;
 extern const ProjectorOps projector_qwen3vl;
 extern const ProjectorOps projector_qwen2vl;
 extern const ProjectorOps projector_qwen25vl;
+extern const ProjectorOps projector_gemma4v;
 
 const ProjectorOps * find_projector(const std::string & type) {
     static const ProjectorOps * const all[] = {&projector_gemma3, &projector_qwen3vl, &projector_qwen2vl,
-                                               &projector_qwen25vl};
+                                               &projector_qwen25vl, &projector_gemma4v};
     for (const ProjectorOps * o : all) {
         if (type == o->name) return o;
     }
@@ -151,6 +152,16 @@ const ggml_tensor * ProjectorLoader::meta(const std::string & name) const {
     return t;
 }
 
+bool ProjectorLoader::scalar(const std::string & name, float & out) const {
+    const ggml_tensor * t = ggml_get_tensor(f_.meta(), name.c_str());
+    if (!t) return false;
+    if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != 1) {
+        fail(PSL_ERR_FORMAT, "'%s': tensor '%s' should be one f32 value", f_.path().c_str(), name.c_str());
+    }
+    f_.read(f_.tensor_file_offset(name.c_str()), &out, sizeof(float));
+    return true;
+}
+
 ggml_tensor * ProjectorLoader::get(const std::string & name, std::vector<int64_t> ne, bool required) {
     return take(name, ne, required, false);
 }
@@ -210,7 +221,7 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     ops = find_projector(type);
     if (!ops) {
         fail(PSL_ERR_UNSUPPORTED, "'%s': projector type '%s' is not supported (supported: gemma3, qwen3vl_merger, "
-             "qwen2vl_merger, qwen2.5vl_merger)", path.c_str(),
+             "qwen2vl_merger, qwen2.5vl_merger, gemma4v)", path.c_str(),
              type.c_str());
     }
     common_hparams(f, hp);
@@ -233,7 +244,7 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     if (!backend) fail(PSL_ERR_BACKEND, "cannot start the CPU backend");
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     n_threads = threads > 0 ? threads : (int32_t) std::min(hw, 16u);
-    graph_size = 256 + 64 * (size_t) hp.n_layer;   // a layer is about 30 nodes
+    graph_size = 256 + 96 * (size_t) hp.n_layer;   // a layer is about 30 nodes (gemma4v: up to about 60)
     graph_buf.resize(ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false));
 }
 

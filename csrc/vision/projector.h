@@ -32,6 +32,9 @@ struct VitHParams {
     // in every layer but each n_wa_pattern-th (clip.vision.n_wa_pattern; 0: none)
     bool rms_norm = false;
     int32_t n_wa_pattern = 0;
+    float rope_theta = 10000.0f;  // the vision rope's base (gemma4v: 100)
+    int32_t pos_size = 0;         // gemma4v: the patches a side its position tables hold
+    bool causal = false;          // this file's rows causal although its type's are not (gemma4v E2B / E4B)
 
     int32_t row_width() const { return n_embd_text * (1 + n_deepstack); }   // the rows' width
     int32_t patches_side() const { return image_size / patch_size; }
@@ -47,7 +50,17 @@ struct VitLayer {
     // a deepstack merger of this layer's output (qwen3vl_merger): LayerNorm, fc1, GELU, fc2
     ggml_tensor *ds_norm_w = nullptr, *ds_norm_b = nullptr, *ds_fc1_w = nullptr, *ds_fc1_b = nullptr;
     ggml_tensor *ds_fc2_w = nullptr, *ds_fc2_b = nullptr;
-    ggml_tensor *gate_w = nullptr, *gate_b = nullptr; // a gated MLP (qwen2.5vl_merger)
+    ggml_tensor *gate_w = nullptr, *gate_b = nullptr; // a gated MLP (qwen2.5vl_merger, gemma4v)
+    // gemma4v: per-head q / k norms, norms after attention and FFN, an output scale
+    ggml_tensor *q_norm = nullptr, *k_norm = nullptr, *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
+    ggml_tensor *out_scale = nullptr;
+};
+
+// The bounds a Gemma4ClippableLinear puts on a product's input and output (clip.cpp's
+// clamp_info_map; a bound the file does not give is +-FLT_MAX).
+struct VitClamp {
+    const ggml_tensor * w = nullptr;
+    float in_min, in_max, out_min, out_max;
 };
 
 // The weights of a projector, named as clip.cpp names them.
@@ -60,6 +73,9 @@ struct VitWeights {
     ggml_tensor *mm_soft_norm_w = nullptr, *mm_proj_w = nullptr;
     // qwen3vl_merger: the Conv3D's second temporal slice; the merger's two linears
     ggml_tensor *patch_w1 = nullptr, *mm0_w = nullptr, *mm0_b = nullptr, *mm2_w = nullptr, *mm2_b = nullptr;
+    // gemma4v: the standardization before the projection, the weights with clamps
+    ggml_tensor *std_bias = nullptr, *std_scale = nullptr;
+    std::vector<VitClamp> clamps;
 };
 
 class ProjectorLoader;
@@ -99,6 +115,9 @@ public:
     ggml_tensor * get_plain(const std::string & name, std::vector<int64_t> ne);
     // The file's tensor (shape and type, no data); missing: PSL_ERR_FORMAT.
     const ggml_tensor * meta(const std::string & name) const;
+    // A one-value F32 tensor's value (gemma4v's clamp bounds); absent: false. Another shape or
+    // type: PSL_ERR_FORMAT.
+    bool scalar(const std::string & name, float & out) const;
     const std::vector<std::string> & names() const { return names_; }
 
 private:
@@ -137,8 +156,10 @@ struct ProjectorGraph {
     // The 2-D vision rope (ggml_rope_multi, vision mode, 4 sections of d_head / 4) of [d, n_head, n].
     ggml_tensor * vision_rope(ggml_tensor * x, ggml_tensor * pos) const;
     // Attention as clip.cpp runs it where the backend has flash attention (its default): F16 K
-    // and V (and mask), F32 sums; q, k, v [d_head, n_head, n], mask F16 [n, n] or null -> [n_embd, n].
-    ggml_tensor * attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask) const;
+    // and V (and mask), F32 sums; q, k, v [d_head, n_head, n], mask F16 [n, n] or null -> [n_embd, n];
+    // kq_scale 0: 1 / sqrt(d_head) (gemma4v: 1).
+    ggml_tensor * attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                            float kq_scale = 0.0f) const;
 };
 
 const ProjectorOps * find_projector(const std::string & type);

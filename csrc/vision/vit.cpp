@@ -46,12 +46,14 @@ ggml_tensor * ProjectorGraph::vit() {
     return w.post_ln_w ? layer_norm(x, w.post_ln_w, w.post_ln_b) : x;
 }
 
-ggml_tensor * ProjectorGraph::attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask) const {
+ggml_tensor * ProjectorGraph::attention(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                                        float kq_scale) const {
     const int64_t d = q->ne[0], n_head = q->ne[1], n = q->ne[2];
     q = ggml_permute(ctx, q, 0, 2, 1, 3);                                       // [d_head, n, n_head]
     k = ggml_cast(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), GGML_TYPE_F16);
     v = ggml_cast(ctx, ggml_permute(ctx, v, 0, 2, 1, 3), GGML_TYPE_F16);
-    ggml_tensor * a = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f / sqrtf((float) d), 0.0f, 0.0f);
+    ggml_tensor * a = ggml_flash_attn_ext(ctx, q, k, v, mask, kq_scale > 0.0f ? kq_scale : 1.0f / sqrtf((float) d),
+                                          0.0f, 0.0f);
     ggml_prec_set_acc(a, GGML_PREC_F32);
     return ggml_reshape_2d(ctx, a, d * n_head, n);                                // [d_head, n_head, n] -> rows
 }

@@ -15,7 +15,7 @@ used because Pillow (13) runs the vertical pass first on some images, which mtmd
 then differs by one level on some pixels.
 
 With ``Preprocess.smart`` (``SmartResize``: the Qwen projectors (``qwen2vl_merger``,
-``qwen2.5vl_merger``, ``qwen3vl_merger``), mtmd's
+``qwen2.5vl_merger``, ``qwen3vl_merger``) and ``gemma4v``, mtmd's
 ``mtmd_image_preprocessor_dyn_size``) the target is not a square but the image's own "smart
 resize" (``img_tool::calc_size_preserved_ratio``): each edge rounded to a multiple of ``align``
 (patch_size * n_merge), then, if the area is over ``max_pixels`` (under ``min_pixels``), both edges
@@ -44,8 +44,10 @@ PRECISION_BITS = 22  # the coefficients' fixed point: 32 - 8 - 2
 
 
 # clip.cpp's token limits per image for the types that resize to the image's own size (clip.cpp's
-# load_hparams: set_limit_image_tokens(8, 4096) for qwen2vl / qwen2.5vl / qwen3vl)
-DYN_SIZE_TOKENS = {"qwen3vl_merger": (8, 4096), "qwen2vl_merger": (8, 4096), "qwen2.5vl_merger": (8, 4096)}
+# load_hparams: set_limit_image_tokens(8, 4096) for qwen2vl / qwen2.5vl / qwen3vl, (70, 1120) for
+# gemma4v; all bicubic into multiples of patch_size * n_merge)
+DYN_SIZE_TOKENS = {"qwen3vl_merger": (8, 4096), "qwen2vl_merger": (8, 4096), "qwen2.5vl_merger": (8, 4096),
+                   "gemma4v": (70, 1120)}
 
 
 @dataclass(frozen=True)

@@ -367,10 +367,12 @@ void GraphInputs::fill(const Graph & g, const UBatch & ub, const KvCells & cells
 // Token i (position p of sequence s) sees the cells of s's positions 0..p (from n_past on, its
 // tail's); with a sliding window only the last n_swa of them. One sequence whose cells ascend gives the causal mask of
 // a one-sequence cache, cell for cell. Not causal (an image's rows): every cell of s, the window
-// counted back from p as llama.cpp does (a cell past p is never outside it).
+// counted back from p as llama.cpp does (a cell past p is never outside it); on the window layers
+// only where the architecture says so (non_causal_swa_only: gemma4's full layers stay causal).
 void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells & cells) {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     const int32_t n_swa = g.m.hp.n_swa;
+    const bool swa_only = g.m.arch->non_causal_swa_only;
     const size_t n = (size_t) g.n_kv * g.mask_rows();   // rows past the tokens' see nothing
     mask_.assign(n, ninf);
     if (g.inp_mask_swa) mask_swa_.assign(n, ninf);
@@ -379,10 +381,10 @@ void GraphInputs::fill_masks(const Graph & g, const UBatch & ub, const KvCells &
         ggml_fp16_t * row = mask_.data() + (size_t) i * g.n_kv;
         ggml_fp16_t * srow = g.inp_mask_swa ? mask_swa_.data() + (size_t) i * g.n_kv : nullptr;
         const int32_t own = cells.n_past(s);
-        const int32_t last = g.causal ? p : own - 1;
+        const int32_t last = g.causal ? p : own - 1, last_full = swa_only ? p : last;
         for (int32_t q = 0; q <= last; ++q) {
             const int32_t c = q < own ? cells.cell_at(s, q) : ub.tails[i][(size_t) (q - own)];
-            row[c] = zero;
+            if (q <= last_full) row[c] = zero;
             if (srow && q > p - n_swa) srow[c] = zero;
         }
     }
