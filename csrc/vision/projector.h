@@ -60,6 +60,9 @@ struct VitWeights {
     ggml_tensor *mm_soft_norm_w = nullptr, *mm_proj_w = nullptr;
     // qwen3vl_merger: the Conv3D's second temporal slice; the merger's two linears
     ggml_tensor *patch_w1 = nullptr, *mm0_w = nullptr, *mm0_b = nullptr, *mm2_w = nullptr, *mm2_b = nullptr;
+    // pixtral: the LLaVA projector's first linear (mm.2 above), Mistral Small 3.1's merger, [IMG_BREAK]
+    ggml_tensor *mm1_w = nullptr, *mm1_b = nullptr, *mm_input_norm_w = nullptr, *mm_merger_w = nullptr;
+    ggml_tensor *img_break = nullptr;
 };
 
 class ProjectorLoader;
@@ -76,6 +79,9 @@ struct ProjectorOps {
     // The merged grid (nx, ny) of an image width x height (preprocessed); sizes the type cannot
     // take fail with PSL_ERR_INVALID_ARGUMENT.
     void (*grid)(const VitHParams & hp, int64_t width, int64_t height, int32_t & nx, int32_t & ny);
+    // pixtral: a break row after each grid row but the last (nx * ny + ny - 1 rows)
+    bool row_breaks = false;
+    int32_t n_rows(int32_t nx, int32_t ny) const { return nx * ny + (row_breaks ? ny - 1 : 0); }
 };
 
 // The ViT's tensors of the common layout (SigLIP / CLIP: separate q, k, v).
@@ -163,7 +169,7 @@ struct psl_projector {
     int32_t n_tokens(int64_t width, int64_t height) const {
         int32_t nx = 0, ny = 0;
         ops->grid(hp, width, height, nx, ny);
-        return nx * ny;
+        return ops->n_rows(nx, ny);
     }
     int32_t n_tokens() const { return n_tokens(hp.image_size, hp.image_size); }
 };

@@ -26,7 +26,8 @@ WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>"),
         # mtmd.cpp's img_beg / img_end for the Qwen family's projectors
         "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>"),
         "qwen2.5vl_merger": ("<|vision_start|>", "<|vision_end|>"),   # clip-impl.h's name for Qwen2.5-VL
-        "qwen3vl_merger": ("<|vision_start|>", "<|vision_end|>")}
+        "qwen3vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+        "pixtral": ("", "[IMG_END]")}   # mtmd.cpp: [IMG_END] after the image, nothing before
 
 
 def random_marker() -> str:
@@ -130,8 +131,9 @@ def tokenize(model, text: str, images: list[ImageRows], kind: str, add_special: 
 
 def _placeholder(model, beg: str) -> int:
     """The token a drafter sees at an image's positions: the family's image token where the
-    vocabulary has one, else its image-begin marker, else 0."""
-    for name in ("<image_soft_token>", beg):
+    vocabulary has one (gemma3's <image_soft_token>, Pixtral's [IMG]), else its image-begin
+    marker, else 0."""
+    for name in ("<image_soft_token>", "[IMG]", beg):
         if name:
             t = model.tokenize(name, add_special=False, parse_special=True)
             if len(t) == 1:
