@@ -12,7 +12,7 @@ scripts/vision_reference.py's do (2 threads, flash attention auto; 1 thread; fla
 the largest differences are the case's "spread". Not run in CI: it needs the probe
 (scripts/llamacpp_mtmd.cpp, compiled as its header says).
 
-    python scripts/vision_reference_pixtral.py --probe /tmp/probe_mtmd [--out OUT.json]
+    python scripts/vision_reference_pixtral.py --probe /tmp/probe_mtmd_qwen [--out OUT.json]
 
 Fixture: as vision_qwen2vl.json's (scripts/vision_reference_qwen2vl.py), without positions (one
 position a row). cases[i]: text_model, projector, image, prompt_before, prompt_after, n_gen;
