@@ -47,7 +47,8 @@ void block_tensors(ProjectorLoader & l, VitLayer & L, const std::string & b, int
     L.o_b = l.get(b + "attn_out.bias", {e}, false);
     L.up_w = l.get(b + "ffn_up.weight", {e, f});
     L.up_b = l.get(b + "ffn_up.bias", {f}, false);
-    L.gate_w = l.get(b + "ffn_gate.weight", {e, f}, false);
+    // present means required: an optional matrix of another shape would be skipped silently
+    L.gate_w = l.has(b + "ffn_gate.weight") ? l.get(b + "ffn_gate.weight", {e, f}) : nullptr;
     L.gate_b = l.get(b + "ffn_gate.bias", {f}, false);
     L.down_w = l.get(b + "ffn_down.weight", {f, e});
     L.down_b = l.get(b + "ffn_down.bias", {e}, false);
@@ -62,7 +63,8 @@ void tensors(ProjectorLoader & l, VitWeights & w, VitHParams & hp) {
     for (int il = 0; il < hp.n_layer; ++il) {
         block_tensors(l, w.layers[(size_t) il], "v.blk." + std::to_string(il) + ".", e, hp.n_ff);
     }
-    w.mm_merger_w = l.get("mm.patch_merger.weight", {e * m * m, e}, false);
+    const char * merger = "mm.patch_merger.weight";   // of another merge size: a shape error
+    w.mm_merger_w = l.has(merger) ? l.get(merger, {e * m * m, e}) : nullptr;
     if (w.mm_merger_w) {
         w.mm_input_norm_w = l.get("mm.input_norm.weight", {e});   // the merger's graph multiplies by it
     } else if (m > 1) {   // clip.cpp counts merged rows but its graph would not merge

@@ -152,6 +152,10 @@ const ggml_tensor * ProjectorLoader::meta(const std::string & name) const {
     return t;
 }
 
+bool ProjectorLoader::has(const std::string & name) const {
+    return ggml_get_tensor(f_.meta(), name.c_str()) != nullptr;
+}
+
 ggml_tensor * ProjectorLoader::get(const std::string & name, std::vector<int64_t> ne, bool required) {
     return take(name, ne, required, false);
 }

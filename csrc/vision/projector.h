@@ -105,6 +105,7 @@ public:
     ggml_tensor * get_plain(const std::string & name, std::vector<int64_t> ne);
     // The file's tensor (shape and type, no data); missing: PSL_ERR_FORMAT.
     const ggml_tensor * meta(const std::string & name) const;
+    bool has(const std::string & name) const;
     const std::vector<std::string> & names() const { return names_; }
 
 private:

@@ -179,6 +179,7 @@ def test_bad_sizes_refused(files):
     (dict(drop_tensors=("mm.input_norm.weight",)), "input_norm"),
     (dict(extra_kv={"clip.vision.attention.head_count": 8}), "multiple of 4"),   # heads of 2
     (dict(extra_kv={"clip.vision.spatial_merge_size": 0}), "spatial_merge_size"),
+    (dict(drop_keys=("clip.vision.spatial_merge_size",)), "patch_merger.weight' has shape"),   # a 2x2 merger, read as 1
 ])
 def test_bad_projectors_refused(tmp_path, kw, msg):
     mp.write_pixtral_mmproj(tmp_path / "bad.gguf", n_embd_text=32, **kw)
