@@ -12,8 +12,9 @@ Measured: our rows equal llama.cpp's to the bit on every case; our logits from i
 4.8e-7 .. 7.2e-7 from its recorded ones. Negative control: the image's rows without their
 [IMG_BREAK] rows move the logits 0.13 .. 1.0, 28 .. 630 times the case's spread (asserted: 20).
 Checked by hand (not kept: it needs another build): the rope turned by the row on both halves
-(no column) moves the rows 0.14 .. 0.98, 73 .. 1050 times their spread, failing the rows test. A near tie (a step's top two logits closer
-than 4 times the case's spread) ends a greedy comparison."""
+(no column) moves the rows 0.14 .. 0.98, 73 .. 1050 times their spread, failing the rows test.
+A near tie (a step's top two logits closer than 4 times the case's spread) ends a greedy
+comparison."""
 from __future__ import annotations
 
 import hashlib
