@@ -37,6 +37,7 @@ psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info
         std::copy(hp.std, hp.std + 3, out->image_std);
         out->non_causal = proj->ops->non_causal && !hp.causal;
         out->mrope = proj->ops->mrope;
+        out->row_breaks = proj->ops->row_breaks;
     });
 }
 

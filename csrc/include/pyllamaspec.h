@@ -624,7 +624,7 @@ PSL_API psl_status psl_logprobs(const float * logits, int32_t n_vocab, int32_t n
  * "clip"), loaded beside a text model, turn an image into rows the text model reads in place of
  * token embeddings (psl_context_seq_eval_rows). Types: "gemma3", "qwen2vl_merger",
  * "qwen2.5vl_merger", "qwen3vl_merger" (with deepstack mergers too: wider rows, for qwen3vl text
- * models). The encoder runs on the CPU. ---- */
+ * models), "gemma4v" (Gemma 4), "pixtral" (Mistral Small 3.x). The encoder runs on the CPU. ---- */
 typedef struct psl_projector psl_projector;
 typedef struct psl_projector_info {
     char    type[32];         /* clip.projector_type, e.g. "gemma3"                                 */
@@ -639,20 +639,23 @@ typedef struct psl_projector_info {
     bool    mrope;            /* the text model places the rows at 2-D M-RoPE positions, a grid of
                                  nx x ny (psl_projector_image_grid): the Qwen family                */
     int32_t n_deepstack;      /* deepstack mergers (Qwen3-VL): n_embd is n_embd_text * (1 + this) */
+    bool    row_breaks;       /* pixtral: the rows of a grid nx x ny are its rows, each but the last
+                                 followed by an [IMG_BREAK] row: nx * ny + ny - 1 rows           */
 } psl_projector_info;
 /* n_threads: the encoder's CPU threads (0 = default). A file that is not a projector, or of a type
  * not supported, fails with PSL_ERR_UNSUPPORTED. */
 PSL_API psl_status psl_projector_load(const char * path, int32_t n_threads, psl_projector ** out);
 PSL_API void       psl_projector_free(psl_projector * proj);   /* NULL is ignored */
 PSL_API psl_status psl_projector_get_info(const psl_projector * proj, psl_projector_info * out);
-/* The merged grid of an image width x height pixels (preprocessed): nx x ny rows, row-major.
+/* The merged grid of an image width x height pixels (preprocessed): nx x ny rows, row-major
+ * (row_breaks: plus ny - 1 [IMG_BREAK] rows, one after each grid row but the last).
  * gemma3 takes its image_size square only; qwen3vl_merger rectangles whose sides are multiples of
  * patch_size * n_merge. Other sizes: PSL_ERR_INVALID_ARGUMENT. */
 PSL_API psl_status psl_projector_image_grid(const psl_projector * proj, int64_t width, int64_t height, int32_t * nx,
                                             int32_t * ny);
 /* pixels: an image already resized and normalized as the projector takes it (psl_projector_info),
  * 3 planes (R, G, B) of height x width float32 (a size psl_projector_image_grid takes); writes
- * nx * ny x n_embd floats, row-major, to out
+ * nx * ny (row_breaks: nx * ny + ny - 1) x n_embd floats, row-major, to out
  * (out_cap floats). A projector is used by one thread at a time. */
 PSL_API psl_status psl_projector_encode(psl_projector * proj, const float * pixels, int32_t width, int32_t height,
                                         float * out, int64_t out_cap);

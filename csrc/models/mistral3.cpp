@@ -79,6 +79,8 @@ ggml_tensor * build(Graph & g) {
 
 }  // namespace
 
-extern const ArchOps arch_mistral3 = {"mistral3", hparams, tensors, build};
+// takes_rows: the layers read the embeddings alone (no per-layer input from the ids), so an image's
+// rows (Mistral Small 3.x's pixtral projector) go in place of tokens
+extern const ArchOps arch_mistral3 = {"mistral3", hparams, tensors, build, nullptr, nullptr, false, /*takes_rows =*/ true};
 
 }  // namespace psl

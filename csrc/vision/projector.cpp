@@ -19,10 +19,11 @@ extern const ProjectorOps projector_qwen3vl;
 extern const ProjectorOps projector_qwen2vl;
 extern const ProjectorOps projector_qwen25vl;
 extern const ProjectorOps projector_gemma4v;
+extern const ProjectorOps projector_pixtral;
 
 const ProjectorOps * find_projector(const std::string & type) {
     static const ProjectorOps * const all[] = {&projector_gemma3, &projector_qwen3vl, &projector_qwen2vl,
-                                               &projector_qwen25vl, &projector_gemma4v};
+                                               &projector_qwen25vl, &projector_gemma4v, &projector_pixtral};
     for (const ProjectorOps * o : all) {
         if (type == o->name) return o;
     }
@@ -162,6 +163,10 @@ bool ProjectorLoader::scalar(const std::string & name, float & out) const {
     return true;
 }
 
+bool ProjectorLoader::has(const std::string & name) const {
+    return ggml_get_tensor(f_.meta(), name.c_str()) != nullptr;
+}
+
 ggml_tensor * ProjectorLoader::get(const std::string & name, std::vector<int64_t> ne, bool required) {
     return take(name, ne, required, false);
 }
@@ -221,7 +226,7 @@ psl_projector::psl_projector(const char * p, int32_t threads) : path(p ? p : "")
     ops = find_projector(type);
     if (!ops) {
         fail(PSL_ERR_UNSUPPORTED, "'%s': projector type '%s' is not supported (supported: gemma3, qwen3vl_merger, "
-             "qwen2vl_merger, qwen2.5vl_merger, gemma4v)", path.c_str(),
+             "qwen2vl_merger, qwen2.5vl_merger, gemma4v, pixtral)", path.c_str(),
              type.c_str());
     }
     common_hparams(f, hp);

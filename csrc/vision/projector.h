@@ -76,6 +76,9 @@ struct VitWeights {
     // gemma4v: the standardization before the projection, the weights with clamps
     ggml_tensor *std_bias = nullptr, *std_scale = nullptr;
     std::vector<VitClamp> clamps;
+    // pixtral: the LLaVA projector's first linear (mm.2 above), Mistral Small 3.1's merger, [IMG_BREAK]
+    ggml_tensor *mm1_w = nullptr, *mm1_b = nullptr, *mm_input_norm_w = nullptr, *mm_merger_w = nullptr;
+    ggml_tensor *img_break = nullptr;
 };
 
 class ProjectorLoader;
@@ -92,6 +95,9 @@ struct ProjectorOps {
     // The merged grid (nx, ny) of an image width x height (preprocessed); sizes the type cannot
     // take fail with PSL_ERR_INVALID_ARGUMENT.
     void (*grid)(const VitHParams & hp, int64_t width, int64_t height, int32_t & nx, int32_t & ny);
+    // pixtral: a break row after each grid row but the last (nx * ny + ny - 1 rows)
+    bool row_breaks = false;
+    int32_t n_rows(int32_t nx, int32_t ny) const { return nx * ny + (row_breaks ? ny - 1 : 0); }
 };
 
 // The ViT's tensors of the common layout (SigLIP / CLIP: separate q, k, v).
@@ -118,6 +124,7 @@ public:
     // A one-value F32 tensor's value (gemma4v's clamp bounds); absent: false. Another shape or
     // type: PSL_ERR_FORMAT.
     bool scalar(const std::string & name, float & out) const;
+    bool has(const std::string & name) const;
     const std::vector<std::string> & names() const { return names_; }
 
 private:
@@ -184,7 +191,7 @@ struct psl_projector {
     int32_t n_tokens(int64_t width, int64_t height) const {
         int32_t nx = 0, ny = 0;
         ops->grid(hp, width, height, nx, ny);
-        return nx * ny;
+        return ops->n_rows(nx, ny);
     }
     int32_t n_tokens() const { return n_tokens(hp.image_size, hp.image_size); }
 };

@@ -15,7 +15,7 @@ used because Pillow (13) runs the vertical pass first on some images, which mtmd
 then differs by one level on some pixels.
 
 With ``Preprocess.smart`` (``SmartResize``: the Qwen projectors (``qwen2vl_merger``,
-``qwen2.5vl_merger``, ``qwen3vl_merger``) and ``gemma4v``, mtmd's
+``qwen2.5vl_merger``, ``qwen3vl_merger``), ``gemma4v`` and ``pixtral``, mtmd's
 ``mtmd_image_preprocessor_dyn_size``) the target is not a square but the image's own "smart
 resize" (``img_tool::calc_size_preserved_ratio``): each edge rounded to a multiple of ``align``
 (patch_size * n_merge), then, if the area is over ``max_pixels`` (under ``min_pixels``), both edges
@@ -45,9 +45,10 @@ PRECISION_BITS = 22  # the coefficients' fixed point: 32 - 8 - 2
 
 # clip.cpp's token limits per image for the types that resize to the image's own size (clip.cpp's
 # load_hparams: set_limit_image_tokens(8, 4096) for qwen2vl / qwen2.5vl / qwen3vl, (70, 1120) for
-# gemma4v; all bicubic into multiples of patch_size * n_merge)
+# gemma4v, (8, 1024) for pixtral; all bicubic into multiples of patch_size * n_merge; pixtral's
+# n_merge: spatial_merge_size (Mistral Small 3.x: 2), else 1)
 DYN_SIZE_TOKENS = {"qwen3vl_merger": (8, 4096), "qwen2vl_merger": (8, 4096), "qwen2.5vl_merger": (8, 4096),
-                   "gemma4v": (70, 1120)}
+                   "gemma4v": (70, 1120), "pixtral": (8, 1024)}
 
 
 @dataclass(frozen=True)

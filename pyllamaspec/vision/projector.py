@@ -36,6 +36,11 @@ class ProjectorInfo:
     non_causal: bool          # an image's rows attend to each other both ways
     mrope: bool = False       # the text model places the rows at 2-D M-RoPE positions (Qwen)
     n_deepstack: int = 0      # deepstack mergers (Qwen3-VL): a row is n_embd / (1 + this) x (1 + this)
+    row_breaks: bool = False  # pixtral: an [IMG_BREAK] row after each grid row but the last
+
+    def n_rows(self, nx: int, ny: int) -> int:
+        """The rows of an image whose merged grid is nx x ny (its breaks too)."""
+        return nx * ny + (ny - 1 if self.row_breaks else 0)
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ class Projector(_native.Closeable):
         _native.check(lib.psl_projector_get_info(self._p, i))
         self.info = ProjectorInfo(ffi.string(i.type).decode(), i.image_size, i.patch_size, i.n_merge, i.n_embd,
                                   i.n_tokens, tuple(i.image_mean), tuple(i.image_std), bool(i.non_causal),
-                                  bool(i.mrope), int(i.n_deepstack))
+                                  bool(i.mrope), int(i.n_deepstack), bool(i.row_breaks))
         # how mtmd resizes for this type (gemma3: bilinear into the square, black padding)
         self.preprocess = for_projector(self.info.type, self.info.image_size, self.info.patch_size,
                                         self.info.n_merge, self.info.mean, self.info.std, min_tokens=limits[0],
@@ -109,7 +114,7 @@ class Projector(_native.Closeable):
 
     def pixels(self, image: ImageLike) -> np.ndarray:
         """The image as the encoder takes it: (3, H, W) float32 (gemma3: the image_size square;
-        the Qwen projectors: the smart resize's rectangle)."""
+        the Qwen projectors and pixtral: the smart resize's rectangle)."""
         img = image if hasattr(image, "convert") and hasattr(image, "size") else load_image(image)
         return preprocess(img, self.preprocess)
 
@@ -143,7 +148,7 @@ class Projector(_native.Closeable):
             self._check_open()
             rows = self._cache.get(digest)
             if rows is None:
-                rows = self._run_encoder(px, grid[0] * grid[1])
+                rows = self._run_encoder(px, self.info.n_rows(*grid))
                 rows.flags.writeable = False          # shared by every encode of these pixels
                 self._cache[digest] = rows
                 while len(self._cache) > CACHE_IMAGES:

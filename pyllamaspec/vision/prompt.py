@@ -27,7 +27,8 @@ WRAP = {"gemma3": ("<start_of_image>", "<end_of_image>"),
         "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>"),
         "qwen2.5vl_merger": ("<|vision_start|>", "<|vision_end|>"),   # clip-impl.h's name for Qwen2.5-VL
         "qwen3vl_merger": ("<|vision_start|>", "<|vision_end|>"),
-        "gemma4v": ("<|image>", "<image|>")}
+        "gemma4v": ("<|image>", "<image|>"),
+        "pixtral": ("", "[IMG_END]")}   # mtmd.cpp: [IMG_END] after the image, nothing before
 
 
 def random_marker() -> str:
@@ -131,9 +132,9 @@ def tokenize(model, text: str, images: list[ImageRows], kind: str, add_special: 
 
 def _placeholder(model, beg: str) -> int:
     """The token a drafter sees at an image's positions: the family's image token where the
-    vocabulary has one (Gemma 3's <image_soft_token>, Gemma 4's <|image|>), else its image-begin
-    marker, else 0."""
-    for name in ("<image_soft_token>", "<|image|>", beg):
+    vocabulary has one (Gemma 3's <image_soft_token>, Gemma 4's <|image|>, Pixtral's [IMG]), else
+    its image-begin marker, else 0."""
+    for name in ("<image_soft_token>", "<|image|>", "[IMG]", beg):
         if name:
             t = model.tokenize(name, add_special=False, parse_special=True)
             if len(t) == 1:
