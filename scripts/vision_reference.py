@@ -225,6 +225,39 @@ def add_machine(probe: str, out_path: pathlib.Path, name: str) -> None:
     print(f"wrote {out_path} ({out_path.stat().st_size} bytes)")
 
 
+def gen_record(gen: list) -> list:
+    """The probe's greedy steps as a fixture keeps them: id, eog, the top 5 [id, logit] as F32."""
+    return [{"id": g["id"], "eog": g["eog"], "top": [[i, f32([v])[0]] for i, v in g["top"]]} for g in gen]
+
+
+def record_fixture(doc: str, script: str, default_out: pathlib.Path, write_files, cases: list, record,
+                   env_for=lambda case: {}) -> None:
+    """The main of a fixture recorder (vision_reference_qwen.py and its kin): --probe / --out, each
+    case through the probe in every run of RUNS (env_for(case): the case's extra environment),
+    record(case, runs, image) its record; the fixture written as compact JSON."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--probe", required=True, help="scripts/llamacpp_mtmd.cpp, compiled")
+    ap.add_argument("--out", type=pathlib.Path, default=default_out)
+    args = ap.parse_args()
+    out = {"generator": f"scripts/{script} (llama.cpp b11434, CPU, scripts/llamacpp_mtmd.cpp)",
+           "llama_cpp": "b11434", "runs": RUNS, "machine": cpu_name()}
+    with tempfile.TemporaryDirectory() as tmp:
+        out["images"], out["projectors"], out["text_models"], paths = write_files(pathlib.Path(tmp))
+        out["cases"] = []
+        for case in cases:
+            files = (paths["text_models"][case["text_model"]], paths["projectors"][case["projector"]],
+                     paths["images"][case["image"]])
+            runs = {name: run_probe(args.probe, *files, case, dict(env, **env_for(case))) for name, env in RUNS.items()}
+            rec = record(case, runs, files[2])
+            out["cases"].append(rec)
+            print(f"{case['projector']} {case['image']}: -> {rec['preproc_size']}, grid {rec.get('grid')}, "
+                  f"rows {len(rec['embd'])} x {len(rec['embd'][0])}, n_past {rec['n_past']}, "
+                  f"gen {[g['id'] for g in rec['gen']]}, ours-preproc {rec['ours_preproc_max_abs']}, "
+                  f"spread {rec['spread']}")
+    args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--probe", required=True, help="scripts/llamacpp_mtmd.cpp, compiled")
@@ -250,8 +283,7 @@ def main() -> None:
                         "ours_preproc_max_abs": our_preproc_diff(files[2], PROJECTORS[case["projector"]], r["preproc"]),
                         "embd": [f32(row) for row in r["embd"]], "logits": logits_record(r["logits"]),
                         "n_past": r["n_past"],
-                        "gen": [{"id": g["id"], "eog": g["eog"], "top": [[i, f32([v])[0]] for i, v in g["top"]]}
-                                for g in r["gen"]],
+                        "gen": gen_record(r["gen"]),
                         "spread": {name: spread(r, runs[name]) for name in RUNS if name != "recorded"}})
             out["cases"].append(rec)
             sizes = [c.get("n_tokens", len(c.get("ids", []))) for c in r["chunks"]]

@@ -14,16 +14,14 @@ Not run in CI: it needs a llama.cpp build and the probe scripts/llamacpp_mtmd.cp
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vision_reference import ROOT, RUNS, cpu_name, f32, logits_record, run_probe, sha256, spread  # noqa: E402
+from vision_reference import gen_record, record_fixture  # noqa: E402
+from vision_reference import ROOT, RUNS, f32, logits_record, sha256, spread  # noqa: E402
 from vision_reference import write_images, write_projectors  # noqa: E402
 from vision_reference_qwen import our_preproc, token_env  # noqa: E402
 
@@ -64,33 +62,13 @@ def record(case: dict, runs: dict, image: pathlib.Path) -> dict:
                 "positions": r["positions"][i_img], "preproc_size": list(r["preproc_size"]),
                 "preproc": f32(r["preproc"]), "ours_preproc_max_abs": float(np.abs(ours.ravel() - r["preproc"]).max()),
                 "embd": [f32(row) for row in r["embd"]], "logits": logits_record(r["logits"]), "n_past": r["n_past"],
-                "gen": [{"id": g["id"], "eog": g["eog"], "top": [[i, f32([v])[0]] for i, v in g["top"]]}
-                        for g in r["gen"]],
+                "gen": gen_record(r["gen"]),
                 "spread": {name: spread(r, runs[name]) for name in RUNS if name != "recorded"}})
     return rec
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--probe", required=True, help="scripts/llamacpp_mtmd.cpp, compiled")
-    ap.add_argument("--out", type=pathlib.Path, default=OUT)
-    args = ap.parse_args()
-    out = {"generator": "scripts/vision_reference_qwen3vl.py (llama.cpp b11434, CPU, scripts/llamacpp_mtmd.cpp)",
-           "llama_cpp": "b11434", "runs": RUNS, "machine": cpu_name()}
-    with tempfile.TemporaryDirectory() as tmp:
-        out["images"], out["projectors"], out["text_models"], paths = write_files(pathlib.Path(tmp))
-        out["cases"] = []
-        for case in CASES:
-            files = (paths["text_models"][case["text_model"]], paths["projectors"][case["projector"]],
-                     paths["images"][case["image"]])
-            runs = {name: run_probe(args.probe, *files, case, dict(env, **token_env(case))) for name, env in RUNS.items()}
-            rec = record(case, runs, files[2])
-            out["cases"].append(rec)
-            print(f"{case['image']}: -> {rec['preproc_size']}, grid {rec['grid']}, rows {len(rec['embd'])} x "
-                  f"{len(rec['embd'][0])}, n_past {rec['n_past']}, gen {[g['id'] for g in rec['gen']]}, "
-                  f"ours-preproc {rec['ours_preproc_max_abs']}, spread {rec['spread']}")
-    args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+    record_fixture(__doc__, "vision_reference_qwen3vl.py", OUT, write_files, CASES, record, token_env)
 
 
 if __name__ == "__main__":
