@@ -234,19 +234,26 @@ def record_fixture(doc: str, script: str, default_out: pathlib.Path, write_files
                    env_for=lambda case: {}) -> None:
     """The main of a fixture recorder (vision_reference_qwen.py and its kin): --probe / --out, each
     case through the probe in every run of RUNS (env_for(case): the case's extra environment),
-    record(case, runs, image) its record; the fixture written as compact JSON."""
+    record(case, runs, image) its record; the fixture written as compact JSON. --add-machine NAME
+    keeps the fixture and adds llama.cpp's distance on this machine (or this probe's build: say
+    an AVX2 one) from the recorded run as each case's spread[NAME] (machine_spread)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--probe", required=True, help="scripts/llamacpp_mtmd.cpp, compiled")
     ap.add_argument("--out", type=pathlib.Path, default=default_out)
+    ap.add_argument("--add-machine", metavar="NAME",
+                    help="keep the fixture; add llama.cpp's spread on this machine as each case's spread[NAME]")
+    ap.add_argument("--note", default="", help="with --add-machine: what the probe's build is (say, AVX2 only)")
     args = ap.parse_args()
+    if args.add_machine:
+        add_machine_records(args.probe, args.out, args.add_machine, args.note, write_files, cases, record, env_for)
+        return
     out = {"generator": f"scripts/{script} (llama.cpp b11434, CPU, scripts/llamacpp_mtmd.cpp)",
            "llama_cpp": "b11434", "runs": RUNS, "machine": cpu_name()}
     with tempfile.TemporaryDirectory() as tmp:
         out["images"], out["projectors"], out["text_models"], paths = write_files(pathlib.Path(tmp))
         out["cases"] = []
         for case in cases:
-            files = (paths["text_models"][case["text_model"]], paths["projectors"][case["projector"]],
-                     paths["images"][case["image"]])
+            files = _case_files(paths, case)
             runs = {name: run_probe(args.probe, *files, case, dict(env, **env_for(case))) for name, env in RUNS.items()}
             rec = record(case, runs, files[2])
             out["cases"].append(rec)
@@ -256,6 +263,47 @@ def record_fixture(doc: str, script: str, default_out: pathlib.Path, write_files
                   f"spread {rec['spread']}")
     args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+
+
+def _case_files(paths: dict, case: dict) -> tuple:
+    return (paths["text_models"][case["text_model"]], paths["projectors"][case["projector"]],
+            paths["images"][case["image"]])
+
+
+def machine_spread(old: dict, new: dict) -> dict:
+    """How far a case's record on another machine is from the recorded one, in spread's keys: the
+    largest differences of the preprocessed image (where the record keeps it; else 0.0 if its
+    sha256 is the same, else the case is refused), the rows and the logits, and gen_same."""
+    if "preproc" in old:
+        pre = float(np.abs(np.asarray(old["preproc"], np.float64) - np.asarray(new["preproc"], np.float64)).max())
+    elif old.get("preproc_sha256") == new.get("preproc_sha256"):
+        pre = 0.0
+    else:
+        raise SystemExit("the preprocessed image differs and the fixture keeps only its sha256")
+    dist = {k: float(np.abs(np.asarray(old[k], np.float64) - np.asarray(new[k], np.float64)).max())
+            for k in ("embd", "logits")}
+    return {"preproc": pre, **dist, "gen_same": [g["id"] for g in old["gen"]] == [g["id"] for g in new["gen"]]}
+
+
+def add_machine_records(probe: str, out_path: pathlib.Path, name: str, note: str, write_files, cases: list,
+                        record, env_for) -> None:
+    """record_fixture's --add-machine: each case once, in the recorded run's settings, recorded as
+    the fixture records it and compared with the recorded case (the recorded data stay)."""
+    out = json.loads(out_path.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        images, projectors, texts, paths = write_files(pathlib.Path(tmp))
+        as_stored = json.loads(json.dumps([images, projectors, texts]))    # tuples as the JSON's lists
+        if as_stored != [out["images"], out["projectors"], out["text_models"]]:
+            raise SystemExit("the files this script writes are not the fixture's (another writer or model)")
+        for case, old in zip(cases, out["cases"], strict=True):
+            files = _case_files(paths, case)
+            here = run_probe(probe, *files, case, dict(RUNS["recorded"], **env_for(case)))
+            new = record(case, {run: here for run in RUNS}, files[2])
+            old["spread"][name] = machine_spread(old, new)
+            print(f"{case['projector']} {case['image']}: {name} {old['spread'][name]}")
+    out.setdefault("machines", {})[name] = cpu_name() + (f"; {note}" if note else "")
+    out_path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {out_path} ({out_path.stat().st_size} bytes)")
 
 
 def main() -> None:
