@@ -243,6 +243,15 @@ def _common(body: Any, kind: str, n_ctx: int) -> GenRequest:
     return req
 
 
+def _join_text(texts) -> str:
+    """Text parts as llama-server joins them for a template of string contents (common/chat.cpp's
+    concat_content_parts): a newline before each part once the text is not empty."""
+    out = ""
+    for t in texts:
+        out += ("\n" if out else "") + t
+    return out
+
+
 def _content(i: int, m: dict, media_path: str | None = None) -> str:
     """A message's text; a list of parts with images becomes text with the server's media marker
     per image (llama-server's join), the images kept under "_images" for the request to collect
@@ -258,7 +267,7 @@ def _content(i: int, m: dict, media_path: str | None = None) -> str:
                 raise APIError(f"messages[{i}].content[{j}]: only text and image_url parts are supported, got "
                                f"{what!r}", param=f"messages[{i}].content")
         if all(part["type"] == "text" for part in c):
-            return "".join(part["text"] for part in c)
+            return _join_text(part["text"] for part in c)
         try:
             (msg,), images = split_media([{"role": "user", "content": c}], local_files=False,
                                          marker=server_marker(), media_path=media_path)
