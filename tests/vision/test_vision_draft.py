@@ -184,3 +184,20 @@ def test_server_mmproj_draft(pair):
                               *(["--mmproj-draft", str(pair / "draft_mmproj.gguf")] if not bad else [])],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 1 and why in out.stderr, out.stderr
+
+
+def test_chat_turns_with_a_draft_projector(pair):
+    """chat() takes draft_mmproj= too; the second turn resends the image: the draft keeps it (its
+    cache reused past the image) and its drafts are all accepted."""
+    msg = [{"role": "user", "content": [{"type": "text", "text": "describe it"},
+                                        {"type": "image", "image": pair / "a.png"}]}]
+    kw = dict(mmproj=pair / "mmproj.gguf", chat_template="gemma", temperature=0, max_tokens=12, **SPEC)
+    with Model(pair / "target.gguf", n_ctx=256) as m, Model(pair / "draft.gguf", n_ctx=256) as d:
+        plain = [pyllamaspec.chat(msg, m, cache_prompt=False, **kw)]
+        turn2 = msg + [{"role": "assistant", "content": plain[0].text}, {"role": "user", "content": "more"}]
+        plain.append(pyllamaspec.chat(turn2, m, cache_prompt=False, **kw))
+        got = [pyllamaspec.chat(x, m, d, draft_mmproj=pair / "draft_mmproj.gguf", **kw) for x in (msg, turn2)]
+        assert [g.text for g in got] == [p.text for p in plain]
+        image_end = got[1].prompt_tokens.index(271)                    # <end_of_image>
+        assert got[1].stats.n_draft_reused > image_end
+        assert all(g.stats.accepted == g.stats.drafted > 0 for g in got), [g.stats for g in got]
