@@ -138,7 +138,7 @@ def test_bad_draft_projectors(pair):
 def _cli(pair, *extra: str) -> subprocess.CompletedProcess:
     run = [sys.executable, "-m", "pyllamaspec.cli", "-m", str(pair / "target.gguf"), "-c", "256", "-n", "16",
            "--temp", "0", "-p", "describe it", "--mmproj", str(pair / "mmproj.gguf"), "--image", str(pair / "a.png"),
-           "--draft-max", "4", "--log-disable", *extra]
+           "--draft-max", "4", "--no-adaptive", "--log-disable", *extra]
     return subprocess.run(run, capture_output=True, text=True, timeout=120)
 
 
@@ -168,7 +168,7 @@ def test_server_mmproj_draft(pair):
                                 m, mmproj=pair / "mmproj.gguf", chat_template="gemma", temperature=0, max_tokens=16)
     args = ["-m", str(pair / "target.gguf"), "-c", "256", "-t", "1", "--chat-template", "gemma",
             "--mmproj", str(pair / "mmproj.gguf"), "-md", str(pair / "draft.gguf"), "--draft-max", "4",
-            "--draft-min", "0", "--draft-p-min", "0"]
+            "--no-adaptive", "--draft-p-min", "0"]      # chains (the cost model may pick a tree by timing)
     s = Server(args + ["-mmd", str(pair / "draft_mmproj.gguf")])
     try:
         code, got = s.post("/v1/chat/completions", body)
@@ -201,3 +201,20 @@ def test_chat_turns_with_a_draft_projector(pair):
         image_end = got[1].prompt_tokens.index(271)                    # <end_of_image>
         assert got[1].stats.n_draft_reused > image_end
         assert all(g.stats.accepted == g.stats.drafted > 0 for g in got), [g.stats for g in got]
+
+
+def test_a_draft_that_takes_no_rows_sees_placeholders(pair, monkeypatch):
+    """A draft architecture that takes no rows (the core's PSL_ERR_UNSUPPORTED: gpt-oss, the MoE
+    kinds) drafts on with the placeholder tokens there, as before; the output is the target's."""
+    from pyllamaspec.engine.sequence import ContextSequence
+    from pyllamaspec.errors import UnsupportedModelError
+    real = ContextSequence.eval_rows
+    with Model(pair / "target.gguf", n_ctx=256) as m, Model(pair / "target.gguf", n_ctx=256) as d:
+        def refuse(self, *a, **kw):
+            if self.model is d:
+                raise UnsupportedModelError("embedding rows (an image) are not supported yet")
+            return real(self, *a, **kw)
+        monkeypatch.setattr(ContextSequence, "eval_rows", refuse)
+        plain = _gen(pair, m)
+        spec = _gen(pair, m, d, **SPEC)
+        assert spec.tokens == plain.tokens and spec.stats.acceptance_rate < 0.1, spec.stats
