@@ -50,13 +50,15 @@ def test_the_pair_computes_alike(pair):
     with Model(pair / "target.gguf", n_ctx=128) as m, Model(pair / "draft.gguf", n_ctx=128) as d, \
             Projector(pair / "mmproj.gguf") as pt, Projector(pair / "draft_mmproj.gguf") as pd:
         wide, narrow = pt.encode(pair / "a.png"), pd.encode(pair / "a.png")
-        assert np.abs(wide.rows[:, :32] - narrow.rows).max() < 1e-5 and not wide.rows[:, 32:].any()
+        assert np.array_equal(wide.rows[:, :32], narrow.rows) and not wide.rows[:, 32:].any()
         out = []
         for model, img in ((m, wide), (d, narrow)):
             s = model.sequence(0)
             s.eval([2, 3], logits="none")
             s.eval_rows(img.rows, vp.image_ids(img), img.non_causal)
             out.append(s.eval([5], logits="last")[0])
+        # float32 sums over other widths: measured 4.5e-4 of the largest logit (a.png; b.png
+        # 2.6e-4), 1 thread or 2
         assert np.abs(out[0] * 2 ** 0.5 - out[1]).max() < 1e-3 * np.abs(out[1]).max()
 
 
