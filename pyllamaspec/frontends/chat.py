@@ -67,7 +67,8 @@ def chat(messages: Sequence[Mapping[str, Any]], model: ModelLike, draft_model: M
     evaluates only the new part of each prompt (see generate's cache_prompt). A user message's
     content may be a list of parts, {"type": "text", ...} and images ({"type": "image_url",
     "image_url": {"url": "data:image/png;base64,..." or a file}} or {"type": "image", "image":
-    a file, bytes or a PIL image}): they need mmproj= (llama.cpp's mmproj GGUF).
+    a file, bytes or a PIL image}): they need mmproj= (llama.cpp's mmproj GGUF); a draft model
+    reads its own projector's rows at them with draft_mmproj= (see generate).
     """
     opts = GenerateOptions.from_kwargs(generate_kwargs, "chat()")
     if template_kwargs is not None and not isinstance(template_kwargs, Mapping):

@@ -20,7 +20,7 @@ from ..speculation.decoder import DraftParams, Stats
 from ..speculation.params import NgramParams
 from ..structured.formats import GrammarSpec, chat_spec, constraint_spec
 from ..structured.reasoning import Reasoning
-from .drafts import open_draft
+from .drafts import is_draft_name, open_draft
 from .lifecycle import Generation, run_alone
 from .options import GenerateOptions
 from .text import Piece
@@ -93,14 +93,14 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
         prompt, constraint = (constraint or chat_spec(None)).bind(prompt, model)
         ids, chat_stops = prompt.render(model)
         if images:                                  # the rendered text holds a marker per image
-            image_prompt = _image_prompt(chat_text(prompt, model), model, images, True)
+            image_prompt = _image_prompt(chat_text(prompt, model), model, images, True, draft_model)
             ids = image_prompt.ids
         stop = stop + [s for s in chat_stops if s not in stop]
         result["reader"] = constraint.reader()         # how chat() reads the answer
         if model.memory.get("recurrent_bytes", 0) and not images:   # a hybrid keeps its state at the user turns
             checkpoints = prompt.turn_starts(model, ids)
     elif images:
-        image_prompt = _image_prompt(prompt, model, images, add_special)
+        image_prompt = _image_prompt(prompt, model, images, add_special, draft_model)
         ids = image_prompt.ids
     else:
         ids = prompt_ids(prompt, model, add_special, parse_special)
@@ -111,17 +111,21 @@ def iter_generate(prompt: str | Sequence[int], model: Model, draft_model: "Model
     yield from run_alone(g)
 
 
-def _image_prompt(prompt, model: Model, images, add_special: bool):
-    """A text prompt and its images -> vision.prompt.ImagePrompt (the images encoded now)."""
+def _image_prompt(prompt, model: Model, images, add_special: bool, draft_model=None):
+    """A text prompt and its images -> vision.prompt.ImagePrompt (the images encoded now, by the
+    draft's projector too where images carries one)."""
     from ..vision import prompt as vp
-    projector, files = images
+    projector, files, draft_projector = (*images, None)[:3]
     if not isinstance(prompt, str):
         raise InvalidArgumentError("a prompt with images is text with a media marker per image, not token ids")
     marker = vp.MEDIA_MARKER                  # as llama-mtmd-cli: LLAMA_MEDIA_MARKER is the server's
     if marker not in prompt:
         prompt = marker * len(files) + prompt
     rows = [projector.encode(f) for f in files]
-    return vp.tokenize(model, prompt, rows, projector.info.type, add_special, marker)
+    p = vp.tokenize(model, prompt, rows, projector.info.type, add_special, marker)
+    if draft_projector is not None:          # the draft's own rows of the same images, by the same ids
+        vp.attach_draft_rows(p, [draft_projector.encode(f) for f in files], draft_model)
+    return p
 
 
 def prompt_ids(prompt: str | Sequence[int], model: Model, add_special: bool = True,
@@ -223,6 +227,10 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
     out = dict(max_tokens=max_tokens, stop=stops, cancel=o.cancel, logprobs=o.logprobs, cache_prompt=o.cache_prompt,
                constraint=constraint)
     images = _check_images(o, batch, prompt)
+    if o.draft_mmproj is not None and (draft_model is None or isinstance(draft_model, DraftHead)
+                                       or is_draft_name(draft_model)):
+        raise InvalidArgumentError(f"draft_mmproj is a draft model's projector: it needs a draft model "
+                                   f"(draft_model= a text model GGUF), got {draft_model!r}")
 
     def models(stack: ExitStack):
         kw = dict(n_ctx=o.n_ctx, n_threads=o.n_threads, n_gpu_layers=o.n_gpu_layers)
@@ -232,7 +240,8 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
     def run(per_token: bool, result: dict) -> Iterator[Piece]:
         with ExitStack() as stack:
             target, dm = models(stack)
-            imgs = (_open_projector(o.mmproj, stack, o.n_threads), images) if images else None
+            imgs = (_open_projector(o.mmproj, stack, o.n_threads), images,
+                    open_draft_projector(o.draft_mmproj, dm, stack, n_threads=o.n_threads or 0)) if images else None
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft, result=result,
                                      add_special=o.add_special, parse_special=o.parse_special,
                                      per_token=per_token, images=imgs, **out)
@@ -261,7 +270,24 @@ def _check_images(o: GenerateOptions, batch: bool, prompt) -> list:
         raise InvalidArgumentError(f"mmproj must be a path or a Projector, got {type(o.mmproj).__name__}")
     if batch or not isinstance(prompt, (str, ChatPrompt)):
         raise InvalidArgumentError("images go with one text prompt (a media marker per image)")
+    if o.draft_mmproj is not None and not isinstance(o.draft_mmproj, (str, os.PathLike, Projector)):
+        raise InvalidArgumentError(f"draft_mmproj must be a path or a Projector, got {type(o.draft_mmproj).__name__}")
     return images
+
+
+def open_draft_projector(mmproj, draft, stack: ExitStack, **projector_kw):
+    """draft_mmproj= / --mmproj-draft opened into stack (None: none; a Projector: as given), its
+    rows checked against the draft model's width (InvalidArgumentError naming both)."""
+    if mmproj is None:
+        return None
+    if not isinstance(draft, Model):
+        raise InvalidArgumentError(f"a draft projector (draft_mmproj= / --mmproj-draft) is a draft model's: it needs "
+                                   f"a draft model (a text model GGUF: draft_model= / -md), got {draft!r}")
+    from ..vision.projector import Projector     # (Pillow and the image code load with images only)
+    from ..vision.prompt import check_draft_width
+    p = mmproj if isinstance(mmproj, Projector) else stack.enter_context(Projector(mmproj, **projector_kw))
+    check_draft_width(p.info.n_embd, draft.info.n_embd_inp)
+    return p
 
 
 def _open_projector(mmproj, stack: ExitStack, n_threads: int | None):
@@ -283,7 +309,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
              spec_type: str | Sequence[str] | None = None, ngram_params: NgramParams | None = None,
              grammar: str | None = None, json_schema: dict | str | None = None, response_format: dict | None = None,
              forced: bool = True, n_parallel: int | None = None, tree: bool | None = None, tree_nodes: int = 0,
-             images: Sequence | None = None, mmproj=None):
+             images: Sequence | None = None, mmproj=None, draft_mmproj=None):
     """Generate text from `prompt` with `model`, speculatively when `draft_model` is given.
 
     Several prompts (a list of strings, or of token-id lists; a flat list of ints is one
@@ -331,7 +357,9 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
     images (files, bytes or PIL images) with mmproj (llama.cpp's mmproj GGUF, or a
     vision.Projector): each image takes the place of a media marker "<__media__>" (llama-mtmd-cli's;
     LLAMA_MEDIA_MARKER is the server's) in the text prompt (none: they go first); every drafter
-    keeps drafting.
+    keeps drafting; a draft model reads rows at an image: its own projector's with draft_mmproj=
+    (a path or a Projector), else the target's where they fit its width, else zero rows (as
+    llama.cpp, with a warning).
     """
     opts = GenerateOptions(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
@@ -341,7 +369,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike, draft_model: ModelLi
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, penalty_last_n=penalty_last_n,
         logprobs=logprobs, cache_prompt=cache_prompt, spec_type=spec_type, ngram_params=ngram_params,
         grammar=grammar, json_schema=json_schema, response_format=response_format, forced=forced,
-        n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes, images=images, mmproj=mmproj)
+        n_parallel=n_parallel, tree=tree, tree_nodes=tree_nodes, images=images, mmproj=mmproj,
+        draft_mmproj=draft_mmproj)
     return generate_with(prompt, model, draft_model, opts, stream=stream)
 
 

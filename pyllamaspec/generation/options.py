@@ -51,6 +51,7 @@ class GenerateOptions:
     tree_nodes: int = 0
     images: Sequence[Any] | None = None    # image files, bytes or PIL images, one per media marker
     mmproj: Any = None                     # their projector: a path or a vision.Projector
+    draft_mmproj: Any = None               # the draft model's own projector (the draft reads its rows)
 
     @classmethod
     def names(cls) -> frozenset[str]:

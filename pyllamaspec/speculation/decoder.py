@@ -208,10 +208,12 @@ class Decoder:
         if self.tseq is None:
             self.tseq = self.target.lease(None if fresh else prompt[:-1], stop=stop)
         if self.drafter is not None:
+            self.drafter.see_images(self.images)     # a draft model may read the images' rows
             self.drafter.open(self._text(prompt), fresh, stop)
 
     def _text(self, prompt: list[int]) -> list[int]:
-        """The prompt as a drafter and the sampler see it: an image's positions as a placeholder."""
+        """The prompt as the sampler and a drafter see it: an image's positions as a placeholder
+        (a draft model that reads the rows there has them from see_images: drafters/model.py)."""
         return prompt if self.images is None else self.images.text_ids()
 
     def prefill(self, prompt: list[int], fresh: bool = False, progress=None, draft_later: bool = False,

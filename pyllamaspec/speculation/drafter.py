@@ -120,6 +120,11 @@ class Drafter(ABC):
         sequence: the one holding most of the prompt, or an empty one when fresh), before
         anything is evaluated, waiting while none is free (stop() gives up)."""
 
+    def see_images(self, images) -> None:
+        """The generation's ImagePrompt (vision/prompt.py), or None, before open(): a drafter
+        that evaluates a model of its own may read the images' rows there (a draft model:
+        drafters/model.py); the others see the prompt's text ids, the images as placeholders."""
+
     def prefill(self, prompt: list[int], target: "ContextSequence | None" = None, fresh: bool = False) -> int:
         """Prepares for a generation after `prompt` (whose last token the first round feeds) in
         the target's sequence `target`; returns how many prompt tokens it reused from an

@@ -5,7 +5,9 @@ wrapped in its family's markers, BOS first where the model adds one.
 An image's positions hold ids of its own, negative (from the hash of its pixels): a cache that
 holds a prompt knows where a later prompt parts from it, image or text, by comparing ids alone,
 as llama-server compares an image chunk's hash. They are never tokens: the target evaluates the
-image's rows there, and a drafter or a sampler sees `placeholder` instead."""
+image's rows there, and a sampler (and a drafter with no model of its own) sees `placeholder`
+instead. A draft model reads rows there too (draft_images): a draft projector's (draft_rows),
+else the target's where they fit its width, else zeros, as llama.cpp's common/speculative.cpp."""
 from __future__ import annotations
 
 import functools
@@ -13,6 +15,8 @@ import os
 import secrets
 import string
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..errors import InvalidArgumentError
 from .projector import ImageRows
@@ -52,18 +56,41 @@ def image_ids(img: ImageRows) -> list[int]:
 
 @dataclass
 class ImagePrompt:
-    """Token ids (an image's positions: its own negative ids) and the images by their first id."""
+    """Token ids (an image's positions: its own negative ids) and the images by their first id;
+    draft_rows: the same images encoded by a draft model's own projector (draft_mmproj=), by the
+    same first ids."""
     ids: list[int]
     images: dict[int, ImageRows] = field(default_factory=dict)
     placeholder: int = 0
+    draft_rows: dict[int, ImageRows] = field(default_factory=dict)
+
+    def draft_images(self, width: int) -> dict[int, ImageRows]:
+        """The rows a draft model of input width `width` reads at the images: its projector's,
+        else the target's where they are that wide, else zero rows (the images' positions and
+        grids kept), as llama.cpp's common/speculative.cpp feeds a draft of another width. Zeros,
+        not the placeholder token: on the tiny pairs of tests/vision/test_vision_draft.py the
+        drafts after an image were accepted slightly more often so (docs/vision.md's figures)."""
+        if self.draft_rows:
+            return self.draft_rows
+        if self.draft_fits(width):
+            return self.images
+        return {k: ImageRows(np.zeros((img.n_tokens, width), np.float32), img.digest, img.non_causal, img.grid)
+                for k, img in self.images.items()}
+
+    def draft_fits(self, width: int) -> bool:
+        """Whether a draft model of input width `width` reads rows of the images (its own
+        projector's, or the target's of its width), not zeros."""
+        return bool(self.draft_rows) or all(img.rows.shape[1] == width for img in self.images.values())
 
     def text_ids(self) -> list[int]:
         """The ids a drafter or a sampler sees: each image position as the placeholder token."""
         return [t if t >= 0 else self.placeholder for t in self.ids]
 
-    def chunks(self, start: int, end: int):
-        """The ids [start, end) in runs: ("text", ids) and ("image", ImageRows, its ids). An image
-        cut by start (a cache that kept part of it) is refused: callers cut before it."""
+    def chunks(self, start: int, end: int, rows: dict[int, ImageRows] | None = None):
+        """The ids [start, end) in runs: ("text", ids) and ("image", ImageRows, its ids); rows:
+        the images' rows to give (draft_images()), by their first id (default: the target's). An
+        image cut by start (a cache that kept part of it) is refused: callers cut before it."""
+        rows = self.images if rows is None else rows
         i = start
         while i < end:
             if self.ids[i] >= 0:
@@ -73,7 +100,7 @@ class ImagePrompt:
                 yield "text", self.ids[i:j]
                 i = j
                 continue
-            img = self.images.get(self.ids[i])
+            img = rows.get(self.ids[i])
             if img is None or i + img.n_tokens > end:
                 raise InvalidArgumentError(f"position {i} is inside an image, not at its start")
             yield "image", img, self.ids[i:i + img.n_tokens]
@@ -128,6 +155,32 @@ def tokenize(model, text: str, images: list[ImageRows], kind: str, add_special: 
             ids += own
             ids += model.tokenize(end, add_special=False, parse_special=True) if end else []
     return p
+
+
+def attach_draft_rows(p: ImagePrompt, rows: list[ImageRows], draft_model) -> None:
+    """A draft projector's rows of the prompt's images (in the prompt's order) into p.draft_rows,
+    checked: as wide as the draft model's input, as many rows (and the same grid) as the target's,
+    since the draft reads them at the image's positions in the target's text."""
+    width = draft_model.info.n_embd_inp
+    firsts = p.starts()
+    if len(rows) != len(firsts):
+        raise InvalidArgumentError(f"{len(rows)} draft images for {len(firsts)} images in the prompt")
+    for pos, img in zip(firsts, rows):
+        target = p.images[p.ids[pos]]
+        check_draft_width(img.rows.shape[1], width)
+        if img.n_tokens != target.n_tokens or img.grid != target.grid:
+            raise InvalidArgumentError(f"the draft projector gives an image {img.n_tokens} rows (grid {img.grid}); "
+                                       f"the target's gives it {target.n_tokens} (grid {target.grid}): the draft "
+                                       "reads its rows at the target's positions, so the two projectors must "
+                                       "size images alike")
+        p.draft_rows[p.ids[pos]] = img
+
+
+def check_draft_width(rows_width: int, model_width: int) -> None:
+    """InvalidArgumentError unless a draft projector's rows fit the draft model."""
+    if rows_width != model_width:
+        raise InvalidArgumentError(f"the draft projector's rows are {rows_width} wide; the draft model takes "
+                                   f"{model_width} (a draft mmproj made for another model)")
 
 
 def _placeholder(model, beg: str) -> int:

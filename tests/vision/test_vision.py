@@ -196,8 +196,8 @@ def test_greedy_speculation_with_an_image_equals_plain(tiny):
         for drafter in (d, "ngram"):
             spec = _gen(tiny, m, drafter, cache_prompt=False, adaptive=False, n_draft=4)
             assert spec.tokens == plain.tokens, drafter
-        # a draft model that is the target itself, seeing placeholders where the image is:
-        # still most drafts are accepted after the image
+        # a draft model that is the target itself, reading the target's rows at the image
+        # (test_vision_draft.py measures what it gains over placeholders)
         spec = _gen(tiny, m, d, cache_prompt=False, adaptive=False, n_draft=4)
         assert spec.stats.accepted > 0
 

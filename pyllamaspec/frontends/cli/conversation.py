@@ -93,7 +93,8 @@ def answer(conv: Conversation, target: Model, draft, a: argparse.Namespace, samp
     pieces = iter_generate(prompt, target, draft, sampling=sampling,
                            draft=draft_params, max_tokens=max_tokens, stop=list(a.stop), result=result,
                            progress=StepProgress("prompt"), constraint=spec,
-                           images=(getattr(a, "projector", None), images) if images else None)
+                           images=(getattr(a, "projector", None), images, getattr(a, "draft_projector", None))
+                           if images else None)
     text, interrupted = "", False
     try:
         for piece in pieces:

@@ -25,7 +25,7 @@ from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
-from ...generation.generate import iter_generate
+from ...generation.generate import iter_generate, open_draft_projector
 from ..flags.args import build_parser, parse_args, projector_kwargs
 from .conversation import CTRL_C, run_conversation
 from ..flags.checks import Setup, ineffective_flags, show_warning
@@ -220,14 +220,16 @@ def _interactive(a: argparse.Namespace) -> None:
         a.prompt, a.file = None, None
 
 
-def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
-    """--mmproj and --image: a.projector (or None), a.media = (Projector, [files]) for one prompt
+def _open_media(a: argparse.Namespace, draft, stack: ExitStack) -> None:
+    """--mmproj and --image: a.projector (or None), a.media = (Projector, [files], the draft's
+    Projector or None: --mmproj-draft) for one prompt
     (a conversation attaches a.image to its first message). --mmproj FILE is loaded (so checked)
     even without --image, and so is the projector -hf found (a.hf_mmproj), as llama-mtmd-cli loads
     it: a conversation's /image takes it. One found by -hf that cannot be used (a type this engine
     does not run yet, a damaged file) leaves the CLI text only with a warning, unless --image
     needs it."""
     a.media, a.projector = None, None
+    a.draft_projector = open_draft_projector(getattr(a, "mmproj_draft", None), draft, stack, **projector_kwargs(a))
     path = a.mmproj or getattr(a, "hf_mmproj", None)
     if a.image and not path:
         raise InvalidArgumentError(_no_projector(a))
@@ -242,7 +244,7 @@ def _open_media(a: argparse.Namespace, stack: ExitStack) -> None:
             raise
         print(f"warning: {a.hf_repo}'s vision projector cannot be used here ({e}): text only", file=sys.stderr)
         return
-    a.media = (a.projector, list(a.image)) if a.image else None
+    a.media = (a.projector, list(a.image), a.draft_projector) if a.image else None
 
 
 def _no_projector(a: argparse.Namespace) -> str:
@@ -266,7 +268,7 @@ def run(a: argparse.Namespace) -> int:
     target_path, draft_path, default_prompt = resolve_models(a)
     with ExitStack() as stack:
         target, draft = open_models(a, target_path, draft_path, stack)
-        _open_media(a, stack)
+        _open_media(a, draft, stack)
         if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
             draft_params.spec_type = a.spec_types
         if draft is None and a.spec_types:          # drafting without a draft file

@@ -35,6 +35,11 @@ def add_mmproj_args(g, mmproj_help: str) -> None:
     """llama.cpp's projector flags (the CLI's and the server's, as llama-mtmd-cli's and
     llama-server's): -mm FILE, and whether -hf takes the repository's own (launch.resolve_models)."""
     g.add_argument("-mm", "--mmproj", default=None, metavar="FILE", help=mmproj_help)
+    # (-mmd: not one of llama.cpp's flags, which has -mmdev / --mmproj-device; no prefix matching here)
+    g.add_argument("-mmd", "--mmproj-draft", dest="mmproj_draft", default=None, metavar="FILE",
+                   help="the draft model's own vision projector (a small VLM of the target's family; needs -md): "
+                        "the draft reads its rows at each image (without one: the target's rows where as wide "
+                        "as the draft's input, else zero rows)")
     g.add_argument("--mmproj-auto", dest="no_mmproj", action="store_false", default=False,
                    help="with -hf, use the repository's vision projector (mmproj) if it has one (the default)")
     g.add_argument("--no-mmproj", "--no-mmproj-auto", dest="no_mmproj", action="store_true",

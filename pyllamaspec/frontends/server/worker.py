@@ -200,9 +200,11 @@ def task_line(slot: int, task: int, result: dict, constraint: GrammarSpec | None
 class Worker:
     """Owns the target and drafter; runs Jobs in n_parallel slots on its own thread."""
 
-    def __init__(self, target: Model, drafter: Model | str | None, defaults: Defaults, projector=None):
+    def __init__(self, target: Model, drafter: Model | str | None, defaults: Defaults, projector=None,
+                 draft_projector=None):
         self.target, self.drafter, self.defaults = target, drafter, defaults
         self.projector = projector                 # --mmproj: a vision Projector, or None
+        self.draft_projector = draft_projector     # --mmproj-draft: the draft model's, or None
         for m in (target, drafter):
             if isinstance(m, Model):       # uvicorn owns Ctrl-C; generations stop by Cancel
                 m.catch_sigint(False)
@@ -339,14 +341,22 @@ class Worker:
             vision_prompt.check_markers(text, len(req.images), marker)      # before the images' work
         except InvalidArgumentError as e:
             raise APIError(f"Failed to tokenize prompt: {e}", param=param) from None
-        rows = []
+        rows, draft_rows = [], []
         for k, src in enumerate(req.images):
             try:
                 rows.append(self.projector.encode(src))
+                if self.draft_projector is not None:        # the draft's own rows of the same image
+                    draft_rows.append(self.draft_projector.encode(src))
             except InvalidArgumentError as e:
                 where = f"image {k + 1}" if chat else f"multimodal_data[{k}]"
                 raise APIError(f"Failed to load image or audio file ({where}): {e}", param=param) from None
-        return vision_prompt.tokenize(self.target, text, rows, self.projector.info.type, True, marker)
+        p = vision_prompt.tokenize(self.target, text, rows, self.projector.info.type, True, marker)
+        if self.draft_projector is not None:
+            try:
+                vision_prompt.attach_draft_rows(p, draft_rows, self.drafter)
+            except InvalidArgumentError as e:              # the two projectors size this image apart
+                raise APIError(f"Failed to tokenize prompt: {e}", param=param) from None
+        return p
 
     def chat_prompt(self, req: GenRequest, constraint: GrammarSpec | None) -> "tuple[ChatPrompt, GrammarSpec]":
         """A chat's prompt and what constrains and reads its answer, with the server's and the

@@ -46,6 +46,10 @@ class ChainDrafter(Drafter):
     def max_sequences(self) -> int:
         return min(d.max_sequences for d in self.drafters)
 
+    def see_images(self, images) -> None:
+        for d in self.drafters:
+            d.see_images(images)
+
     def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
         for d in self.drafters:
             d.open(prompt, fresh, stop)

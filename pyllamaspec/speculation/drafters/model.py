@@ -5,17 +5,21 @@ Its sequence (one of the draft model's, leased for the generation) holds seq[:-1
 `skipped` tokens: after a long stretch of plain decoding it catches up on the last CATCH_UP_MAX
 tokens only, placed right after what it holds (a drafter may see any text; the target's
 verification keeps the output exact). Generations sharing a draft model share its restricted
-head: the last one to finish gives the head back as it was."""
+head: the last one to finish gives the head back as it was. With images it reads rows at their
+positions (see_images: its projector's, the target's of its width, else zeros), its cache then
+holding the images' own ids there, as the target's; a catch-up evaluates the text (placeholders
+at an image)."""
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 
 import numpy as np
 
 from ...engine.model import Model
 from ...engine.sampling import SamplingParams
-from ...errors import InvalidArgumentError, NoVocabularyError
+from ...errors import InvalidArgumentError, NoVocabularyError, UnsupportedModelError
 from ..params import DraftParams
 from ..drafter import Draft, Eval, Steps
 from ..tree.sampled import TreeSampledDrafter
@@ -76,6 +80,8 @@ class DraftModelDrafter(TreeSampledDrafter):
         self.logits = np.empty((1, model.n_vocab), np.float32)
         self.step_buf = np.empty(1, np.int32)
         self.skipped = 0
+        self.images = None            # the generation's ImagePrompt (see_images)
+        self.image_rows = None        # the rows it reads at the images, by first id; None: placeholders
 
     def _restrict_head(self, target: Model) -> None:
         """A large vocabulary's head is most of a small draft's cost (Gemma 3: 262k rows): the
@@ -97,9 +103,45 @@ class DraftModelDrafter(TreeSampledDrafter):
         longest common prefix with what it (or another of the draft's sequences) holds;
         returns how many tokens were reused."""
         head, n_keep = self._reuse(prompt, fresh)
-        if n_keep < len(head):
+        if n_keep < len(head) and self.image_rows is not None:
+            self._eval_images(n_keep, len(head))
+        elif n_keep < len(head):
             self.draft_seq.eval(head[n_keep:], logits="none")
         return n_keep
+
+    def see_images(self, images) -> None:
+        """The rows it reads at the images (ImagePrompt.draft_images: its projector's, the
+        target's where as wide as its input, else zeros, with a warning as llama.cpp's)."""
+        self.images, self.image_rows = images, None
+        if images is None or not images.images:
+            return
+        width = self.model.info.n_embd_inp
+        if not images.draft_fits(width):
+            warnings.warn(f"the target's image rows are {next(iter(images.images.values())).rows.shape[1]} wide; "
+                          f"the draft model takes {width}: it reads zero rows at the images and drafts poorly "
+                          "after them (give it a projector of its own: draft_mmproj= / --mmproj-draft)",
+                          stacklevel=2)
+        self.image_rows = images.draft_images(width)
+
+    def _ids(self, prompt: list[int]) -> list[int]:
+        """prompt (text ids) as its cache holds it: the images' own ids where it reads their rows
+        (so prefix reuse parts at another image, as the target's does)."""
+        return self.images.ids[:len(prompt)] if self.image_rows is not None else list(prompt)
+
+    def _eval_images(self, start: int, end: int) -> None:
+        """The prompt's positions [start, end) into its cache, text and images in turn (the rows
+        by the rule of its own architecture: eval_rows, as the target's)."""
+        for run in self.images.chunks(start, end, self.image_rows):
+            if run[0] == "text":
+                self.draft_seq.eval(np.asarray(run[1], np.int32), logits="none")
+                continue
+            img, ids = run[1], run[2]
+            try:
+                self.draft_seq.eval_rows(img.rows, ids, img.non_causal, grid=img.grid,
+                                         draft_token=self.images.placeholder)
+            except UnsupportedModelError:        # an architecture that takes no rows: placeholders
+                self.image_rows = None
+                self.draft_seq.eval(np.full(len(ids), self.images.placeholder, np.int32), logits="none")
 
     def prefill_later(self, prompt: list[int], target=None, fresh: bool = False) -> int:
         """prefill() without the evaluation: what its sequence lacks of the prompt is left to
@@ -115,14 +157,18 @@ class DraftModelDrafter(TreeSampledDrafter):
         self.open(prompt, fresh)
         if fresh:
             self.draft_seq.clear()
-        n_keep = self.draft_seq.reuse_prefix(head.tolist())
+        ids = self._ids(prompt)[:-1]
+        n_keep = self.draft_seq.reuse_prefix(ids)
+        if self.image_rows is not None and self.images.image_start(n_keep) < n_keep:
+            # an image kept in part is evaluated again, whole (reuse_prefix: a hybrid's checkpoints)
+            n_keep = self.draft_seq.reuse_prefix(ids[:self.images.image_start(n_keep)])
         self.skipped = 0
         self.learn(head)
         return head, n_keep
 
     def open(self, prompt: list[int], fresh: bool = False, stop=None) -> None:
         if self.draft_seq is None:
-            self.draft_seq = self.model.lease(None if fresh else prompt[:-1], stop=stop)
+            self.draft_seq = self.model.lease(None if fresh else self._ids(prompt)[:-1], stop=stop)
 
     def learn(self, tokens) -> None:
         """Adds the tokens the restricted head lacks."""
