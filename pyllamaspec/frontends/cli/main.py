@@ -220,7 +220,7 @@ def _interactive(a: argparse.Namespace) -> None:
         a.prompt, a.file = None, None
 
 
-def _open_media(a: argparse.Namespace, draft, stack: ExitStack) -> None:
+def _open_media(a: argparse.Namespace, draft, stack: ExitStack, target: Model) -> None:
     """--mmproj and --image: a.projector (or None), a.media = (Projector, [files], the draft's
     Projector or None: --mmproj-draft) for one prompt
     (a conversation attaches a.image to its first message). --mmproj FILE is loaded (so checked)
@@ -229,7 +229,8 @@ def _open_media(a: argparse.Namespace, draft, stack: ExitStack) -> None:
     does not run yet, a damaged file) leaves the CLI text only with a warning, unless --image
     needs it."""
     a.media, a.projector = None, None
-    a.draft_projector = open_draft_projector(getattr(a, "mmproj_draft", None), draft, stack, **projector_kwargs(a))
+    a.draft_projector = open_draft_projector(getattr(a, "mmproj_draft", None), draft, stack, target,
+                                             **projector_kwargs(a))
     path = a.mmproj or getattr(a, "hf_mmproj", None)
     if a.image and not path:
         raise InvalidArgumentError(_no_projector(a))
@@ -268,7 +269,7 @@ def run(a: argparse.Namespace) -> int:
     target_path, draft_path, default_prompt = resolve_models(a)
     with ExitStack() as stack:
         target, draft = open_models(a, target_path, draft_path, stack)
-        _open_media(a, draft, stack)
+        _open_media(a, draft, stack, target)
         if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
             draft_params.spec_type = a.spec_types
         if draft is None and a.spec_types:          # drafting without a draft file

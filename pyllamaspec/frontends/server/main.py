@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             projector = _open_projector(a, stack)
             from ...generation.generate import open_draft_projector   # --mmproj-draft: checked against -md
             from ..flags.args import projector_kwargs
-            draft_projector = open_draft_projector(a.mmproj_draft, drafter, stack, **projector_kwargs(a))
+            draft_projector = open_draft_projector(a.mmproj_draft, drafter, stack, target, **projector_kwargs(a))
             worker = Worker(target, drafter, defaults, projector, draft_projector)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
