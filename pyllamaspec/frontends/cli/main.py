@@ -25,12 +25,13 @@ from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
-from ...generation.generate import iter_generate, open_draft_projector
+from ...generation.generate import iter_generate
 from ..flags.args import build_parser, parse_args, projector_kwargs
 from .conversation import CTRL_C, run_conversation
 from ..flags.checks import Setup, ineffective_flags, show_warning
 from .compare import Run, alternate, report, warm_up
 from ..flags.launch import DEFAULT_PROMPT, open_models, process_escapes, resolve_models, settings_from_args  # noqa: F401
+from ..flags.launch import open_flag_draft_projector
 
 GREEN, RESET = "\033[32m", "\033[0m"
 
@@ -229,8 +230,7 @@ def _open_media(a: argparse.Namespace, draft, stack: ExitStack, target: Model) -
     does not run yet, a damaged file) leaves the CLI text only with a warning, unless --image
     needs it."""
     a.media, a.projector = None, None
-    a.draft_projector = open_draft_projector(getattr(a, "mmproj_draft", None), draft, stack, target,
-                                             **projector_kwargs(a))
+    a.draft_projector = open_flag_draft_projector(a, draft, target, stack)
     path = a.mmproj or getattr(a, "hf_mmproj", None)
     if a.image and not path:
         raise InvalidArgumentError(_no_projector(a))
