@@ -235,13 +235,17 @@ def _prepare(prompt, model, draft_model, o: GenerateOptions, tools: GrammarSpec 
     def models(stack: ExitStack):
         kw = dict(n_ctx=o.n_ctx, n_threads=o.n_threads, n_gpu_layers=o.n_gpu_layers)
         target = _open(model, stack, **kw)
-        return target, open_draft(draft_model, target, stack, spec_type=o.spec_type, **kw)
+        dm = open_draft(draft_model, target, stack, spec_type=o.spec_type, **kw)
+        if o.draft_mmproj is not None:          # with images or without: refused alike
+            check_draft_projector_vocab(target, dm)
+        return target, dm
 
     def run(per_token: bool, result: dict) -> Iterator[Piece]:
         with ExitStack() as stack:
             target, dm = models(stack)
             imgs = (_open_projector(o.mmproj, stack, o.n_threads), images,
-                    open_draft_projector(o.draft_mmproj, dm, stack, n_threads=o.n_threads or 0)) if images else None
+                    open_draft_projector(o.draft_mmproj, dm, stack, target,
+                                         n_threads=o.n_threads or 0)) if images else None
             yield from iter_generate(prompt, target, dm, sampling=sampling, draft=draft, result=result,
                                      add_special=o.add_special, parse_special=o.parse_special,
                                      per_token=per_token, images=imgs, **out)
@@ -275,19 +279,35 @@ def _check_images(o: GenerateOptions, batch: bool, prompt) -> list:
     return images
 
 
-def open_draft_projector(mmproj, draft, stack: ExitStack, **projector_kw):
+def open_draft_projector(mmproj, draft, stack: ExitStack, target: Model | None = None, **projector_kw):
     """draft_mmproj= / --mmproj-draft opened into stack (None: none; a Projector: as given), its
-    rows checked against the draft model's width (InvalidArgumentError naming both)."""
+    rows checked against the draft model's width (InvalidArgumentError naming both), and the
+    draft against target's vocabulary (check_draft_projector_vocab)."""
     if mmproj is None:
         return None
     if not isinstance(draft, Model):
         raise InvalidArgumentError(f"a draft projector (draft_mmproj= / --mmproj-draft) is a draft model's: it needs "
                                    f"a draft model (a text model GGUF: draft_model= / -md), got {draft!r}")
+    if target is not None:
+        check_draft_projector_vocab(target, draft)
     from ..vision.projector import Projector     # (Pillow and the image code load with images only)
     from ..vision.prompt import check_draft_width
     p = mmproj if isinstance(mmproj, Projector) else stack.enter_context(Projector(mmproj, **projector_kw))
     check_draft_width(p.info.n_embd, draft.info.n_embd_inp)
     return p
+
+
+def check_draft_projector_vocab(target: Model, draft) -> None:
+    """A draft of another vocabulary (speculation/drafters/cross_vocab.py) drafts text: it is fed
+    the target's text re-tokenized, so at an image it sees only the text around it, and a
+    projector of its own would never be read; refused rather than silently ignored."""
+    if not isinstance(draft, Model):
+        return                                  # (open_draft_projector says what it needs)
+    why = target.vocab_difference(draft)
+    if why is not None:
+        raise InvalidArgumentError(f"a draft projector (draft_mmproj= / --mmproj-draft) needs a draft of the target's "
+                                   f"vocabulary: this draft's differs ({why}), so it drafts re-tokenized text and "
+                                   f"sees only the text around an image, never its rows")
 
 
 def _open_projector(mmproj, stack: ExitStack, n_threads: int | None):

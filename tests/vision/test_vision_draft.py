@@ -220,3 +220,47 @@ def test_a_draft_that_takes_no_rows_sees_placeholders(pair, monkeypatch):
         plain = _gen(pair, m)
         spec = _gen(pair, m, d, **SPEC)
         assert spec.tokens == plain.tokens and spec.stats.acceptance_rate < 0.1, spec.stats
+
+
+CROSS = "sees only the text around an image"
+
+
+@pytest.fixture(scope="module")
+def other(pair):
+    """A draft of another vocabulary (280 ids, the target's 272; text bridges them) and 32 wide,
+    as draft_mmproj.gguf's rows are."""
+    import models
+    import models_vision as mv
+    path = pair / "other_vocab.gguf"
+    models.write_gguf(path, arch="gemma3", n_vocab=280, n_embd=32, n_head=4, n_head_kv=2, n_ff=48, seed=7,
+                      head_dim=8, extra_kv=mv.image_marker_kv(280))
+    return path
+
+
+def test_a_draft_of_another_vocabulary_refuses_a_projector(pair, other):
+    """A draft of another vocabulary drafts re-tokenized text: it would never read its projector's
+    rows, so draft_mmproj= is an error (it was silently ignored), with images or without."""
+    with Model(pair / "target.gguf", n_ctx=256) as m, Model(other, n_ctx=256) as d:
+        assert m.check_draft(d) == "cross-vocabulary"
+        plain = _gen(pair, m)
+        assert _gen(pair, m, d, **SPEC).tokens == plain.tokens      # drafting across the image as text
+        with Projector(pair / "draft_mmproj.gguf") as pd:
+            for proj in (pair / "draft_mmproj.gguf", pd):
+                with pytest.raises(InvalidArgumentError, match=CROSS):
+                    _gen(pair, m, d, draft_mmproj=proj, **SPEC)
+        with pytest.raises(InvalidArgumentError, match=CROSS):
+            pyllamaspec.generate("describe it", m, d, draft_mmproj=pair / "draft_mmproj.gguf", max_tokens=4)
+        with pytest.raises(InvalidArgumentError, match=CROSS):
+            _gen(pair, m, str(other), draft_mmproj=pair / "draft_mmproj.gguf")          # a path as the draft
+        assert _gen(pair, m, d, **SPEC).tokens == plain.tokens                            # they live on
+
+
+def test_cli_and_server_refuse_a_projector_for_another_vocabulary(pair, other):
+    out = _cli(pair, "-md", str(other), "-mmd", str(pair / "draft_mmproj.gguf"))
+    assert out.returncode == 1 and CROSS in out.stderr, out.stderr
+    out = _cli(pair, "-md", str(other))                                         # without it: runs
+    assert out.returncode == 0, out.stderr
+    out = subprocess.run([sys.executable, "-m", "pyllamaspec.server", "-m", str(pair / "target.gguf"), "-c", "256",
+                          "--mmproj", str(pair / "mmproj.gguf"), "-md", str(other), "-mmd",
+                          str(pair / "draft_mmproj.gguf"), "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and CROSS in out.stderr, out.stderr

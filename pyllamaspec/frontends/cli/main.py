@@ -25,12 +25,13 @@ from ...engine.sampling import SamplingParams
 from ...errors import InvalidArgumentError, PyllamaspecError
 from ...files.progress import StepProgress
 from ...speculation.decoder import DraftParams, Stats
-from ...generation.generate import iter_generate, open_draft_projector
+from ...generation.generate import iter_generate
 from ..flags.args import build_parser, parse_args, projector_kwargs
 from .conversation import CTRL_C, run_conversation
 from ..flags.checks import Setup, ineffective_flags, show_warning
 from .compare import Run, alternate, report, warm_up
 from ..flags.launch import DEFAULT_PROMPT, open_models, process_escapes, resolve_models, settings_from_args  # noqa: F401
+from ..flags.launch import open_flag_draft_projector
 
 GREEN, RESET = "\033[32m", "\033[0m"
 
@@ -220,7 +221,7 @@ def _interactive(a: argparse.Namespace) -> None:
         a.prompt, a.file = None, None
 
 
-def _open_media(a: argparse.Namespace, draft, stack: ExitStack) -> None:
+def _open_media(a: argparse.Namespace, draft, stack: ExitStack, target: Model) -> None:
     """--mmproj and --image: a.projector (or None), a.media = (Projector, [files], the draft's
     Projector or None: --mmproj-draft) for one prompt
     (a conversation attaches a.image to its first message). --mmproj FILE is loaded (so checked)
@@ -229,7 +230,7 @@ def _open_media(a: argparse.Namespace, draft, stack: ExitStack) -> None:
     does not run yet, a damaged file) leaves the CLI text only with a warning, unless --image
     needs it."""
     a.media, a.projector = None, None
-    a.draft_projector = open_draft_projector(getattr(a, "mmproj_draft", None), draft, stack, **projector_kwargs(a))
+    a.draft_projector = open_flag_draft_projector(a, draft, target, stack)
     path = a.mmproj or getattr(a, "hf_mmproj", None)
     if a.image and not path:
         raise InvalidArgumentError(_no_projector(a))
@@ -268,7 +269,7 @@ def run(a: argparse.Namespace) -> int:
     target_path, draft_path, default_prompt = resolve_models(a)
     with ExitStack() as stack:
         target, draft = open_models(a, target_path, draft_path, stack)
-        _open_media(a, draft, stack)
+        _open_media(a, draft, stack, target)
         if draft_params.spec_type is None and a.spec_types:      # the target's own file as -md: MTP
             draft_params.spec_type = a.spec_types
         if draft is None and a.spec_types:          # drafting without a draft file

@@ -26,7 +26,9 @@ def add_model_args(ap: argparse.ArgumentParser) -> None:
                                             "its vision projector (mmproj) too, if the repository has one "
                                             "(--no-mmproj: not)")
     g.add_argument("-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf", dest="hf_repo_draft",
-                   help="draft from Hugging Face: user/repo[:QUANT]")
+                   help="draft from Hugging Face: user/repo[:QUANT]; its vision projector (mmproj) as the "
+                        "draft's too, where the target has one and the repository one (--no-mmproj: not; "
+                        "--mmproj-draft FILE wins)")
     g.add_argument("-hff", "--hf-file", help="the file to take from --hf-repo (instead of the quant tag)")
     g.add_argument("--demo", action="store_true", help="run the offline demo pair (also the default with no model)")
 

@@ -124,11 +124,14 @@ def _unsupported(a: argparse.Namespace, s: Setup) -> list[str]:
 
 def mmproj_flags(a: argparse.Namespace) -> list[str]:
     """--no-mmproj where it changes nothing: without -hf (only -hf finds a projector by itself),
-    or with --mmproj FILE (that file is loaded all the same, as in llama.cpp)."""
+    or with --mmproj FILE (that file is loaded all the same, as in llama.cpp) unless -hfd would
+    take its repository's projector for the draft (launch.wants_draft_repo_mmproj)."""
     f = _flag(a, "no_mmproj")
     if not f or not getattr(a, "no_mmproj", False):
         return []
     if getattr(a, "mmproj", None):
+        if getattr(a, "hf_repo_draft", None) and not getattr(a, "mmproj_draft", None):
+            return []                               # it leaves out the draft repository's
         return [f"{f} has no effect with --mmproj FILE: that projector is loaded"]
     if not getattr(a, "hf_repo", None):
         return [f"{f} has no effect without -hf (only -hf finds a vision projector by itself)"]

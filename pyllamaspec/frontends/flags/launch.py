@@ -34,10 +34,23 @@ def wants_repo_mmproj(a: argparse.Namespace) -> bool:
     return hasattr(a, "mmproj") and not getattr(a, "no_mmproj", False) and not a.mmproj
 
 
+def wants_draft_repo_mmproj(a: argparse.Namespace) -> bool:
+    """Whether -hfd also takes the draft repository's vision projector: where the target has one
+    (-mm FILE, or the one -hf found), unless --no-mmproj (both off) or --mmproj-draft FILE names
+    the draft's. llama.cpp b11434 differs: common/arg.cpp plans the -hfd repository with the
+    target's download options, its mmproj included, but never fetches or uses that mmproj (its
+    draft has no projector: common/speculative.cpp feeds a draft the target's rows, or zeros).
+    Here a draft reads its own projector's rows (--mmproj-draft), which is what gets its drafts
+    after an image accepted (test_vision_draft: all of them, against almost none with zeros)."""
+    return hasattr(a, "mmproj") and not getattr(a, "no_mmproj", False) and not getattr(a, "mmproj_draft", None) \
+        and bool(a.mmproj or a.hf_mmproj)
+
+
 def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
     """(target path, draft path or None, default prompt). With -hf, a.hf_mmproj is the
-    repository's vision projector (wants_repo_mmproj), else None."""
-    a.hf_mmproj = None
+    repository's vision projector (wants_repo_mmproj), else None; with -hfd, a.hf_mmproj_draft
+    the draft repository's (wants_draft_repo_mmproj), else None."""
+    a.hf_mmproj = a.hf_mmproj_draft = None
     if a.hf_repo or a.hf_repo_draft:
         from ...files.hub import resolve, resolve_with_mmproj
         target = a.model
@@ -46,7 +59,12 @@ def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
             target, a.hf_mmproj = str(found.model), str(found.mmproj) if found.mmproj else None
         elif a.hf_repo:
             target = str(resolve(a.hf_repo, a.hf_file))
-        draft = str(resolve(a.hf_repo_draft)) if a.hf_repo_draft else a.model_draft
+        draft = a.model_draft
+        if a.hf_repo_draft and wants_draft_repo_mmproj(a):
+            found = resolve_with_mmproj(a.hf_repo_draft)
+            draft, a.hf_mmproj_draft = str(found.model), str(found.mmproj) if found.mmproj else None
+        elif a.hf_repo_draft:
+            draft = str(resolve(a.hf_repo_draft))
         if not target:
             raise PyllamaspecError("a draft from -hfd needs a target (-m or -hf)")
         return target, draft, DEFAULT_PROMPT
@@ -61,6 +79,26 @@ def resolve_models(a: argparse.Namespace) -> tuple[str, str | None, str]:
               file=sys.stderr)
     target, draft = demo_pair()
     return str(target), str(draft), DEFAULT_PROMPT
+
+
+def open_flag_draft_projector(a: argparse.Namespace, draft, target, stack: ExitStack):
+    """The draft's projector: --mmproj-draft FILE (an error where it cannot serve), else the one
+    -hfd found (a.hf_mmproj_draft), which where it cannot serve (a draft head, a draft of another
+    vocabulary, another width, a file this engine does not run) leaves the draft without one, with
+    a warning, as -hf's projector that cannot be used leaves the target text only."""
+    from ...errors import InvalidArgumentError, ModelFormatError, UnsupportedModelError
+    from ...generation.generate import open_draft_projector
+    from .args import projector_kwargs
+    if getattr(a, "mmproj_draft", None):
+        return open_draft_projector(a.mmproj_draft, draft, stack, target, **projector_kwargs(a))
+    found = getattr(a, "hf_mmproj_draft", None)
+    if not found:
+        return None
+    try:
+        return open_draft_projector(found, draft, stack, target, **projector_kwargs(a))
+    except (InvalidArgumentError, UnsupportedModelError, ModelFormatError) as e:
+        print(f"warning: {a.hf_repo_draft}'s vision projector is not used for the draft ({e})", file=sys.stderr)
+        return None
 
 
 def _named(path: str, a: argparse.Namespace) -> str:

@@ -235,9 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                                 n_parallel=n_parallel, kv_unified=kv_unified, reasoning=a.reasoning_options,
                                 template_kwargs=a.template_kwargs)
             projector = _open_projector(a, stack)
-            from ...generation.generate import open_draft_projector   # --mmproj-draft: checked against -md
-            from ..flags.args import projector_kwargs
-            draft_projector = open_draft_projector(a.mmproj_draft, drafter, stack, **projector_kwargs(a))
+            from ..flags.launch import open_flag_draft_projector   # --mmproj-draft: checked against -md
+            draft_projector = open_flag_draft_projector(a, drafter, target, stack)
             worker = Worker(target, drafter, defaults, projector, draft_projector)
             alias = a.alias or os.path.basename(target_path)
             opts = Options(metrics=a.metrics, slots=a.slots, embeddings=a.embeddings, pooling=_pooling(a, target),
