@@ -1,5 +1,6 @@
 // A weight matrix times a few activation rows, each weight block decoded once (matmul_rows.h).
 #include "kernels/matmul_rows.h"
+#include "kernels/matmul_rows_f16.h"
 #include "kernels/simd.h"
 
 #include "ggml-backend.h"
@@ -348,40 +349,10 @@ void q6_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]);
 }
 
-// How far ahead of its loads the F16 kernel prefetches its weights (bytes: the rows after this one,
-// a thread's share being contiguous). Its loop takes as long per weight as the bus brings one
-// at two rows, and the hardware prefetcher alone left it stalled on loads (Zen 4, one thread,
-// Gemma 3's F16 model, docs/benchmarks.md): 4 KiB ahead was the best of 1-8 KiB.
-constexpr int64_t F16_PREFETCH = 4096;
-
-// R activation rows (from r0) times one F16 weight row: ggml_vec_dot_f16 per row, as kern::dot
-// sums it (four accumulators over steps of four registers, joined (0 + 2) + (1 + 3), the lanes in
-// ggml's order, the rest in double), each weight register converted once for the R rows.
+// R activation rows (from r0) times one F16 weight row (kernels/matmul_rows_f16.cpp)
 template <int R>
-void f16_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
-    using kern::Vec;
-    constexpr int N = Vec::N, STEP = 4 * N;
-    const ggml_fp16_t * w = (const ggml_fp16_t *) wv;
-    const int64_t k = a.k;
-    const int64_t np = k - k % STEP;
-    const float * y = &a.f[r0 * k];
-    Vec acc[R][4];
-    for (int r = 0; r < R; ++r) {
-        for (int j = 0; j < 4; ++j) acc[r][j] = Vec::splat(0.0f);
-    }
-    for (int64_t d = 0; d < np; d += STEP) {
-        for (int64_t o = 0; o < STEP * 2; o += 64) _mm_prefetch((const char *) (w + d) + F16_PREFETCH + o, _MM_HINT_T0);
-        Vec x[4];
-        for (int j = 0; j < 4; ++j) x[j] = Vec::load_f16(w + d + j * N);
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) acc[r][j] = Vec::fma(x[j], Vec::load(y + r * k + d + j * N), acc[r][j]);
-        }
-    }
-    for (int r = 0; r < R; ++r) {
-        double s = np > 0 ? Vec::add(Vec::add(acc[r][0], acc[r][2]), Vec::add(acc[r][1], acc[r][3])).sum() : 0.0;
-        for (int64_t d = np; d < k; ++d) s += (double) (ggml_fp16_to_fp32(w[d]) * y[r * k + d]);
-        res[r] = (float) s;
-    }
+void f16_rows(const void * w, const Rows & a, int64_t r0, float * res) {
+    kern::f16_rows<R>((const ggml_fp16_t *) w, &a.f[r0 * a.k], a.k, res);
 }
 
 #if defined(PSL_MM_AVX512)
@@ -553,8 +524,7 @@ void q6_K_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, 
 #endif
 
 constexpr int CHUNK = 8;   // activation rows whose accumulators stay in registers (AVX2 has 16)
-// F16 weights: four accumulators a row (AVX2's 16 registers hold two rows' and the weights')
-constexpr int F16_CHUNK = kern::Vec::N >= 16 ? 6 : 2;
+constexpr int F16_CHUNK = kern::F16_ROWS_MAX;
 
 using RowsKernel = void (*)(const void * w, const Rows & a, int64_t r0, float * res);
 
