@@ -52,8 +52,6 @@ constexpr int64_t QK_K = 256;
 
 float f16(uint16_t h) { return _cvtsh_ss(h); }
 
-
-
 // The activation rows as vec_dot reads them: quantized by ggml's own from_float to the weight
 // type's vec_dot type, each block's scale (and Q8_1's d * sum) converted to F32 once; stored
 // block-major (a block's rows side by side), so that one pointer walks all the rows.
