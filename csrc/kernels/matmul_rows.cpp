@@ -1,5 +1,6 @@
 // A weight matrix times a few activation rows, each weight block decoded once (matmul_rows.h).
 #include "kernels/matmul_rows.h"
+#include "kernels/matmul_rows_f16.h"
 #include "kernels/simd.h"
 
 #include "ggml-backend.h"
@@ -346,33 +347,10 @@ void q6_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]);
 }
 
-// R activation rows (from r0) times one F16 weight row: ggml_vec_dot_f16 per row, as kern::dot
-// sums it (four accumulators over steps of four registers, joined (0 + 2) + (1 + 3), the lanes in
-// ggml's order, the rest in double), each weight register converted once for the R rows.
+// R activation rows (from r0) times one F16 weight row (kernels/matmul_rows_f16.cpp)
 template <int R>
-void f16_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
-    using kern::Vec;
-    constexpr int N = Vec::N, STEP = 4 * N;
-    const ggml_fp16_t * w = (const ggml_fp16_t *) wv;
-    const int64_t k = a.k;
-    const int64_t np = k - k % STEP;
-    const float * y = &a.f[r0 * k];
-    Vec acc[R][4];
-    for (int r = 0; r < R; ++r) {
-        for (int j = 0; j < 4; ++j) acc[r][j] = Vec::splat(0.0f);
-    }
-    for (int64_t d = 0; d < np; d += STEP) {
-        Vec x[4];
-        for (int j = 0; j < 4; ++j) x[j] = Vec::load_f16(w + d + j * N);
-        for (int r = 0; r < R; ++r) {
-            for (int j = 0; j < 4; ++j) acc[r][j] = Vec::fma(x[j], Vec::load(y + r * k + d + j * N), acc[r][j]);
-        }
-    }
-    for (int r = 0; r < R; ++r) {
-        double s = np > 0 ? Vec::add(Vec::add(acc[r][0], acc[r][2]), Vec::add(acc[r][1], acc[r][3])).sum() : 0.0;
-        for (int64_t d = np; d < k; ++d) s += (double) (ggml_fp16_to_fp32(w[d]) * y[r * k + d]);
-        res[r] = (float) s;
-    }
+void f16_rows(const void * w, const Rows & a, int64_t r0, float * res) {
+    kern::f16_rows<R>((const ggml_fp16_t *) w, &a.f[r0 * a.k], a.k, res);
 }
 
 #if defined(PSL_MM_AVX512)
@@ -544,8 +522,7 @@ void q6_K_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, 
 #endif
 
 constexpr int CHUNK = 8;   // activation rows whose accumulators stay in registers (AVX2 has 16)
-// F16 weights: four accumulators a row (AVX2's 16 registers hold two rows' and the weights')
-constexpr int F16_CHUNK = kern::Vec::N >= 16 ? 6 : 2;
+constexpr int F16_CHUNK = kern::F16_ROWS_MAX;
 
 using RowsKernel = void (*)(const void * w, const Rows & a, int64_t r0, float * res);
 
@@ -620,36 +597,43 @@ PairKernel pair_kernel_for(ggml_type t, int r) {
 PairKernel pair_kernel_for(ggml_type, int) { return nullptr; }
 #endif
 
+// Weight row i times every activation row into dst's column i; with gap > 0, row i + gap too,
+// through the pair kernel.
+void weight_rows(ggml_tensor * dst, const Rows & a, int64_t i, int64_t gap) {
+    const ggml_tensor * w = dst->src[0];
+    const int chunk = w->type == GGML_TYPE_F16 ? F16_CHUNK : CHUNK;
+    const char * wr = (const char *) w->data + i * w->nb[1];
+    float res[2][CHUNK];
+    for (int64_t r0 = 0; r0 < a.n; r0 += chunk) {
+        const int r = (int) std::min<int64_t>(chunk, a.n - r0);
+        if (gap > 0) {
+            pair_kernel_for(w->type, r)(wr, wr + gap * w->nb[1], a, r0, res[0], res[1]);
+        } else {
+            kernel_for(w->type, r)(wr, a, r0, res[0]);
+        }
+        for (int j = 0; j < r; ++j) {
+            float * o = (float *) ((char *) dst->data + (r0 + j) * dst->nb[1]);
+            o[i] = res[0][j];
+            if (gap > 0) o[i + gap] = res[1][j];
+        }
+    }
+}
+
 // ggml's custom-op callback: every thread quantizes the rows itself (a custom op has no barrier;
 // the rows are few) and takes its share of the weight rows, two at a time where a pair kernel
-// exists.
+// exists: rows half a share apart, each pair's two streams in pages of their own. Adjacent rows
+// (i, i + 1) interleave their loads within the same pages, which the hardware prefetcher does not
+// follow: they ran at half the bandwidth of one row (Zen 4, docs/benchmarks.md).
 void compute(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * x = dst->src[1];
     thread_local Rows a;
-    quantize(x, ggml_get_type_traits_cpu(w->type)->vec_dot_type, a);
+    quantize(dst->src[1], ggml_get_type_traits_cpu(w->type)->vec_dot_type, a);
     const int64_t n_w = w->ne[1];
-    const int chunk = w->type == GGML_TYPE_F16 ? F16_CHUNK : CHUNK;
+    const int64_t begin = n_w * ith / nth, end = n_w * (ith + 1) / nth;
     const bool pairs = pair_kernel_for(w->type, 1) != nullptr && pairs_enabled();
-    float res[2][CHUNK];
-    const auto out = [&](int64_t r, int64_t i) -> float & { return ((float *) ((char *) dst->data + r * dst->nb[1]))[i]; };
-    const int64_t end = n_w * (ith + 1) / nth;
-    for (int64_t i = n_w * ith / nth; i < end;) {
-        const void * wr = (const char *) w->data + i * w->nb[1];
-        const int step = pairs && i + 1 < end ? 2 : 1;
-        for (int64_t r0 = 0; r0 < a.n; r0 += chunk) {
-            const int r = (int) std::min<int64_t>(chunk, a.n - r0);
-            if (step == 2) {
-                pair_kernel_for(w->type, r)(wr, (const char *) wr + w->nb[1], a, r0, res[0], res[1]);
-            } else {
-                kernel_for(w->type, r)(wr, a, r0, res[0]);
-            }
-            for (int s = 0; s < step; ++s) {
-                for (int j = 0; j < r; ++j) out(r0 + j, i + s) = res[s][j];
-            }
-        }
-        i += step;
-    }
+    const int64_t half = pairs ? (end - begin) / 2 : 0;
+    for (int64_t i = begin; i < begin + half; ++i) weight_rows(dst, a, i, half);
+    for (int64_t i = begin + 2 * half; i < end; ++i) weight_rows(dst, a, i, 0);
 }
 
 bool type_takes(ggml_type t) {

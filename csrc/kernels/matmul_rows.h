@@ -8,7 +8,8 @@
 // rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
 // has it) Q8_0, Q5_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
 // half doing its row's 8-lane vec_dot arithmetic: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
-// brings back the row-at-a-time loops, to compare).
+// brings back the row-at-a-time loops, to compare); the two rows are half a thread's share apart,
+// two streams the hardware prefetcher follows (adjacent rows' interleaved loads it does not).
 #pragma once
 
 #include "ggml.h"

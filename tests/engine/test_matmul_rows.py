@@ -30,10 +30,10 @@ def _switch(monkeypatch, kernel: str) -> None:
         monkeypatch.delenv("PYLLAMASPEC_MATMUL_ROWS", raising=False)
 
 
-def _batched(path, monkeypatch, kernel: str, context, rows, **kw) -> np.ndarray:
+def _batched(path, monkeypatch, kernel: str, context, rows, n_threads: int = 2, **kw) -> np.ndarray:
     """All rows' logits of `rows` evaluated in one call after `context`."""
     _switch(monkeypatch, kernel)
-    with Model(str(path), n_ctx=512, n_threads=2, **kw) as m:
+    with Model(str(path), n_ctx=512, n_threads=n_threads, **kw) as m:
         m.eval(np.asarray(context, np.int32), logits="none")
         return np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
 
@@ -96,6 +96,21 @@ def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dt
     other = context.copy()
     other[3] = (other[3] + 1) % 67
     assert np.abs(_batched(path, monkeypatch, "ours", other, rows, deterministic=True) - ours).max() > 1e-3
+
+
+# A thread pairs weight row i with row i + half its share (two prefetch streams), a single row left
+# at an odd share: the tied head's 67 rows at 1 and 3 threads (shares 67; 22, 22, 23), the layers'
+# 64 and 96 (even and odd shares at 3 threads)
+@needs_ours
+@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1") for n in (1, 3)])
+def test_pairs_half_a_share_apart_at_any_thread_count(synth_model, monkeypatch, dtype, n_threads):
+    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=1, n_vocab=67, dtype=dtype, tied=True,
+                       seed=5)
+    rng = np.random.default_rng(n_threads)
+    context, rows = rng.integers(0, 67, 24), rng.integers(0, 67, 5)
+    ours = _batched(path, monkeypatch, "ours", context, rows, n_threads, deterministic=True)
+    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, n_threads,
+                                                 deterministic=True))
 
 
 @needs_ours
