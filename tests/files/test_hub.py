@@ -95,10 +95,15 @@ def cache(tmp_path, monkeypatch) -> pathlib.Path:
     """An empty hub cache, named by HF_HUB_CACHE, with offline mode on."""
     c = tmp_path / "hf" / "hub"
     c.mkdir(parents=True)
-    monkeypatch.setenv("HF_HUB_CACHE", str(c))
+    return offline_hub(monkeypatch, c)
+
+
+def offline_hub(monkeypatch, cache: pathlib.Path) -> pathlib.Path:
+    """The hub code (and the processes a test starts) read `cache`, offline."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
-    return c
+    return cache
 
 
 @pytest.fixture

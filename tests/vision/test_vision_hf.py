@@ -14,7 +14,7 @@ pytest.importorskip("huggingface_hub")
 import models_vision as mv  # noqa: E402
 import pyllamaspec  # noqa: E402
 from pyllamaspec.engine.model import Model  # noqa: E402
-from test_hub import make_cached_repo  # noqa: E402
+from test_hub import make_cached_repo, offline_hub  # noqa: E402
 from test_vision import N_EMBD, N_VOCAB  # noqa: E402
 from test_vision_frontends import _body  # noqa: E402
 
@@ -50,9 +50,7 @@ def files(tmp_path_factory):
 @pytest.fixture
 def offline_cache(files, monkeypatch):
     """The processes started read that cache, offline."""
-    monkeypatch.setenv("HF_HUB_CACHE", str(files / "hf" / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    offline_hub(monkeypatch, files / "hf" / "hub")
     return files
 
 

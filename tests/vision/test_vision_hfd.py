@@ -18,7 +18,7 @@ from pyllamaspec.engine.model import Model  # noqa: E402
 from pyllamaspec.frontends.flags.args import build_parser, parse_args  # noqa: E402
 from pyllamaspec.frontends.flags.checks import mmproj_flags  # noqa: E402
 from pyllamaspec.frontends.flags.launch import resolve_models  # noqa: E402
-from test_hub import make_cached_repo  # noqa: E402
+from test_hub import make_cached_repo, offline_hub  # noqa: E402
 
 TARGET = "someone/TwinTarget-GGUF"
 DRAFT = "someone/TwinDraft-GGUF"
@@ -42,9 +42,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture
 def offline(pair, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(pair / "hf" / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    offline_hub(monkeypatch, pair / "hf" / "hub")
     return pair
 
 
