@@ -85,16 +85,13 @@ std::string path(ggml_type t, const std::string & buft, bool experts, bool deter
     // ours gives vec_dot's numbers row by row (kernels/matmul_rows.h), deterministic or not
     const int64_t most = matmul_rows_max(t);
     const std::string ours = !experts && cpu_only && most > 0
-                                 ? "2-" + std::to_string(most) + " rows: ours (kernels/matmul_rows: each "
+                                 ? "1-" + std::to_string(most) + " rows: ours (kernels/matmul_rows: each "
                                    "weight block decoded once for all the rows; vec_dot's numbers); "
                                  : "";
     if (deterministic) return ours + reference_path(t);
     if (experts) return vec_dot(t) + " (mul_mat_id: no llamafile)";
     const std::string batched = sgemm_takes(t) ? "llamafile sgemm" : vec_dot(t);
-    if (!ours.empty()) {
-        return "1 token: " + vec_dot(t) + "; " + ours + std::to_string(most + 1) +
-               "+ rows: " + (tiled_takes(t) ? "tiled" : batched);
-    }
+    if (!ours.empty()) return ours + std::to_string(most + 1) + "+ rows: " + (tiled_takes(t) ? "tiled" : batched);
     if (tiled_takes(t)) return "1 token: " + vec_dot(t) + "; 2-7 rows: " + batched + "; 8+ rows: tiled";
     return "1 token: " + vec_dot(t) + "; batched: " + batched;
 }

@@ -354,6 +354,13 @@ void f16_rows(const void * w, const Rows & a, int64_t r0, float * res) {
 }
 
 #if defined(PSL_MM_AVX512)
+template <int R>
+void f16_pairs(const void * w0, const void * w1, const Rows & a, int64_t r0, float * res0, float * res1) {
+    kern::f16_pairs<R>((const ggml_fp16_t *) w0, (const ggml_fp16_t *) w1, &a.f[r0 * a.k], a.k, res0, res1);
+}
+#endif
+
+#if defined(PSL_MM_AVX512)
 // Two weight rows at once (w0's lanes low, w1's high): each half does vec_dot's 8-lane arithmetic
 // for its row, so the numbers are the single-row kernels' (and ggml's), with half the
 // instructions for the activations' side and the scales.
@@ -556,7 +563,7 @@ template <class T> struct Signed {
 struct Q4_1 { template <int R> static constexpr RowsKernel rows = q4_1_rows<R>; PSL_MM_PAIRS(q4_1_pairs) };
 struct Q4_K { template <int R> static constexpr RowsKernel rows = q4_K_rows<R>; PSL_MM_PAIRS(q4_K_pairs) };
 struct Q6_K { template <int R> static constexpr RowsKernel rows = q6_K_rows<R>; PSL_MM_PAIRS(q6_K_pairs) };
-struct F16 { template <int R> static constexpr RowsKernel rows = f16_rows<R>; };
+struct F16 { template <int R> static constexpr RowsKernel rows = f16_rows<R>; PSL_MM_PAIRS(f16_pairs) };
 #undef PSL_MM_PAIRS
 
 RowsKernel kernel_for(ggml_type t, int r) {
@@ -576,9 +583,9 @@ constexpr std::array<PairKernel, sizeof...(R)> pairs_of(std::integer_sequence<in
     return {K::template pairs<R + 1>...};
 }
 
-template <class K>
+template <class K, int C = CHUNK>
 PairKernel for_pairs(int r) {
-    static constexpr auto table = pairs_of<K>(std::make_integer_sequence<int, CHUNK>{});
+    static constexpr auto table = pairs_of<K>(std::make_integer_sequence<int, C>{});
     return table[r - 1];
 }
 
@@ -590,6 +597,7 @@ PairKernel pair_kernel_for(ggml_type t, int r) {
         case GGML_TYPE_Q4_1: return for_pairs<Q4_1>(r);
         case GGML_TYPE_Q4_K: return for_pairs<Q4_K>(r);
         case GGML_TYPE_Q6_K: return for_pairs<Q6_K>(r);
+        case GGML_TYPE_F16: return for_pairs<F16, kern::F16_PAIR_ROWS_MAX>(r);
         default: return nullptr;
     }
 }
@@ -630,7 +638,9 @@ void compute(ggml_tensor * dst, int ith, int nth, void *) {
     quantize(dst->src[1], ggml_get_type_traits_cpu(w->type)->vec_dot_type, a);
     const int64_t n_w = w->ne[1];
     const int64_t begin = n_w * ith / nth, end = n_w * (ith + 1) / nth;
-    const bool pairs = pair_kernel_for(w->type, 1) != nullptr && pairs_enabled();
+    // F16 pairs hold 8 accumulators an activation row: up to 3 rows (kern::F16_PAIR_ROWS_MAX)
+    const bool pairs = pair_kernel_for(w->type, 1) != nullptr && pairs_enabled() &&
+                       (w->type != GGML_TYPE_F16 || a.n <= kern::F16_PAIR_ROWS_MAX);
     const int64_t half = pairs ? (end - begin) / 2 : 0;
     for (int64_t i = begin; i < begin + half; ++i) weight_rows(dst, a, i, half);
     for (int64_t i = begin + 2 * half; i < end; ++i) weight_rows(dst, a, i, 0);
@@ -680,20 +690,12 @@ int64_t matmul_rows_max(ggml_type t) {
     return t == GGML_TYPE_F16 ? 4 : MATMUL_ROWS_MAX;
 }
 
-namespace {
-
-// The operands' types and shapes ours takes, whatever the row count.
-bool fits_shape(const ggml_tensor * w, const ggml_tensor * x) {
+bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x) {
     if (!matmul_rows_takes(w->type)) return false;
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] != w->ne[0]) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    return w->nb[0] == ggml_type_size(w->type) && x->ne[1] <= matmul_rows_max(w->type) && plain_cpu(w);
-}
-
-}  // namespace
-
-bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x) {
-    return x->ne[1] >= 2 && fits_shape(w, x);
+    return w->nb[0] == ggml_type_size(w->type) && x->ne[1] >= 1 && x->ne[1] <= matmul_rows_max(w->type) &&
+           plain_cpu(w);
 }
 
 int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf,
@@ -703,13 +705,11 @@ int matmul_rows_adopt(ggml_context * ctx, ggml_cgraph * gf,
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
         if (node->op != GGML_OP_MUL_MAT || node->type != GGML_TYPE_F32) continue;
-        // a repacked weight's one-token product is ggml's repacked gemv, which sums otherwise than
-        // vec_dot: through its twin, one row is ours too, so every row count gives the same numbers
+        // a repacked weight is read through its plain twin (ggml's repacked gemv and gemm sum
+        // otherwise than vec_dot), so every row count gives the same numbers
         const auto twin = plain.find(node->src[0]);
         ggml_tensor * w = twin != plain.end() ? twin->second : node->src[0];
-        const bool one_row = twin != plain.end() && node->src[1]->ne[1] == 1;
-        if (!one_row && !matmul_rows_fit(w, node->src[1])) continue;
-        if (one_row && !fits_shape(w, node->src[1])) continue;
+        if (!matmul_rows_fit(w, node->src[1])) continue;
         node->src[0] = w;
         if (!op) {
             ggml_tensor * args[2] = {node->src[0], node->src[1]};

@@ -7,7 +7,8 @@
 // in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
 // rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
 // has it) Q8_0, Q5_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
-// half doing its row's 8-lane vec_dot arithmetic: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
+// half doing its row's 8-lane vec_dot arithmetic, and F16 (up to 3 rows) two weight rows with each
+// activation register loaded once for both: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
 // brings back the row-at-a-time loops, to compare); the two rows are half a thread's share apart,
 // two streams the hardware prefetcher follows (adjacent rows' interleaved loads it does not).
 #pragma once
@@ -22,7 +23,9 @@ namespace psl {
 // type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
 // plain buffer (not repacked, not AMX: a CPU-only model keeps F16 out of ggml's AMX buffer, which
-// has no tile kernel for it), F32 activations of 2..matmul_rows_max(type) rows. Off with
+// has no tile kernel for it), F32 activations of 1..matmul_rows_max(type) rows. One row too: a
+// token of plain decoding, where ours streams the weights faster than ggml's vec_dot loop (two
+// rows a thread, prefetched: Zen 4, docs/benchmarks.md), with the same numbers. Off with
 // PYLLAMASPEC_MATMUL_ROWS=ggml (read when a model is loaded, which then keeps no plain copy of
 // its repacked weights, and when a graph is built), to compare with ggml's.
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x);

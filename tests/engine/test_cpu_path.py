@@ -23,11 +23,11 @@ def test_kernel_record_names_each_weight_type(smollm2_path, gemma3_path):
     with Model(smollm2_path, n_ctx=64) as m:
         lines = m.kernels.splitlines()
     # SmolLM2 Q4_1: the layers' q4_1 matrices (llamafile has no q4_1 kernel: vec_dot for batches
-    # too, ours for 2-16 rows where it has a kernel: x86 with AVX2) and the tied q8_0 embedding
+    # too, ours for 1-16 rows where it has a kernel: x86 with AVX2) and the tied q8_0 embedding
     # that is also the output head
     ours = all(f"{isa} = 1" in info for isa in ("AVX2", "FMA", "F16C"))
     q4_1 = ("q4_1 x210 AMX: AMX tiles" if amx else
-            "2-16 rows: ours (kernels/matmul_rows" if ours else "vec_dot q4_1 x q8_1; batched: vec_dot")
+            "1-16 rows: ours (kernels/matmul_rows" if ours else "vec_dot q4_1 x q8_1; batched: vec_dot")
     assert any(line.startswith("q4_1 x210 ") and q4_1 in line for line in lines), lines
     assert any(line.startswith("q8_0 x1 ") for line in lines), lines
     with Model(gemma3_path, n_ctx=64) as m:

@@ -38,9 +38,10 @@ def _batched(path, monkeypatch, kernel: str, context, rows, n_threads: int = 2, 
         return np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
 
 
-def _one_at_a_time(path, monkeypatch, context, rows, **kw) -> np.ndarray:
-    """ggml's one-token products (one row never takes ours), the weights loaded as ours loads them."""
-    _switch(monkeypatch, "ours")
+def _one_at_a_time(path, monkeypatch, context, rows, kernel: str = "ggml", **kw) -> np.ndarray:
+    """The rows' one-token products a row at a time: ggml's vec_dot (PYLLAMASPEC_MATMUL_ROWS=ggml),
+    or ours, whose one-row products are plain decoding's."""
+    _switch(monkeypatch, kernel)
     with Model(str(path), n_ctx=512, n_threads=2, **kw) as m:
         m.eval(np.asarray(context, np.int32), logits="none")
         return np.stack([np.array(m.eval(np.asarray([t], np.int32), logits="all")).reshape(-1) for t in rows])
@@ -65,6 +66,8 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
     ours = _batched(path, monkeypatch, "ours", context, rows)
     if not AMX or dtype == "F16":
         np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
+        # ours one row at a time (plain decoding's path) gives the same numbers too
+        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows, "ours"))
     # negative control: a context one token apart moves the rows
     other = context.copy()
     other[3] = (other[3] + 1) % 64
@@ -72,8 +75,9 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
 
 
 # An odd vocabulary (the tied head's rows: 67, a thread's share 33 or 34) takes the AVX-512 kernels'
-# two weight rows at a time and a single row at the end of a share; rows as in CASES
-ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 9, 16)]
+# two weight rows at a time and a single row at the end of a share; rows as in CASES (F16: pairs
+# up to 3 rows, then a weight row at a time)
+ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)]
 
 
 @needs_ours
@@ -90,7 +94,7 @@ def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dt
     with Model(str(path), n_ctx=512, n_threads=2, deterministic=True) as m:
         m.eval(np.asarray(context, np.int32), logits="none")
         single = np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
-        assert "2-16 rows: ours" in m.kernels, m.kernels
+        assert "rows: ours (kernels/matmul_rows" in m.kernels, m.kernels
     np.testing.assert_array_equal(ours, single)
     # negative control: a context one token apart moves the rows
     other = context.copy()
@@ -102,7 +106,7 @@ def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dt
 # at an odd share: the tied head's 67 rows at 1 and 3 threads (shares 67; 22, 22, 23), the layers'
 # 64 and 96 (even and odd shares at 3 threads)
 @needs_ours
-@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1") for n in (1, 3)])
+@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1", "F16") for n in (1, 3)])
 def test_pairs_half_a_share_apart_at_any_thread_count(synth_model, monkeypatch, dtype, n_threads):
     path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=1, n_vocab=67, dtype=dtype, tied=True,
                        seed=5)
@@ -117,7 +121,7 @@ def test_pairs_half_a_share_apart_at_any_thread_count(synth_model, monkeypatch, 
 @pytest.mark.parametrize("n_rows", [2, 8, 16])
 def test_real_models_equal_ggml_to_the_bit(smollm2_path, gemma3_path, monkeypatch, n_rows):
     # SmolLM2: Q4_1 layers, Q8_0 head; Gemma 3 Q4_K_M: Q4_K, Q6_K, Q5_0 and Q8_0 (where ggml repacks
-    # Q4_K, ours reads a plain copy from one row on: the one-token rows are ours there too)
+    # Q4_K, ours reads a plain copy: its one-token rows are ours, and ggml's repacked gemv differs)
     rng = np.random.default_rng(5)
     context = [2, *rng.integers(100, 40000, 127)]
     rows = rng.integers(100, 40000, n_rows)
@@ -126,7 +130,9 @@ def test_real_models_equal_ggml_to_the_bit(smollm2_path, gemma3_path, monkeypatc
         np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
         if not AMX:
             ours = _batched(path, monkeypatch, "ours", context, rows)
-            np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
+            np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows, "ours"))
+            if path == smollm2_path:   # no repacked weights: ggml's one-token vec_dot, to the bit
+                np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
 
 
 def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeypatch):
@@ -135,7 +141,7 @@ def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeyp
     _switch(monkeypatch, "ours")
     with Model(str(smollm2_path), n_ctx=256) as m:
         rec = m.kernels
-    ours = "2-16 rows: ours (kernels/matmul_rows"
+    ours = "1-16 rows: ours (kernels/matmul_rows"
     for line in rec.splitlines():
         if line.startswith(("q4_1 x210 CPU", "q8_0 x1 CPU")):
             assert (ours in line) == OURS, rec
@@ -154,10 +160,10 @@ def test_the_kernel_record_names_the_products(smollm2_path, gemma3_path, monkeyp
 @needs_ours
 def test_f16_weights_stay_out_of_the_amx_buffer(synth_model, monkeypatch):
     # ggml's AMX buffer only copies F16 weights (no tile kernel): a CPU-only model keeps them in the
-    # plain buffer, where ours takes 2-4 rows (TensorLoader::amx_copies_only); the same without AMX
+    # plain buffer, where ours takes 1-4 rows (TensorLoader::amx_copies_only); the same without AMX
     _switch(monkeypatch, "ours")
     path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype="F16", tied=True, seed=11)
     with Model(str(path), n_ctx=256) as m:
         lines = m.kernels.splitlines()
     f16 = [x for x in lines if x.startswith("f16 ")]
-    assert f16 and all(x.startswith("f16 x") and " CPU: " in x and "2-4 rows: ours" in x for x in f16), lines
+    assert f16 and all(x.startswith("f16 x") and " CPU: " in x and "1-4 rows: ours" in x for x in f16), lines
