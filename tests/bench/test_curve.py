@@ -60,4 +60,7 @@ def test_curve_table(capsys):
                      gbs=20.0, gflops=100.0)
     curve.print_curves("m.gguf", c)
     out = capsys.readouterr().out
-    assert "| 2 | 12.0 | 1.20x | 16.0 | 2.00x | 5.0 | 1.00x |" in out
+    # the last column: ours over llama-bench's one token
+    assert "| 2 | 12.0 | 1.20x | 16.0 | 2.00x | 5.0 | 1.00x | 1.50x |" in out
+    curve.print_curves("m.gguf", curve.Curves(ours={1: 10.0, 2: 12.0}, roofline={1: 5.0, 2: 5.0}))
+    assert "| 2 | 12.0 | 1.20x | 5.0 | 1.00x |" in capsys.readouterr().out
