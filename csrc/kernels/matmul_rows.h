@@ -36,7 +36,9 @@ bool matmul_rows_takes(ggml_type t);
 
 // The most activation rows it takes for weights of type t (0: none). F16 stops at 4: from 8 rows
 // llamafile's tiles, which share each load between several rows and columns, are faster (measured
-// on a Zen 3 core, Gemma 3's F16 head: 84 ms at 8 rows against 146 for ours, 70 against 63 at 4).
+// on a Zen 3 core, Gemma 3's F16 head: 84 ms at 8 rows against 146 for ours, 70 against 63 at 4;
+// on Zen 4, tiles of 3 weight rows x 8 activation rows summing vec_dot's four accumulators one
+// after another were no faster than llamafile's at 6-8 rows and slower at 16: docs/benchmarks.md).
 int64_t matmul_rows_max(ggml_type t);
 
 constexpr int64_t MATMUL_ROWS_MAX = 16;
