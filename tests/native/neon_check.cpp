@@ -31,9 +31,19 @@ template <int R> void q4_1(const void * w, const void * const * y, int64_t k, fl
     psl::neon::q4_1_rows<R>(w, y, k, s);
 }
 
+template <int R> void q4_K(const void * w, const void * const * y, int64_t k, float * s) {
+    psl::neon::q4_K_rows<R>(w, y, k, s);
+}
+
+template <int R> void q6_K(const void * w, const void * const * y, int64_t k, float * s) {
+    psl::neon::q6_K_rows<R>(w, y, k, s);
+}
+
 const Case CASES[] = {
     {GGML_TYPE_Q8_0, "q8_0", {q8_0<1>, q8_0<2>, q8_0<3>, q8_0<4>, q8_0<5>, q8_0<6>, q8_0<7>, q8_0<8>}},
     {GGML_TYPE_Q4_1, "q4_1", {q4_1<1>, q4_1<2>, q4_1<3>, q4_1<4>, q4_1<5>, q4_1<6>, q4_1<7>, q4_1<8>}},
+    {GGML_TYPE_Q4_K, "q4_K", {q4_K<1>, q4_K<2>, q4_K<3>, q4_K<4>, q4_K<5>, q4_K<6>, q4_K<7>, q4_K<8>}},
+    {GGML_TYPE_Q6_K, "q6_K", {q6_K<1>, q6_K<2>, q6_K<3>, q6_K<4>, q6_K<5>, q6_K<6>, q6_K<7>, q6_K<8>}},
 };
 
 std::mt19937 rng(47);
@@ -109,10 +119,11 @@ int check(const Case & c, int64_t k) {
 
 int main() {
     ggml_cpu_init();
-    const int64_t ks[] = {32, 64, 96, 256, 288, 512, 2048, 4096 + 32};
+    const int64_t ks[] = {32, 64, 96, 256, 288, 512, 768, 2048, 4096 + 32};
     int bad = 0, runs = 0;
     for (const Case & c : CASES) {
         for (int64_t k : ks) {
+            if (k % ggml_blck_size(c.type) != 0) continue;
             for (int rep = 0; rep < 3; ++rep) { bad += check(c, k); ++runs; }
         }
     }
