@@ -224,7 +224,7 @@ void TensorLoader::plain_twins(ggml_context * ctx) {
         const std::string buft = ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer));
         const bool repacked = buft.find("REPACK") != std::string::npos || (buft.find("AMX") != std::string::npos &&
                                                                              matmul_rows_on_amx());
-        if (m_.cpu_only() && repacked && matmul_rows_takes(t->type)) want.push_back(t);
+        if (m_.cpu_only() && repacked && matmul_rows_twins(t->type)) want.push_back(t);
     }
     if (want.empty()) return;
     ggml_init_params p = {ggml_tensor_overhead() * want.size(), nullptr, /*no_alloc =*/ true};

@@ -40,6 +40,7 @@ bool enabled() {
 #if defined(PSL_MM_AVX2)
 
 // ggml's block layouts (ggml-common.h; their sizes are checked against ggml_type_size)
+struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };
 struct BlockQ4_1 { uint16_t d, m; uint8_t qs[16]; };
 struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
 struct BlockQ8_1 { uint16_t d, s; int8_t qs[32]; };
@@ -154,7 +155,12 @@ struct Q5_0 {   // the fifth bit from qh: (nibble | bit << 4) - 16, as ggml's or
     }
 };
 
-// R activation rows (from r0) times one weight row of a signed type (Q8_0, Q5_0, activations as
+struct Q4_0 {   // nibbles less 8 (ggml's bytes_from_nibbles_32 - 8)
+    using Block = BlockQ4_0;
+    static __m256i values(const Block & b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
+};
+
+// R activation rows (from r0) times one weight row of a signed type (Q8_0, Q5_0, Q4_0, activations as
 // Q8_0): ggml's AVX2 vec_dot loop per row (|x| times y signed by x; acc += (dx * dy) * sum, lane
 // by lane; then hsum_float_8)
 template <class T, int R>
@@ -573,6 +579,7 @@ RowsKernel kernel_for(ggml_type t, int r) {
         case GGML_TYPE_Q6_K: return for_rows<Q6_K>(r);
         case GGML_TYPE_Q8_0: return for_rows<Signed<Q8_0>>(r);
         case GGML_TYPE_Q5_0: return for_rows<Signed<Q5_0>>(r);
+        case GGML_TYPE_Q4_0: return for_rows<Signed<Q4_0>>(r);
         default: return for_rows<Q4_1>(r);
     }
 }
@@ -594,6 +601,7 @@ PairKernel pair_kernel_for(ggml_type t, int r) {
     switch (t) {
         case GGML_TYPE_Q8_0: return for_pairs<Signed<Q8_0>>(r);
         case GGML_TYPE_Q5_0: return for_pairs<Signed<Q5_0>>(r);
+        case GGML_TYPE_Q4_0: return for_pairs<Signed<Q4_0>>(r);
         case GGML_TYPE_Q4_1: return for_pairs<Q4_1>(r);
         case GGML_TYPE_Q4_K: return for_pairs<Q4_K>(r);
         case GGML_TYPE_Q6_K: return for_pairs<Q6_K>(r);
@@ -656,6 +664,8 @@ bool type_takes(ggml_type t) {
         case GGML_TYPE_Q8_0: return ggml_type_size(t) == sizeof(BlockQ8_0) && ggml_blck_size(t) == QK;
         case GGML_TYPE_Q5_0: return ggml_type_size(t) == sizeof(BlockQ5_0) && ggml_blck_size(t) == QK &&
                                     ggml_type_size(GGML_TYPE_Q8_0) == sizeof(BlockQ8_0);
+        case GGML_TYPE_Q4_0: return ggml_type_size(t) == sizeof(BlockQ4_0) && ggml_blck_size(t) == QK &&
+                                    ggml_type_size(GGML_TYPE_Q8_0) == sizeof(BlockQ8_0);
         case GGML_TYPE_Q4_1: return ggml_type_size(t) == sizeof(BlockQ4_1) && ggml_blck_size(t) == QK &&
                                     ggml_type_size(GGML_TYPE_Q8_1) == sizeof(BlockQ8_1);
         default: return false;
@@ -679,6 +689,8 @@ bool plain_cpu(const ggml_tensor * w) {
 }  // namespace
 
 bool matmul_rows_takes(ggml_type t) { return type_takes(t) && enabled(); }
+
+bool matmul_rows_twins(ggml_type t) { return matmul_rows_takes(t) && t != GGML_TYPE_Q4_0; }
 
 bool matmul_rows_on_amx() {
     const char * env = std::getenv("PYLLAMASPEC_MATMUL_ROWS_AMX");

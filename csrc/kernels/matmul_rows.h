@@ -6,7 +6,7 @@
 // quantized by ggml's own from_float, the same integer sums, the block scales and the lanes added
 // in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
 // rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
-// has it) Q8_0, Q5_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
+// has it) Q8_0, Q5_0, Q4_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
 // half doing its row's 8-lane vec_dot arithmetic, and F16 (up to 3 rows) two weight rows with each
 // activation register loaded once for both: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
 // brings back the row-at-a-time loops, to compare); the two rows are half a thread's share apart,
@@ -20,7 +20,7 @@
 namespace psl {
 
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
-// type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, F16 on x86 with AVX2,
+// type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
 // plain buffer (not repacked, not AMX: a CPU-only model keeps F16 out of ggml's AMX buffer, which
 // has no tile kernel for it), F32 activations of 1..matmul_rows_max(type) rows. One row too: a
@@ -42,6 +42,14 @@ bool matmul_rows_takes(ggml_type t);
 int64_t matmul_rows_max(ggml_type t);
 
 constexpr int64_t MATMUL_ROWS_MAX = 16;
+
+// Whether a weight of type t that ggml repacked gets a plain twin for ours (matmul_rows_adopt):
+// the types ours takes, but Q4_0, whose repacked gemv / gemm is faster than ours at 1-16 rows
+// (SmolLM2 as Q4_0, one thread's CPU ms at 1 / 4 / 16 rows: 6.8 / 13.1 / 43 ours, 5.3 / 9.9 /
+// 28.5 repacked; on plain weights ours is the faster: 6.8 / 13.0 / 41.4 against vec_dot's and
+// llamafile's 7.3 / 20.6 / 61). Repacked Q4_0 is therefore not batch-invariant (ggml's gemv and
+// gemm sum differently), as before.
+bool matmul_rows_twins(ggml_type t);
 
 // Whether the weights in ggml's AMX buffer get a plain twin too, which ours reads for 1-16 rows
 // (AMX tiles for 17+): PYLLAMASPEC_MATMUL_ROWS_AMX=1, read when a model is loaded. Off by default:

@@ -50,7 +50,14 @@ def _one_at_a_time(path, monkeypatch, context, rows, kernel: str = "ggml", **kw)
 # Q8_0, Q4_1 or F16 matrices everywhere (tied head: the embedding is the output head too); rows:
 # the smallest batch, one chunk of registers (8; F16: 2), a chunk and a remainder (9, 13; F16: 3),
 # the most (16; F16: 4)
-CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 3, 8, 9, 13, 16)] + [("F16", n) for n in (2, 3, 4)]
+CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 3, 8, 9, 13, 16)] + [("F16", n) for n in (2, 3, 4)] + \
+    [("Q4_0", n) for n in (2, 9, 16)]
+
+
+# Q4_0 weights are ours only where ggml did not repack them (matmul_rows_twins: its repacked gemv and
+# gemm are faster): the tests load them plain
+def _plain(dtype: str) -> dict:
+    return {"use_repack": False} if dtype == "Q4_0" else {}
 
 
 @needs_ours
@@ -60,24 +67,25 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
     rng = np.random.default_rng(n_rows)
     context, rows = rng.integers(0, 64, 40), rng.integers(0, 64, n_rows)
     # against ggml's reference path (vec_dot for every row at every batch size, the context too)
-    ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
-    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
+    kw = _plain(dtype)
+    ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True, **kw)
+    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True, **kw))
     # against ggml's one-token products, a row at a time, after the same context: batch-invariant
-    ours = _batched(path, monkeypatch, "ours", context, rows)
+    ours = _batched(path, monkeypatch, "ours", context, rows, **kw)
     if not AMX or dtype == "F16":
-        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows))
+        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows, **kw))
         # ours one row at a time (plain decoding's path) gives the same numbers too
-        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows, "ours"))
+        np.testing.assert_array_equal(ours, _one_at_a_time(path, monkeypatch, context, rows, "ours", **kw))
     # negative control: a context one token apart moves the rows
     other = context.copy()
     other[3] = (other[3] + 1) % 64
-    assert np.abs(_batched(path, monkeypatch, "ours", other, rows) - ours).max() > 1e-3
+    assert np.abs(_batched(path, monkeypatch, "ours", other, rows, **kw) - ours).max() > 1e-3
 
 
 # An odd vocabulary (the tied head's rows: 67, a thread's share 33 or 34) takes the AVX-512 kernels'
 # two weight rows at a time and a single row at the end of a share; rows as in CASES (F16: pairs
 # up to 3 rows, then a weight row at a time)
-ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)]
+ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1", "Q4_0") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)]
 
 
 @needs_ours
@@ -87,11 +95,12 @@ def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dt
                        seed=7)
     rng = np.random.default_rng(n_rows + 100)
     context, rows = rng.integers(0, 67, 24), rng.integers(0, 67, n_rows)
-    ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True)
-    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True))
+    kw = _plain(dtype)
+    ours = _batched(path, monkeypatch, "ours", context, rows, deterministic=True, **kw)
+    np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, deterministic=True, **kw))
     # PYLLAMASPEC_MATMUL_ROWS=avx2: ours a weight row at a time (the AVX2 loops), the same bits
     monkeypatch.setenv("PYLLAMASPEC_MATMUL_ROWS", "avx2")
-    with Model(str(path), n_ctx=512, n_threads=2, deterministic=True) as m:
+    with Model(str(path), n_ctx=512, n_threads=2, deterministic=True, **kw) as m:
         m.eval(np.asarray(context, np.int32), logits="none")
         single = np.array(m.eval(np.asarray(rows, np.int32), logits="all")).reshape(len(rows), -1)
         assert "rows: ours (kernels/matmul_rows" in m.kernels, m.kernels
@@ -99,22 +108,23 @@ def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dt
     # negative control: a context one token apart moves the rows
     other = context.copy()
     other[3] = (other[3] + 1) % 67
-    assert np.abs(_batched(path, monkeypatch, "ours", other, rows, deterministic=True) - ours).max() > 1e-3
+    assert np.abs(_batched(path, monkeypatch, "ours", other, rows, deterministic=True, **kw) - ours).max() > 1e-3
 
 
 # A thread pairs weight row i with row i + half its share (two prefetch streams), a single row left
 # at an odd share: the tied head's 67 rows at 1 and 3 threads (shares 67; 22, 22, 23), the layers'
 # 64 and 96 (even and odd shares at 3 threads)
 @needs_ours
-@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1", "F16") for n in (1, 3)])
+@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1", "F16", "Q4_0") for n in (1, 3)])
 def test_pairs_half_a_share_apart_at_any_thread_count(synth_model, monkeypatch, dtype, n_threads):
     path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=1, n_vocab=67, dtype=dtype, tied=True,
                        seed=5)
     rng = np.random.default_rng(n_threads)
     context, rows = rng.integers(0, 67, 24), rng.integers(0, 67, 5)
-    ours = _batched(path, monkeypatch, "ours", context, rows, n_threads, deterministic=True)
+    kw = _plain(dtype)
+    ours = _batched(path, monkeypatch, "ours", context, rows, n_threads, deterministic=True, **kw)
     np.testing.assert_array_equal(ours, _batched(path, monkeypatch, "ggml", context, rows, n_threads,
-                                                 deterministic=True))
+                                                 deterministic=True, **kw))
 
 
 @needs_ours
@@ -167,3 +177,18 @@ def test_f16_weights_stay_out_of_the_amx_buffer(synth_model, monkeypatch):
         lines = m.kernels.splitlines()
     f16 = [x for x in lines if x.startswith("f16 ")]
     assert f16 and all(x.startswith("f16 x") and " CPU: " in x and "1-4 rows: ours" in x for x in f16), lines
+
+
+@needs_ours
+def test_q4_0_is_ours_where_plain_and_ggml_s_where_repacked(synth_model, monkeypatch):
+    # matmul_rows_twins: ggml's repacked Q4_0 gemv / gemm are faster than ours, so a repacked Q4_0
+    # weight gets no plain copy; loaded plain, ours takes its 1-16 rows
+    _switch(monkeypatch, "ours")
+    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype="Q4_0", tied=True, seed=3)
+    with Model(str(path), n_ctx=256, use_repack=False) as m:
+        plain = [x for x in m.kernels.splitlines() if x.startswith("q4_0 ")]
+    assert plain and all("1-16 rows: ours (kernels/matmul_rows" in x for x in plain), plain
+    if "REPACK = 1" in INFO and not AMX:
+        with Model(str(path), n_ctx=256) as m:
+            lines = [x for x in m.kernels.splitlines() if x.startswith("q4_0 ") and "REPACK" in x]
+        assert lines and all("matmul_rows" not in x for x in lines), lines
