@@ -16,13 +16,21 @@ import numpy as np
 from .pair_stats import PairStats
 
 
-def cost_at(costs: dict[int, float], n: int) -> float:
+def cost_at(costs: dict[int, float], n: int, doubtful: frozenset[int] = frozenset()) -> float:
     """Seconds an evaluation of n tokens takes, from the measured costs by batch size: measured,
     interpolated linearly between measurements, or extrapolated optimistically beyond them;
     never more than a larger batch measured (fewer tokens do not cost more: a slow outlier at
     n would otherwise stand for good where it makes n look too dear to be chosen, so measured,
-    again, as a batch round's plain decoding of S sequences at n = S)."""
+    again, as a batch round's plain decoding of S sequences at n = S). A cost in `doubtful`
+    (measured once) is believed no higher than the other measurements put it: one slow
+    measurement (a cold first round faulting the weights in, a busy moment) would otherwise
+    keep n from being chosen, and so measured again, for good (the demo pair on 2 cores: a first
+    round's 104 ms at n = 5 against 30 at n = 1 and 119 at n = 8 kept every later round at k = 1)."""
     est = _estimate(costs, n)
+    if n in doubtful:
+        others = {m: c for m, c in costs.items() if m != n}
+        if len(others) >= 2:
+            est = min(est, _estimate(others, n))
     above = [c for m, c in costs.items() if m > n]
     return min(est, min(above)) if above else est
 
@@ -59,7 +67,10 @@ class DraftPolicy:
 
     With a per-token acceptance probability a, a round drafting k tokens yields
     E[k] = (1 - a^(k+1)) / (1 - a) tokens (accepted prefix + the target's token) and costs
-    k * c_draft + c_target(k + 1). k = 0 is plain decoding: 1 token for c_target(1).
+    k * c_draft + c_target(k + 1), plus, for a draft model, a^k * c_draft: the next round's
+    catch-up on x_k, which it drafted without evaluating (round_cost). k = 0 is plain decoding:
+    1 token for c_target(1). A target cost measured once is doubted (cost_at) and, where plain
+    decoding wins, measured again at once.
     a is estimated from accepted prefixes (accepted tokens vs rejections, slowly forgetting),
     one estimate per kind of proposal (see select). Choices use its optimistic bound (mean + Z
     standard deviations of the Beta posterior): one unlucky round, which moves the mean a lot
@@ -136,6 +147,7 @@ class DraftPolicy:
     def c_target(self, costs: dict[int, float]) -> None:
         self.stats.target_costs.clear()
         self.stats.target_costs.update(costs)
+        self.stats.target_obs.clear()
         self.recheck = False                     # given, not measured: nothing to measure again
 
     @property
@@ -255,13 +267,36 @@ class DraftPolicy:
         gain = p_all * self.token_time            # expected time the token saves
         slope = self.verify_slope()
         keep = first or gain >= slope
-        more = keep and gain * self.alpha >= (0.0 if self.per_round else self.c_draft) + slope
+        # drafting another evaluates the token just drafted, which the next round would catch up
+        # on anyway were the whole draft accepted (round_cost): it adds c_draft * (1 - p_all)
+        c_more = 0.0 if self.per_round else self.c_draft * ((1 - p_all) if self.catches_up else 1.0)
+        more = keep and gain * self.alpha >= c_more + slope
         return keep, more
 
     def draft_cost(self, k: int) -> float:
         """Seconds drafting k tokens takes."""
         cd = self.c_draft or 0.0
         return (cd if k > 0 else 0.0) if self.per_round else k * cd
+
+    @property
+    def catches_up(self) -> bool:
+        """Whether the drafter keeps a cache it catches up on (a draft model): it drafts x_k
+        without evaluating it, so a round whose k drafts are all accepted leaves the next round
+        one token to catch up on, an evaluation as dear as a drafted token's."""
+        return self.c_catch_up is not None and not self.per_round
+
+    def round_cost(self, k: int, alpha: float) -> float:
+        """Seconds a round drafting k tokens costs: drafting, the target verifying k + 1 tokens,
+        and (a drafter that catches up) the chance alpha^k that the next round catches up on
+        x_k. Short drafts are all accepted most often: leaving that out (the demo pair drafting
+        1 token a round, catching up on it each round) made them look a third cheaper."""
+        if k == 0:
+            return self.target_cost(1)
+        return self.draft_cost(k) + self.catch_up_cost(k, alpha) + self.target_cost(k + 1)
+
+    def catch_up_cost(self, depth: int, alpha: float) -> float:
+        """The next round's expected catch-up on a draft of `depth` tokens (round_cost)."""
+        return alpha ** depth * (self.c_draft or 0.0) if self.catches_up else 0.0
 
     _cost = staticmethod(updated_cost)
 
@@ -277,6 +312,7 @@ class DraftPolicy:
     def observe_target(self, n: int, seconds: float) -> None:
         old = self.c_target.get(n)
         self.c_target[n] = self._cost(old, seconds)
+        self.stats.target_obs[n] = self.stats.target_obs.get(n, 0) + 1
         # Only plain rounds measure c_target(1), and a slow one (a busy machine: 38-54 ms where
         # SmolLM2 takes 6) makes drafting look worth it until a plain round comes again
         # (EXPLORE of the drafting time): the next round is plain, to measure it again.
@@ -284,7 +320,11 @@ class DraftPolicy:
             self.recheck = seconds > self.RECHECK * old
 
     def target_cost(self, n: int) -> float:
-        return cost_at(self.c_target, n)
+        return cost_at(self.c_target, n, self.measured_once())
+
+    def measured_once(self) -> frozenset[int]:
+        """The batch sizes whose target cost one measurement made."""
+        return frozenset(m for m, c in self.stats.target_obs.items() if c == 1)
 
     @staticmethod
     def expected_tokens(alpha: float, k: int) -> float:
@@ -298,7 +338,7 @@ class DraftPolicy:
         a = self.alpha if alpha is None else alpha
         best_k, best = 0, 1.0 / self.target_cost(1)
         for k in range(1, k_cap + 1):
-            rate = self.expected_tokens(a, k) / (self.draft_cost(k) + self.target_cost(k + 1))
+            rate = self.expected_tokens(a, k) / self.round_cost(k, a)
             if rate > best * (1 + 1e-9):
                 best_k, best = k, rate
         return best_k
@@ -346,7 +386,7 @@ class DraftPolicy:
             # Drafting wins, yet only plain rounds measure c_target(1): a plain round now and then
             # (EXPLORE of the drafting time), or one slow plain round (a busy machine) would make
             # drafting look better for good, with no plain round left to correct it.
-            self.spec_time += self.draft_cost(k) + self.target_cost(k + 1)
+            self.spec_time += self.round_cost(k, a)
             if self.EXPLORE * self.spec_time >= self.target_cost(1):
                 return 0
             return k
@@ -355,6 +395,11 @@ class DraftPolicy:
         # generation (issue 27: a cold first draft, ~700 ms/token, then 124 plain rounds).
         if self.implausible_draft_cost():
             return min(k_cap, self.START_K)
+        # So is a target cost measured once (the first round's, say: one slow measurement of c(5)
+        # kept the demo pair plain for some 400 tokens, until a probe measured it again)
+        once = sorted(n for n in self.measured_once() if 2 <= n <= k_cap + 1)
+        if once:
+            return once[0] - 1
         # If it would win even were every draft accepted, by a draft cost
         # measured often enough to be believed, no probe can change that: the draft is just too
         # slow for this target.

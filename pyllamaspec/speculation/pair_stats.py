@@ -26,6 +26,9 @@ class PairStats:
     (per drafted token alone; per step of a batch round by the number of sequences), and the
     acceptance estimates the last generation left (DraftPolicy.state(); None: none yet)."""
     target_costs: dict[int, float] = field(default_factory=dict)
+    # how many measurements made each target cost (shared like target_costs; a cost given, not
+    # measured, has none): a cost measured once may be an outlier (DraftPolicy.target_cost)
+    target_obs: dict[int, int] = field(default_factory=dict)
     draft_cost: DraftCost = field(default_factory=DraftCost)
     acceptance: dict | None = None
     # a batch round's draft (batch.py): seconds per drafting step with n sequences drafting
@@ -45,11 +48,11 @@ class PairRegistry:
 
     def lookup(self, target: object, drafter_key: str | None) -> PairStats:
         with self._lock:
-            costs, pairs = self._by_target.setdefault(target, ({}, {}))
+            costs, obs, pairs = self._by_target.setdefault(target, ({}, {}, {}))
             if drafter_key is None:            # plain decoding: the target's costs only
-                return PairStats(target_costs=costs)
+                return PairStats(target_costs=costs, target_obs=obs)
             if drafter_key not in pairs:
-                pairs[drafter_key] = PairStats(target_costs=costs)
+                pairs[drafter_key] = PairStats(target_costs=costs, target_obs=obs)
             return pairs[drafter_key]
 
 

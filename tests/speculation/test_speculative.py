@@ -772,7 +772,8 @@ def test_policy_probes_often_while_evidence_is_thin():
 
     def first_probe(acc: float, rej: float) -> int:
         p = DraftPolicy(16)
-        p.c_target, p.c_draft, p.c_catch_up = dict(c_target), 0.006, 0.001
+        # break-even acceptance 0.70 (the next round's catch-up after an accepted draft counted)
+        p.c_target, p.c_draft, p.c_catch_up = dict(c_target), 0.004, 0.001
         p.acc, p.rej = acc, rej
         assert p.best_k(16, alpha=p.alpha_upper) == 0 < p.best_k(16, alpha=1.0)   # plain, but a draft could pay
         return next(i for i in range(1, 10_000) if p.choose(16, n_catch_up=4) > 0)

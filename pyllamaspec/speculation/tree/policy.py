@@ -104,7 +104,7 @@ def choose(policy, stats: TreeStats, k: int, k_cap: int, width: int, levels: int
     if k < 1 or width < 2 or policy.c_draft is None or 1 not in policy.c_target:
         return None
     a0 = policy.alpha_upper
-    chain = policy.expected_tokens(a0, k) / (policy.draft_cost(k) + policy.target_cost(k + 1))
+    chain = policy.expected_tokens(a0, k) / policy.round_cost(k, a0)
     best, best_rate = None, chain * (1 + MARGIN)
     for depth in sorted({k, min(k + 1, k_cap)}):
         for lv in range(1, levels + 1):
@@ -112,7 +112,8 @@ def choose(policy, stats: TreeStats, k: int, k_cap: int, width: int, levels: int
             tokens = expected_tokens(a0, stats, TreeShape(depth, n, width, lv))
             rows = verify_rows(policy, TreeShape(depth, n, width, lv))
             for b in BATCHES:
-                cost = draft_seconds(policy, stats, depth, n, b) + policy.target_cost(rows)
+                cost = (draft_seconds(policy, stats, depth, n, b) + policy.catch_up_cost(depth, a0)
+                        + policy.target_cost(rows))
                 if tokens / cost > best_rate:
                     best, best_rate = TreeShape(depth, n, width, lv, b), tokens / cost
     return best
