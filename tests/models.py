@@ -142,7 +142,7 @@ def gpt2_byte_tokens(n_vocab: int) -> tuple[list[str], list[str]]:
     return tokens, merges
 
 
-_DTYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
+_DTYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_K")
 
 # architectures with their own tensor layout; any other name gets the llama layout
 ARCH_LAYOUTS = ("llama", "qwen2", "qwen3", "gemma3")
@@ -279,13 +279,15 @@ def _gemma3_window(layout: str, sliding_window: int | None, rope_base_swa: float
 
 
 def _check_quantized_rows(dtypes: set[str], lengths) -> None:
-    """Quantized types store rows in blocks of 32: each (what, row length) must be a multiple."""
+    """Quantized types store rows in blocks of 32 (K types: 256): each (what, row length) must be a
+    multiple."""
     if dtypes - {"F32", "F16"}:
+        block = 256 if "Q5_K" in dtypes else 32
         for what, n in lengths:
-            if n % 32:
+            if n % block:
                 raise ValueError(
-                    f"quantized dtype needs {what} to be a multiple of 32 (got {n}); "
-                    "try n_embd=64, n_ff=96"
+                    f"quantized dtype needs {what} to be a multiple of {block} (got {n}); "
+                    "try n_embd=64, n_ff=96 (K types: 256, 256)"
                 )
 
 

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}  # llama_ftype values
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_K": 17}  # llama_ftype values (Q5_K_M)
 
 
 def check_dtypes(allowed: tuple[str, ...], *dtypes: str) -> None:
@@ -144,6 +144,9 @@ def encode_tensor(gguf, arr: np.ndarray, dtype: str):
         return np.ascontiguousarray(arr, dtype=np.float32), None
     if dtype == "F16":
         return np.ascontiguousarray(arr, dtype=np.float16), None
+    if dtype == "Q5_K":       # gguf-py quantizes no K type
+        from kquants import quantize_q5_k
+        return quantize_q5_k(arr), qt
     q = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), qt)
     return q, qt
 

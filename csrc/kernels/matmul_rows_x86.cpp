@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
 struct BlockQ8_1 { uint16_t d, s; int8_t qs[32]; };
 struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
 struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
+struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
 struct BlockQ6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
 struct BlockQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
 constexpr int64_t QK = 32;
@@ -200,17 +202,19 @@ void q4_1_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) + summs[r];
 }
 
-// A Q4_K weight block as ggml_vec_dot_q4_K_q8_K's AVX2 loop unpacks it: the 6-bit scales and mins,
-// ggml's get_scale_shuffle_k4(j) of the scales (the j-th 16-bit scale in every lane), the nibbles.
+// A Q4_K (or Q5_K) weight block as ggml_vec_dot_q4_K_q8_K's (q5_K's) AVX2 loop unpacks it: the
+// 6-bit scales and mins, ggml's get_scale_shuffle_k4(j) of the scales (the j-th 16-bit scale in
+// every lane), the values (Q5_K: each nibble with its fifth bit).
 struct Q4KBlock {
     float d, dmin;
     __m128i mins;
     __m256i q4l[4], q4h[4], scale_l[4], scale_h[4];
 };
 
-void decode(const BlockQ4_K & w, Q4KBlock & o) {
+// the scales and mins (and d, dmin) of a Q4_K or Q5_K block
+template <class B>
+void decode_scales(const B & w, Q4KBlock & o) {
     constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
     o.d = f16(w.d), o.dmin = f16(w.dmin);
     uint32_t utmp[4];
     std::memcpy(utmp, w.scales, 12);
@@ -226,10 +230,37 @@ void decode(const BlockQ4_K & w, Q4KBlock & o) {
     for (int j = 0; j < 4; ++j) {
         o.scale_l[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 1) << 8) | (4 * j))));
         o.scale_h[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 3) << 8) | (4 * j + 2))));
+    }
+}
+
+void decode(const BlockQ4_K & w, Q4KBlock & o) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    decode_scales(w, o);
+    for (int j = 0; j < 4; ++j) {
         const __m256i bits = _mm256_loadu_si256((const __m256i *) (w.qs + 32 * j));
         o.q4l[j] = _mm256_and_si256(bits, m4);
         o.q4h[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
     }
+}
+
+// Q5_K: chunk j's low nibbles take bit 2j of each qh byte as their fifth, its high nibbles bit 2j + 1
+void decode(const BlockQ5_K & w, Q4KBlock & o) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    decode_scales(w, o);
+    const __m256i hbits = _mm256_loadu_si256((const __m256i *) w.qh);
+    for (int j = 0; j < 4; ++j) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *) (w.qs + 32 * j));
+        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one);
+        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one);
+        o.q4l[j] = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+        o.q4h[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
+    }
+}
+
+// the integer mins . bsums of a block (ggml's Q5_K loop sums prod's 4 lanes as integers)
+int hsum4(__m128i prod) {
+    const __m128i h = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
+    return _mm_extract_epi32(h, 0);
 }
 
 // Q8_K's 16 bsums summed by pairs (ggml's q8s: one per 32 values, in the mins' order)
@@ -245,16 +276,20 @@ float q4_K_total(__m256 acc, __m128 acc_m) {
     return hsum8(acc) + _mm_cvtss_f32(m);
 }
 
-// R activation rows times one Q4_K weight row: ggml_vec_dot_q4_K_q8_K's AVX2 loop per row. A
-// block's integer sums are exact (their order does not matter), its lanes as ggml's: nibbles
-// times q8 scaled by pairs of lanes, acc += d * sum and acc_m += dmin * (mins . bsums) per block;
-// then hsum_float_8(acc) + acc_m's sum in ggml's order.
-template <int R>
-void q4_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
-    const BlockQ4_K * w = (const BlockQ4_K *) wv;
+// R activation rows times one Q4_K (B = BlockQ4_K) or Q5_K weight row: ggml_vec_dot_q4_K_q8_K's
+// (q5_K's) AVX2 loop per row. A block's integer sums are exact (their order does not matter), its
+// lanes as ggml's: values times q8 scaled by pairs of lanes, acc += d * sum per block, and for
+// the mins Q4_K's acc_m += dmin * (mins . bsums) in 4 lanes, Q5_K's summs += dmin * (mins .
+// bsums) summed as an integer first (fused, as ggml's build compiles it); then hsum_float_8(acc)
+// + acc_m's sum in ggml's order, or + summs.
+template <class B, int R>
+void k4_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
+    constexpr bool q5 = std::is_same_v<B, BlockQ5_K>;
+    const B * w = (const B *) wv;
     __m256 acc[R];
     __m128 acc_m[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
+    float summs[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps(), summs[r] = 0.0f;
     Q4KBlock x;
     for (int64_t b = 0; b < a.k / QK_K; ++b) {
         decode(w[b], x);
@@ -263,7 +298,11 @@ void q4_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
             const float d = y.d * x.d;
             const float dmin = -y.d * x.dmin;
             const __m128i prod = _mm_madd_epi16(x.mins, q8_pair_sums(y));
-            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
+            if constexpr (q5) {
+                summs[r] = std::fma(dmin, (float) hsum4(prod), summs[r]);
+            } else {
+                acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
+            }
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; ++j) {
                 const __m256i q8l = _mm256_loadu_si256((const __m256i *) (y.qs + 64 * j));
@@ -275,7 +314,7 @@ void q4_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
-    for (int r = 0; r < R; ++r) res[r] = q4_K_total(acc[r], acc_m[r]);
+    for (int r = 0; r < R; ++r) res[r] = q5 ? hsum8(acc[r]) + summs[r] : q4_K_total(acc[r], acc_m[r]);
 }
 
 // A Q6_K weight block as ggml_vec_dot_q6_K_q8_K's AVX2 loop unpacks it: the 6-bit values as u8,
@@ -448,14 +487,18 @@ void q4_1_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, 
 __m256 low(__m512 x) { return _mm512_castps512_ps256(x); }
 __m256 high(__m512 x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }
 
-// q4_K_rows for two weight rows (acc_m: w0's 4 lanes low, w1's high)
-template <int R>
-void q4_K_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, float * res0, float * res1) {
-    const BlockQ4_K * w0 = (const BlockQ4_K *) wv0;
-    const BlockQ4_K * w1 = (const BlockQ4_K *) wv1;
+// k4_rows for two weight rows (acc_m: w0's 4 lanes low, w1's high; summs a pair of scalars)
+template <class B, int R>
+void k4_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, float * res0, float * res1) {
+    constexpr bool q5 = std::is_same_v<B, BlockQ5_K>;
+    const B * w0 = (const B *) wv0;
+    const B * w1 = (const B *) wv1;
     __m512 acc[R];
     __m256 acc_m[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_m[r] = _mm256_setzero_ps();
+    float summs[R][2];
+    for (int r = 0; r < R; ++r) {
+        acc[r] = _mm512_setzero_ps(), acc_m[r] = _mm256_setzero_ps(), summs[r][0] = summs[r][1] = 0.0f;
+    }
     Q4KBlock x0, x1;
     for (int64_t b = 0; b < a.k / QK_K; ++b) {
         decode(w0[b], x0);
@@ -471,7 +514,12 @@ void q4_K_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, 
             const __m512 d = pair_set1(y.d * x0.d, y.d * x1.d);
             const __m256 dmin = _mm256_set_m128(_mm_set1_ps(-y.d * x1.dmin), _mm_set1_ps(-y.d * x0.dmin));
             const __m256i prod = _mm256_madd_epi16(mins, _mm256_broadcastsi128_si256(q8_pair_sums(y)));
-            acc_m[r] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m[r]);
+            if constexpr (q5) {
+                summs[r][0] = std::fma(-y.d * x0.dmin, (float) hsum4(_mm256_castsi256_si128(prod)), summs[r][0]);
+                summs[r][1] = std::fma(-y.d * x1.dmin, (float) hsum4(_mm256_extracti128_si256(prod, 1)), summs[r][1]);
+            } else {
+                acc_m[r] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m[r]);
+            }
             __m512i sumi = _mm512_setzero_si512();
             for (int j = 0; j < 4; ++j) {
                 const __m512i p16l = _mm512_madd_epi16(scale_l[j], _mm512_maddubs_epi16(q4l[j], both_halves(y.qs + 64 * j)));
@@ -483,8 +531,13 @@ void q4_K_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, 
         }
     }
     for (int r = 0; r < R; ++r) {
-        res0[r] = q4_K_total(low(acc[r]), _mm256_castps256_ps128(acc_m[r]));
-        res1[r] = q4_K_total(high(acc[r]), _mm256_extractf128_ps(acc_m[r], 1));
+        if constexpr (q5) {
+            res0[r] = hsum8(low(acc[r])) + summs[r][0];
+            res1[r] = hsum8(high(acc[r])) + summs[r][1];
+        } else {
+            res0[r] = q4_K_total(low(acc[r]), _mm256_castps256_ps128(acc_m[r]));
+            res1[r] = q4_K_total(high(acc[r]), _mm256_extractf128_ps(acc_m[r], 1));
+        }
     }
 }
 
@@ -558,7 +611,14 @@ template <class T> struct Signed {
 #endif
 };
 struct Q4_1 { template <int R> static constexpr RowsKernel rows = q4_1_rows<R>; PSL_MM_PAIRS(q4_1_pairs) };
-struct Q4_K { template <int R> static constexpr RowsKernel rows = q4_K_rows<R>; PSL_MM_PAIRS(q4_K_pairs) };
+template <class B> struct K4 {
+    template <int R> static constexpr RowsKernel rows = k4_rows<B, R>;
+#if defined(PSL_MM_AVX512)
+    template <int R> static constexpr PairKernel pairs = k4_pairs<B, R>;
+#endif
+};
+using Q4_K = K4<BlockQ4_K>;
+using Q5_K = K4<BlockQ5_K>;
 struct Q6_K { template <int R> static constexpr RowsKernel rows = q6_K_rows<R>; PSL_MM_PAIRS(q6_K_pairs) };
 struct F16 { template <int R> static constexpr RowsKernel rows = f16_rows<R>; PSL_MM_PAIRS(f16_pairs) };
 #undef PSL_MM_PAIRS
@@ -567,6 +627,7 @@ RowsKernel kernel_for(ggml_type t, int r) {
     switch (t) {
         case GGML_TYPE_F16: return for_rows<F16, F16_CHUNK>(r);
         case GGML_TYPE_Q4_K: return for_rows<Q4_K>(r);
+        case GGML_TYPE_Q5_K: return for_rows<Q5_K>(r);
         case GGML_TYPE_Q6_K: return for_rows<Q6_K>(r);
         case GGML_TYPE_Q8_0: return for_rows<Signed<Q8_0>>(r);
         case GGML_TYPE_Q5_0: return for_rows<Signed<Q5_0>>(r);
@@ -595,6 +656,7 @@ PairKernel pair_kernel_for(ggml_type t, int r) {
         case GGML_TYPE_Q4_0: return for_pairs<Signed<Q4_0>>(r);
         case GGML_TYPE_Q4_1: return for_pairs<Q4_1>(r);
         case GGML_TYPE_Q4_K: return for_pairs<Q4_K>(r);
+        case GGML_TYPE_Q5_K: return for_pairs<Q5_K>(r);
         case GGML_TYPE_Q6_K: return for_pairs<Q6_K>(r);
         case GGML_TYPE_F16: return for_pairs<F16, kern::F16_PAIR_ROWS_MAX>(r);
         default: return nullptr;
@@ -651,6 +713,8 @@ bool takes(ggml_type t) {
     switch (t) {
         case GGML_TYPE_F16: return true;
         case GGML_TYPE_Q4_K: return ggml_type_size(t) == sizeof(BlockQ4_K) &&
+                                    ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
+        case GGML_TYPE_Q5_K: return ggml_type_size(t) == sizeof(BlockQ5_K) &&
                                     ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);
         case GGML_TYPE_Q6_K: return ggml_type_size(t) == sizeof(BlockQ6_K) &&
                                     ggml_type_size(GGML_TYPE_Q8_K) == sizeof(BlockQ8_K);

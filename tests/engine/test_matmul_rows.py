@@ -51,7 +51,7 @@ def _one_at_a_time(path, monkeypatch, context, rows, kernel: str = "ggml", **kw)
 # the smallest batch, one chunk of registers (8; F16: 2), a chunk and a remainder (9, 13; F16: 3),
 # the most (16; F16: 4)
 CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 3, 8, 9, 13, 16)] + [("F16", n) for n in (2, 3, 4)] + \
-    [("Q4_0", n) for n in (2, 9, 16)]
+    [(t, n) for t in ("Q4_0", "Q5_K") for n in (2, 9, 16)]
 
 
 # Q4_0 weights are ours only where ggml did not repack them (matmul_rows_twins: its repacked gemv and
@@ -60,10 +60,15 @@ def _plain(dtype: str) -> dict:
     return {"use_repack": False} if dtype == "Q4_0" else {}
 
 
+# the models' widths: K types (Q5_K, written by tests/kquants.py) store rows in blocks of 256
+def _dims(dtype: str) -> dict:
+    return {"n_embd": 256, "n_ff": 256} if dtype.endswith("_K") else {"n_embd": 64, "n_ff": 96}
+
+
 @needs_ours
 @pytest.mark.parametrize("dtype,n_rows", CASES)
 def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows):
-    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=2, dtype=dtype, tied=True, seed=11)
+    path = synth_model(**_dims(dtype), n_head=4, n_head_kv=2, n_layer=2, dtype=dtype, tied=True, seed=11)
     rng = np.random.default_rng(n_rows)
     context, rows = rng.integers(0, 64, 40), rng.integers(0, 64, n_rows)
     # against ggml's reference path (vec_dot for every row at every batch size, the context too)
@@ -85,14 +90,13 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
 # An odd vocabulary (the tied head's rows: 67, a thread's share 33 or 34) takes the AVX-512 kernels'
 # two weight rows at a time and a single row at the end of a share; rows as in CASES (F16: pairs
 # up to 3 rows, then a weight row at a time)
-ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1", "Q4_0") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)]
+ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1", "Q4_0", "Q5_K") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)]
 
 
 @needs_ours
 @pytest.mark.parametrize("dtype,n_rows", ODD_CASES)
 def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dtype, n_rows):
-    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=1, n_vocab=67, dtype=dtype, tied=True,
-                       seed=7)
+    path = synth_model(**_dims(dtype), n_head=4, n_head_kv=2, n_layer=1, n_vocab=67, dtype=dtype, tied=True, seed=7)
     rng = np.random.default_rng(n_rows + 100)
     context, rows = rng.integers(0, 67, 24), rng.integers(0, 67, n_rows)
     kw = _plain(dtype)
@@ -115,10 +119,9 @@ def test_weight_rows_in_pairs_equal_a_row_at_a_time(synth_model, monkeypatch, dt
 # at an odd share: the tied head's 67 rows at 1 and 3 threads (shares 67; 22, 22, 23), the layers'
 # 64 and 96 (even and odd shares at 3 threads)
 @needs_ours
-@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1", "F16", "Q4_0") for n in (1, 3)])
+@pytest.mark.parametrize("dtype,n_threads", [(t, n) for t in ("Q8_0", "Q4_1", "F16", "Q4_0", "Q5_K") for n in (1, 3)])
 def test_pairs_half_a_share_apart_at_any_thread_count(synth_model, monkeypatch, dtype, n_threads):
-    path = synth_model(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, n_layer=1, n_vocab=67, dtype=dtype, tied=True,
-                       seed=5)
+    path = synth_model(**_dims(dtype), n_head=4, n_head_kv=2, n_layer=1, n_vocab=67, dtype=dtype, tied=True, seed=5)
     rng = np.random.default_rng(n_threads)
     context, rows = rng.integers(0, 67, 24), rng.integers(0, 67, 5)
     kw = _plain(dtype)
