@@ -195,3 +195,19 @@ def test_q4_0_is_ours_where_plain_and_ggml_s_where_repacked(synth_model, monkeyp
         with Model(str(path), n_ctx=256) as m:
             lines = [x for x in m.kernels.splitlines() if x.startswith("q4_0 ") and "REPACK" in x]
         assert lines and all("matmul_rows" not in x for x in lines), lines
+
+
+def test_the_test_writers_q5_k_blocks_round_trip():
+    """tests/kquants.py's Q5_K blocks read back through gguf-py's dequantizer within half a step
+    of each 32 values' grid (the negative control: a block's qh cleared loses the fifth bits)."""
+    import gguf
+    from kquants import quantize_q5_k
+    x = np.random.default_rng(3).standard_normal((4, 512)).astype(np.float32)
+    q = quantize_q5_k(x)
+    back = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q5_K)
+    step = (x.reshape(-1, 32).max(1) - np.minimum(x.reshape(-1, 32).min(1), 0)) / 31
+    err = np.abs(back - x).reshape(-1, 32).max(1)
+    # half a step, and the 6-bit scales' and mins' rounding: 0.49-0.57 of a step over 5 seeds
+    assert (err <= 0.65 * step).all(), (err / step).max()
+    q[:, 16:48] = 0                                     # the first block's qh: fifth bits gone
+    assert np.abs(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q5_K) - x).max() > 0.5
