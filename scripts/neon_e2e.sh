@@ -8,7 +8,9 @@
 # nothing; needs aarch64-linux-gnu-g++, qemu-aarch64 (Debian: g++-aarch64-linux-gnu qemu-user),
 # cmake, ninja, and a Python with the test requirements (gguf, numpy). Exits nonzero on a failure.
 #   scripts/neon_e2e.sh [build-dir]
-# ARCH (default armv8.2-a+dotprod+fp16, Apple M1's level), QEMU_CPU (default max), GGML_SRC (default
+# ARCH (default armv8.2-a+dotprod+fp16, Apple M1's level; with +i8mm, M2's, ggml's deterministic
+# rows pair through smmla at even row counts, so ours must equal them at odd ones only: the driver
+# says which), QEMU_CPU (default max), GGML_SRC (default
 # vendor/ggml/src, which vendor/ggml/fetch.py fetches), PYTHON (default .venv/bin/python), JOBS (2).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -3,7 +3,8 @@
  * (matmul_rows' NEON kernels) and by ggml's (PYLLAMASPEC_MATMUL_ROWS=ggml, read when a model is
  * loaded and when a graph is built). Checks, per n:
  *   batch invariance: ours' batched rows equal ours' rows a token at a time, bit for bit;
- *   a deterministic model (ggml's vec_dot at every batch size): ours' rows equal ggml's, bit for bit;
+ *   a deterministic model (ggml's vec_dot at every batch size): ours' rows equal ggml's, bit for bit
+ *   (without i8mm: see pairs_rows);
  *   and prints the max abs difference between ours' and ggml's batched rows (ggml's batched
  *   kernels sum otherwise than its one-token ones, so these only come close; its own batched rows
  *   against its rows a token at a time show how far);
@@ -84,6 +85,11 @@ int main(int argc, char ** argv) {
     }
     const char * path = argv[1];
     printf("== %s\n%s\n", path, psl_system_info());
+    /* with i8mm ggml's vec_dot takes two rows at once (nrc == 2, smmla) where the activation rows
+     * are even (ggml-cpu.c's num_rows_per_vec_dot), summing otherwise than one row: its
+     * deterministic rows then move with the batch (ours do not), so ours must equal them at odd
+     * row counts only */
+    const int pairs_rows = strstr(psl_system_info(), "MATMUL_INT8 = 1") != NULL;
     int32_t context[N_CONTEXT], rows[MAX_ROWS];
     unsigned seed = 12345;
     kernel(1);
@@ -100,7 +106,8 @@ int main(int argc, char ** argv) {
     failures += print_kernels(ggml, "PYLLAMASPEC_MATMUL_ROWS=ggml") != 0;
     const int64_t cap = (int64_t) MAX_ROWS * n_vocab;
     float * b = malloc(cap * sizeof(float)), * one = malloc(cap * sizeof(float));
-    float * g = malloc(cap * sizeof(float)), * gone = malloc(cap * sizeof(float)), * bd = malloc(cap * sizeof(float)), * gd = malloc(cap * sizeof(float));
+    float * g = malloc(cap * sizeof(float)), * gone = malloc(cap * sizeof(float));
+    float * bd = malloc(cap * sizeof(float)), * gd = malloc(cap * sizeof(float));
     for (size_t t = 0; t < sizeof ROWS / sizeof ROWS[0]; ++t) {
         const int n = ROWS[t];
         const int64_t len = (int64_t) n * n_vocab;
@@ -114,11 +121,13 @@ int main(int argc, char ** argv) {
         logits(ggml_det, context, rows, n, 0, gd);
         const int invariant = memcmp(b, one, len * sizeof(float)) == 0;
         const int det_equal = memcmp(bd, gd, len * sizeof(float)) == 0;
-        failures += !invariant + !det_equal;
+        const int det_required = !pairs_rows || n % 2 == 1;
+        failures += !invariant + (!det_equal && det_required);
         printf("n=%2d  batched == one at a time: %s (max diff %.3g)  deterministic ours == ggml: %s (max diff %.3g)"
                "  ours vs ggml batched: max abs diff %.3g (ggml's own batched vs one at a time: %.3g)\n",
-               n, invariant ? "bit-equal" : "DIFFER", max_abs_diff(b, one, len), det_equal ? "bit-equal" : "DIFFER",
-               max_abs_diff(bd, gd, len), max_abs_diff(b, g, len), max_abs_diff(g, gone, len));
+               n, invariant ? "bit-equal" : "DIFFER", max_abs_diff(b, one, len),
+               det_equal ? "bit-equal" : det_required ? "DIFFER" : "differ (i8mm pairs)", max_abs_diff(bd, gd, len),
+               max_abs_diff(b, g, len), max_abs_diff(g, gone, len));
         printf("      logits row 0: %.6f %.6f %.6f %.6f  row %d: %.6f %.6f %.6f %.6f\n", b[0], b[1], b[2], b[3],
                n - 1, b[len - n_vocab], b[len - n_vocab + 1], b[len - n_vocab + 2], b[len - n_vocab + 3]);
     }
