@@ -21,7 +21,8 @@ namespace psl {
 
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
 // type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_0, Q4_1, F16 on x86 with AVX2,
-// FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too) in the CPU's
+// FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too; Q8_0, Q4_1,
+// Q4_K, Q6_K on aarch64 with dotprod: ggml's one-row NEON vec_dot, matmul_rows_neon.h) in the CPU's
 // plain buffer (not repacked, not AMX: a CPU-only model keeps F16 out of ggml's AMX buffer, which
 // has no tile kernel for it), F32 activations of 1..matmul_rows_max(type) rows. One row too: a
 // token of plain decoding, where ours streams the weights faster than ggml's vec_dot loop (two

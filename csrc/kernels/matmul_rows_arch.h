@@ -1,5 +1,6 @@
 // What each architecture's matmul_rows kernels provide to the node (matmul_rows.cpp): one file a
-// CPU architecture (matmul_rows_x86.cpp), the build's instruction set choosing which one compiles.
+// CPU architecture (matmul_rows_x86.cpp, matmul_rows_arm.cpp), the build's instruction set
+// choosing which one compiles (the others compile to nothing).
 // Every file of the node is built with the same kernel flags (CMakeLists.txt), so they agree.
 #pragma once
 
@@ -7,6 +8,9 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define PSL_MM_X86 1
+#define PSL_MM_ARCH 1
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#define PSL_MM_NEON 1
 #define PSL_MM_ARCH 1
 #endif
 

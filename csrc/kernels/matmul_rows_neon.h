@@ -3,8 +3,8 @@
 // row's arithmetic that of ggml's one-row (nrc == 1) NEON vec_dot for the type, so each res[r]
 // equals ggml's vec_dot on row r bit for bit. y[r]: row r in the vec_dot type's blocks exactly as
 // ggml's from_float writes them (Q8_0 for Q8_0, Q8_1 for Q4_1, Q8_K for Q4_K and Q6_K); k: the row length (a
-// multiple of 32; of 256 for the K types). Checked against ggml under qemu by scripts/neon_check.sh. Self-contained: not wired into
-// matmul_rows.cpp yet.
+// multiple of 32; of 256 for the K types). Checked against ggml under qemu by scripts/neon_check.sh.
+// Self-contained (no ggml header): matmul_rows_arm.cpp wires them into the node.
 #pragma once
 
 #include <cstdint>
