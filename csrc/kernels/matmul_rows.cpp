@@ -38,7 +38,16 @@ bool plain_cpu(const ggml_tensor * w) {
 
 bool matmul_rows_takes(ggml_type t) { return mm_arch::takes(t) && enabled(); }
 
-bool matmul_rows_twins(ggml_type t) { return matmul_rows_takes(t) && t != GGML_TYPE_Q4_0; }
+bool matmul_rows_twins(ggml_type t) {
+#if defined(PSL_MM_NEON)
+    // ggml's repacked NEON gemv / gemm (dotprod, i8mm) against ours is unmeasured on ARM hardware
+    // (the kernels are checked under qemu only): a repacked weight stays ggml's, with no plain copy
+    (void) t;
+    return false;
+#else
+    return matmul_rows_takes(t) && t != GGML_TYPE_Q4_0;
+#endif
+}
 
 bool matmul_rows_on_amx() {
     const char * env = std::getenv("PYLLAMASPEC_MATMUL_ROWS_AMX");

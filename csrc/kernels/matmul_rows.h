@@ -49,7 +49,8 @@ constexpr int64_t MATMUL_ROWS_MAX = 16;
 // (SmolLM2 as Q4_0, one thread's CPU ms at 1 / 4 / 16 rows: 6.8 / 13.1 / 43 ours, 5.3 / 9.9 /
 // 28.5 repacked; on plain weights ours is the faster: 6.8 / 13.0 / 41.4 against vec_dot's and
 // llamafile's 7.3 / 20.6 / 61). Repacked Q4_0 is therefore not batch-invariant (ggml's gemv and
-// gemm sum differently), as before.
+// gemm sum differently), as before. On ARM none does: ggml's repacked NEON kernels against ours
+// are unmeasured on ARM hardware.
 bool matmul_rows_twins(ggml_type t);
 
 // Whether the weights in ggml's AMX buffer get a plain twin too, which ours reads for 1-16 rows

@@ -31,6 +31,9 @@ static void kernel(int ours) {
 static psl_model * load(const char * path, int deterministic) {
     psl_model_params p = psl_model_default_params();
     p.deterministic = deterministic;
+    /* on ARM ours takes plain weights only (matmul_rows_twins: a weight ggml repacked stays its):
+       plain, every product is ours */
+    p.use_repack = false;
     psl_model * m = NULL;
     if (psl_model_load(path, &p, &m) != PSL_OK) {
         fprintf(stderr, "load %s: %s\n", path, psl_last_error());
