@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from ..errors import ChatTemplateError, InvalidArgumentError
+from .template_content import as_template_takes, is_text_parts, joined
 from .chat_tools import (has_tool_messages, object_arguments, supports_object_arguments, supports_parallel_tool_calls,
                          template_message, template_tools)
 
@@ -342,8 +343,9 @@ def _compile(source: str):
 
 
 def check_messages(messages: Any) -> list[dict]:
-    """A conversation: a non-empty list of dicts, each with a str role and str content (other
-    keys are kept, for templates that read them)."""
+    """A conversation: a non-empty list of dicts, each with a str role and a str content or a
+    list of text parts ({"type": "text", "text": str}; other keys are kept, for templates that
+    read them)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidArgumentError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, "
                                    f"got {type(messages).__name__}")
@@ -360,8 +362,10 @@ def check_messages(messages: Any) -> list[dict]:
         if "content" not in m and not m.get("tool_calls"):
             raise InvalidArgumentError(f"messages[{i}] has no 'content'")
         c = m.get("content")
-        if not isinstance(c, str) and not (c is None and (m.get("tool_calls") or m["role"] == "tool")):
-            raise InvalidArgumentError(f"messages[{i}]['content'] must be a str, got {type(c).__name__}")
+        if not isinstance(c, str) and not is_text_parts(c) and \
+                not (c is None and (m.get("tool_calls") or m["role"] == "tool")):
+            raise InvalidArgumentError(f"messages[{i}]['content'] must be a str or a list of text parts "
+                                       f"({{'type': 'text', 'text': ...}}), got {type(c).__name__}")
     return [dict(m) for m in messages]
 
 
@@ -411,7 +415,8 @@ class ChatTemplate:
                 msgs = [template_message(m) for m in msgs]
                 if supports_object_arguments(self.source, _compile_bounded):
                     msgs = object_arguments(msgs)
-            msgs = _Ticking(_llamacpp_messages(self.source, msgs))
+            msgs = as_template_takes(self.source, _llamacpp_messages(self.source, msgs), _compile_bounded)
+            msgs = _Ticking(msgs)
             text = _bounded_render(_compile(self.source), max_chars, messages=msgs,
                                    add_generation_prompt=add_generation_prompt, **variables)
         except _RaisedByTemplate as e:
@@ -525,7 +530,7 @@ def _llamacpp_messages(source: str, msgs: list[dict]) -> list[dict]:
     if msgs[0]["role"] == "system" and not _supports_system_role(source):
         if len(msgs) == 1:
             return []          # llama.cpp drops it (with a warning) when nothing follows
-        merged = dict(msgs[1], content=msgs[0]["content"] + "\n" + msgs[1]["content"])
+        merged = dict(msgs[1], content=joined(msgs[0]["content"]) + "\n" + joined(msgs[1]["content"]))
         return [merged] + msgs[2:]
     return msgs
 
