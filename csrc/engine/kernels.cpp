@@ -63,29 +63,36 @@ std::string reference_path(ggml_type t) {
            (two_rows ? " (2-row mmla on even batches: not batch-invariant)" : " (batch-invariant)");
 }
 
+// ours on a plain copy of a weight that `other` (ggml's repacked gemm, AMX tiles) multiplies
+// otherwise: below matmul_rows_min and above matmul_rows_max rows
+std::string twin_path(ggml_type t, const std::string & other) {
+    const int64_t least = matmul_rows_min(t), most = matmul_rows_max(t);
+    return (least > 1 ? "1 token: " + other + "; " : std::string()) + std::to_string(least) + "-" +
+           std::to_string(most) + " rows: ours (kernels/matmul_rows, on a plain copy: vec_dot's numbers); " +
+           std::to_string(most + 1) + "+ rows: " + other;
+}
+
 std::string path(ggml_type t, const std::string & buft, bool experts, bool deterministic, bool cpu_only,
                  bool twins) {
     if (buft.find("REPACK") != std::string::npos) {
         const std::string act = ggml_type_name(ggml_get_type_traits_cpu(t)->vec_dot_type);
         if (twins) {   // TensorLoader::plain_twins: ours on a plain copy for 1-16 rows
-            return "1-" + std::to_string(matmul_rows_max(t)) + " rows: ours (kernels/matmul_rows, on a plain copy: "
-                   "vec_dot's numbers); " + std::to_string(matmul_rows_max(t) + 1) +
-                   "+ rows: repacked (ggml's gemm, activations as " + act + ")";
+            return twin_path(t, "repacked (ggml's gemm, activations as " + act + ")");
         }
         return "repacked (ggml's gemv/gemm, activations as " + act + ")";
     }
     if (buft.find("AMX") != std::string::npos) {
         if (twins) {   // PYLLAMASPEC_MATMUL_ROWS_AMX=1 (TensorLoader::plain_twins)
-            return "1-" + std::to_string(matmul_rows_max(t)) + " rows: ours (kernels/matmul_rows, on a plain copy: "
-                   "vec_dot's numbers); " + std::to_string(matmul_rows_max(t) + 1) + "+ rows: AMX tiles";
+            return twin_path(t, "AMX tiles");
         }
         return "AMX tiles";
     }
     if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
     // ours gives vec_dot's numbers row by row (kernels/matmul_rows.h), deterministic or not
-    const int64_t most = matmul_rows_max(t);
+    const int64_t most = matmul_rows_max(t), least = matmul_rows_min(t);
     const std::string ours = !experts && cpu_only && most > 0
-                                 ? "1-" + std::to_string(most) + " rows: ours (kernels/matmul_rows: each "
+                                 ? (least > 1 ? "1 token: " + vec_dot(t) + "; " : std::string()) +
+                                   std::to_string(least) + "-" + std::to_string(most) + " rows: ours (kernels/matmul_rows: each "
                                    "weight block decoded once for all the rows; vec_dot's numbers); "
                                  : "";
     if (deterministic) return ours + reference_path(t);

@@ -51,7 +51,7 @@ def _one_at_a_time(path, monkeypatch, context, rows, kernel: str = "ggml", **kw)
 # the smallest batch, one chunk of registers (8; F16: 2), a chunk and a remainder (9, 13; F16: 3),
 # the most (16; F16: 4)
 CASES = [(t, n) for t in ("Q8_0", "Q4_1") for n in (2, 3, 8, 9, 13, 16)] + [("F16", n) for n in (2, 3, 4)] + \
-    [(t, n) for t in ("Q4_0", "Q5_K") for n in (2, 9, 16)]
+    [("Q4_0", n) for n in (2, 9, 16)] + [("Q5_K", n) for n in (2, 5, 8)]   # Q5_K: ours at 2-8 rows
 
 
 # Q4_0 weights are ours only where ggml did not repack them (matmul_rows_twins: its repacked gemv and
@@ -90,7 +90,8 @@ def test_equals_ggml_vec_dot_to_the_bit(synth_model, monkeypatch, dtype, n_rows)
 # An odd vocabulary (the tied head's rows: 67, a thread's share 33 or 34) takes the AVX-512 kernels'
 # two weight rows at a time and a single row at the end of a share; rows as in CASES (F16: pairs
 # up to 3 rows, then a weight row at a time)
-ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1", "Q4_0", "Q5_K") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)]
+ODD_CASES = [(t, n) for t in ("Q8_0", "Q4_1", "Q4_0") for n in (2, 9, 16)] + [("F16", n) for n in (2, 3, 4)] + \
+    [("Q5_K", n) for n in (2, 5, 8)]
 
 
 @needs_ours
@@ -211,3 +212,12 @@ def test_the_test_writers_q5_k_blocks_round_trip():
     assert (err <= 0.65 * step).all(), (err / step).max()
     q[:, 16:48] = 0                                     # the first block's qh: fifth bits gone
     assert np.abs(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q5_K) - x).max() > 0.5
+
+
+@needs_ours
+def test_q5_k_is_ours_from_two_rows_to_eight(synth_model):
+    # vec_dot's one-row loop is the faster at one row, ours from 2 to 8 (matmul_rows_min / _max)
+    path = synth_model(**_dims("Q5_K"), n_head=4, n_head_kv=2, n_layer=1, dtype="Q5_K", tied=True, seed=3)
+    with Model(str(path), n_ctx=64) as m:
+        line = next(x for x in m.kernels.splitlines() if x.startswith("q5_K"))
+    assert "1 token: vec_dot q5_K x q8_K; 2-8 rows: ours (kernels/matmul_rows" in line, line
