@@ -6,7 +6,7 @@
 // quantized by ggml's own from_float, the same integer sums, the block scales and the lanes added
 // in vec_dot's order. A row's result is therefore ggml's one-token result, bit for bit, whatever
 // rows share the call (batch-invariant). On AVX-512 builds (F, BW, VL; VNNI's dpbusd where the CPU
-// has it) Q8_0, Q5_0, Q4_0, Q4_1, Q4_K and Q6_K take two weight rows at once in 512-bit registers, each
+// has it) Q8_0, Q5_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K take two weight rows at once in 512-bit registers, each
 // half doing its row's 8-lane vec_dot arithmetic, and F16 (up to 3 rows) two weight rows with each
 // activation register loaded once for both: the same numbers (PYLLAMASPEC_MATMUL_ROWS=avx2
 // brings back the row-at-a-time loops, to compare); the two rows are half a thread's share apart,
@@ -20,7 +20,7 @@
 namespace psl {
 
 // Whether matmul_rows takes the product w x (a GGML_OP_MUL_MAT's operands): a 2-D weight of a
-// type it has a kernel for on this build (Q4_K, Q6_K, Q8_0, Q5_0, Q4_0, Q4_1, F16 on x86 with AVX2,
+// type it has a kernel for on this build (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q4_0, Q4_1, F16 on x86 with AVX2,
 // FMA and F16C: the AVX2 loops of ggml's vec_dot, which its AVX-512 builds run too; Q8_0, Q4_1,
 // Q4_K, Q6_K on aarch64 with dotprod: ggml's one-row NEON vec_dot, matmul_rows_neon.h) in the CPU's
 // plain buffer (not repacked, not AMX: a CPU-only model keeps F16 out of ggml's AMX buffer, which
