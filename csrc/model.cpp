@@ -238,6 +238,9 @@ void TensorLoader::plain_twins(ggml_context * ctx) {
     }
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(tc, buft_cpu_);
     if (!buf) fail(PSL_ERR_OUT_OF_MEMORY, "cannot allocate the plain twins of the repacked weights");
+    // 2 MiB pages, as the weights read into memory get: ours streams two rows a thread through
+    // them, and on 4 KiB pages one token read a Q4_K model's twins at 14.2 ms against 10.3
+    advise_huge_pages(buf);
     m_.bufs.push_back(buf);
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
 }

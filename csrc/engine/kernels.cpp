@@ -64,11 +64,10 @@ std::string reference_path(ggml_type t) {
 }
 
 // ours on a plain copy of a weight that `other` (ggml's repacked gemm, AMX tiles) multiplies
-// otherwise: below matmul_rows_min and above matmul_rows_max rows
+// above matmul_rows_max rows
 std::string twin_path(ggml_type t, const std::string & other) {
-    const int64_t least = matmul_rows_min(t), most = matmul_rows_max(t);
-    return (least > 1 ? "1 token: " + other + "; " : std::string()) + std::to_string(least) + "-" +
-           std::to_string(most) + " rows: ours (kernels/matmul_rows, on a plain copy: vec_dot's numbers); " +
+    const int64_t most = matmul_rows_max(t);
+    return "1-" + std::to_string(most) + " rows: ours (kernels/matmul_rows, on a plain copy: vec_dot's numbers); " +
            std::to_string(most + 1) + "+ rows: " + other;
 }
 
@@ -89,10 +88,9 @@ std::string path(ggml_type t, const std::string & buft, bool experts, bool deter
     }
     if (buft != "CPU" && buft.rfind("CPU", 0) != 0) return "the " + buft + " backend's kernels";
     // ours gives vec_dot's numbers row by row (kernels/matmul_rows.h), deterministic or not
-    const int64_t most = matmul_rows_max(t), least = matmul_rows_min(t);
+    const int64_t most = matmul_rows_max(t);
     const std::string ours = !experts && cpu_only && most > 0
-                                 ? (least > 1 ? "1 token: " + vec_dot(t) + "; " : std::string()) +
-                                   std::to_string(least) + "-" + std::to_string(most) + " rows: ours (kernels/matmul_rows: each "
+                                 ? "1-" + std::to_string(most) + " rows: ours (kernels/matmul_rows: each "
                                    "weight block decoded once for all the rows; vec_dot's numbers); "
                                  : "";
     if (deterministic) return ours + reference_path(t);

@@ -60,14 +60,11 @@ int64_t matmul_rows_max(ggml_type t) {
     return t == GGML_TYPE_Q5_K ? 8 : MATMUL_ROWS_MAX;
 }
 
-int64_t matmul_rows_min(ggml_type t) { return t == GGML_TYPE_Q5_K ? 2 : 1; }
-
 bool matmul_rows_fit(const ggml_tensor * w, const ggml_tensor * x) {
     if (!matmul_rows_takes(w->type)) return false;
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] != w->ne[0]) return false;
     if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1) return false;
-    return w->nb[0] == ggml_type_size(w->type) && x->ne[1] >= matmul_rows_min(w->type) &&
-           x->ne[1] <= matmul_rows_max(w->type) &&
+    return w->nb[0] == ggml_type_size(w->type) && x->ne[1] <= matmul_rows_max(w->type) &&
            plain_cpu(w);
 }
 

@@ -40,13 +40,9 @@ bool matmul_rows_takes(ggml_type t);
 // on a Zen 3 core, Gemma 3's F16 head: 84 ms at 8 rows against 146 for ours, 70 against 63 at 4;
 // on Zen 4, tiles of 3 weight rows x 8 activation rows summing vec_dot's four accumulators one
 // after another were no faster than llamafile's at 6-8 rows and slower at 16: docs/benchmarks.md).
+// Q5_K stops at 8: from 9 rows ggml's tiled vec_dot is faster (a 290 MB Q5_K model, n_embd 2048,
+// Zen 4, 2 threads, fastest of 15: 8 / 12 / 16 rows ours 53 / 72 / 93 ms, ggml's 56 / 59 / 54).
 int64_t matmul_rows_max(ggml_type t);
-
-// The fewest it takes: 1, but Q5_K 2. Q5_K on Zen 4, 2 threads, a 290 MB model (n_embd 2048),
-// ms at 1 / 2 / 4 / 8 / 16 rows: ours 20.7 / 25.8 / 35.3 / 59.9 / 127.5, ggml's vec_dot 14.5 /
-// 35.6 / 52.1 / 86.2 / 92.8: vec_dot's loop is faster at one row and from 16, ours from 2 to 8.
-// The numbers are vec_dot's either way.
-int64_t matmul_rows_min(ggml_type t);
 
 constexpr int64_t MATMUL_ROWS_MAX = 16;
 

@@ -203,17 +203,17 @@ void q4_1_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
 }
 
 // A Q4_K (or Q5_K) weight block as ggml_vec_dot_q4_K_q8_K's (q5_K's) AVX2 loop unpacks it: the
-// 6-bit scales and mins, ggml's get_scale_shuffle_k4(j) of the scales (the j-th 16-bit scale in
-// every lane), the values (Q5_K: each nibble with its fifth bit).
-struct Q4KBlock {
+// 6-bit scales and mins (scales: the 8 scales as int16, in both halves); each 64 values' part j
+// is unpacked where it is used (values_k4), the j-th 16-bit scales with get_scale_shuffle_k4(j)
+// (scale_k4): kept in registers, not stored, so that one row costs what vec_dot's loop does.
+struct K4Scales {
     float d, dmin;
     __m128i mins;
-    __m256i q4l[4], q4h[4], scale_l[4], scale_h[4];
+    __m256i scales;
 };
 
-// the scales and mins (and d, dmin) of a Q4_K or Q5_K block
 template <class B>
-void decode_scales(const B & w, Q4KBlock & o) {
+void decode_scales(const B & w, K4Scales & o) {
     constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
     o.d = f16(w.d), o.dmin = f16(w.dmin);
     uint32_t utmp[4];
@@ -226,35 +226,35 @@ void decode_scales(const B & w, Q4KBlock & o) {
     const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3], utmp[2], utmp[1], utmp[0]));
     o.mins = _mm256_extracti128_si256(mins_and_scales, 1);
     const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
-    const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
-    for (int j = 0; j < 4; ++j) {
-        o.scale_l[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 1) << 8) | (4 * j))));
-        o.scale_h[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((4 * j + 3) << 8) | (4 * j + 2))));
-    }
+    o.scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
 }
 
-void decode(const BlockQ4_K & w, Q4KBlock & o) {
+// scale i (0..7) in every 16-bit lane (ggml's get_scale_shuffle_k4(i))
+__m256i scale_k4(__m256i scales, int i) {
+    return _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short) (((2 * i + 1) << 8) | (2 * i))));
+}
+
+// Part j's 64 values as bytes: lo the low nibbles, hi the high ones; Q5_K's fifth bits from qh
+// (bit 2j of each qh byte for lo, 2j + 1 for hi; hbits: qh loaded)
+template <class B>
+void values_k4(const B & w, int j, __m256i hbits, __m256i & lo, __m256i & hi) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    decode_scales(w, o);
-    for (int j = 0; j < 4; ++j) {
-        const __m256i bits = _mm256_loadu_si256((const __m256i *) (w.qs + 32 * j));
-        o.q4l[j] = _mm256_and_si256(bits, m4);
-        o.q4h[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-    }
-}
-
-// Q5_K: chunk j's low nibbles take bit 2j of each qh byte as their fifth, its high nibbles bit 2j + 1
-void decode(const BlockQ5_K & w, Q4KBlock & o) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    decode_scales(w, o);
-    const __m256i hbits = _mm256_loadu_si256((const __m256i *) w.qh);
-    for (int j = 0; j < 4; ++j) {
-        const __m256i bits = _mm256_loadu_si256((const __m256i *) (w.qs + 32 * j));
+    const __m256i bits = _mm256_loadu_si256((const __m256i *) (w.qs + 32 * j));
+    lo = _mm256_and_si256(bits, m4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+    if constexpr (std::is_same_v<B, BlockQ5_K>) {
+        const __m256i one = _mm256_set1_epi8(1);
         const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one);
         const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one);
-        o.q4l[j] = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-        o.q4h[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
     }
+}
+
+template <class B>
+__m256i qh_bits(const B & w) {
+    if constexpr (std::is_same_v<B, BlockQ5_K>) return _mm256_loadu_si256((const __m256i *) w.qh);
+    return _mm256_setzero_si256();
 }
 
 // the integer mins . bsums of a block (ggml's Q5_K loop sums prod's 4 lanes as integers)
@@ -290,12 +290,26 @@ void k4_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     __m128 acc_m[R];
     float summs[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps(), summs[r] = 0.0f;
-    Q4KBlock x;
+    K4Scales x;
     for (int64_t b = 0; b < a.k / QK_K; ++b) {
-        decode(w[b], x);
+        decode_scales(w[b], x);
+        const __m256i hbits = qh_bits(w[b]);
+        __m256i sumi[R];
+        for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+            __m256i lo, hi;
+            values_k4(w[b], j, hbits, lo, hi);
+            const __m256i scale_l = scale_k4(x.scales, 2 * j), scale_h = scale_k4(x.scales, 2 * j + 1);
+            for (int r = 0; r < R; ++r) {
+                const int8_t * q8 = a.k_block(r0 + r, b)->qs + 64 * j;
+                const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *) q8)));
+                const __m256i p16h =
+                    _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *) (q8 + 32))));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p16l, p16h));
+            }
+        }
         for (int r = 0; r < R; ++r) {
             const BlockQ8_K & y = *a.k_block(r0 + r, b);
-            const float d = y.d * x.d;
             const float dmin = -y.d * x.dmin;
             const __m128i prod = _mm_madd_epi16(x.mins, q8_pair_sums(y));
             if constexpr (q5) {
@@ -303,15 +317,7 @@ void k4_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
             } else {
                 acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
             }
-            __m256i sumi = _mm256_setzero_si256();
-            for (int j = 0; j < 4; ++j) {
-                const __m256i q8l = _mm256_loadu_si256((const __m256i *) (y.qs + 64 * j));
-                const __m256i q8h = _mm256_loadu_si256((const __m256i *) (y.qs + 64 * j + 32));
-                const __m256i p16l = _mm256_madd_epi16(x.scale_l[j], _mm256_maddubs_epi16(x.q4l[j], q8l));
-                const __m256i p16h = _mm256_madd_epi16(x.scale_h[j], _mm256_maddubs_epi16(x.q4h[j], q8h));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * x.d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
         }
     }
     for (int r = 0; r < R; ++r) res[r] = q5 ? hsum8(acc[r]) + summs[r] : q4_K_total(acc[r], acc_m[r]);
@@ -499,14 +505,26 @@ void k4_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, fl
     for (int r = 0; r < R; ++r) {
         acc[r] = _mm512_setzero_ps(), acc_m[r] = _mm256_setzero_ps(), summs[r][0] = summs[r][1] = 0.0f;
     }
-    Q4KBlock x0, x1;
+    K4Scales x0, x1;
     for (int64_t b = 0; b < a.k / QK_K; ++b) {
-        decode(w0[b], x0);
-        decode(w1[b], x1);
-        __m512i q4l[4], q4h[4], scale_l[4], scale_h[4];
+        decode_scales(w0[b], x0);
+        decode_scales(w1[b], x1);
+        const __m256i hbits0 = qh_bits(w0[b]), hbits1 = qh_bits(w1[b]);
+        __m512i sumi[R];
+        for (int r = 0; r < R; ++r) sumi[r] = _mm512_setzero_si512();
         for (int j = 0; j < 4; ++j) {
-            q4l[j] = pair(x0.q4l[j], x1.q4l[j]), q4h[j] = pair(x0.q4h[j], x1.q4h[j]);
-            scale_l[j] = pair(x0.scale_l[j], x1.scale_l[j]), scale_h[j] = pair(x0.scale_h[j], x1.scale_h[j]);
+            __m256i lo0, hi0, lo1, hi1;
+            values_k4(w0[b], j, hbits0, lo0, hi0);
+            values_k4(w1[b], j, hbits1, lo1, hi1);
+            const __m512i lo = pair(lo0, lo1), hi = pair(hi0, hi1);
+            const __m512i scale_l = pair(scale_k4(x0.scales, 2 * j), scale_k4(x1.scales, 2 * j));
+            const __m512i scale_h = pair(scale_k4(x0.scales, 2 * j + 1), scale_k4(x1.scales, 2 * j + 1));
+            for (int r = 0; r < R; ++r) {
+                const int8_t * q8 = a.k_block(r0 + r, b)->qs + 64 * j;
+                const __m512i p16l = _mm512_madd_epi16(scale_l, _mm512_maddubs_epi16(lo, both_halves(q8)));
+                const __m512i p16h = _mm512_madd_epi16(scale_h, _mm512_maddubs_epi16(hi, both_halves(q8 + 32)));
+                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_add_epi32(p16l, p16h));
+            }
         }
         const __m256i mins = _mm256_inserti128_si256(_mm256_castsi128_si256(x0.mins), x1.mins, 1);
         for (int r = 0; r < R; ++r) {
@@ -520,14 +538,7 @@ void k4_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, fl
             } else {
                 acc_m[r] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m[r]);
             }
-            __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) {
-                const __m512i p16l = _mm512_madd_epi16(scale_l[j], _mm512_maddubs_epi16(q4l[j], both_halves(y.qs + 64 * j)));
-                const __m512i p16h =
-                    _mm512_madd_epi16(scale_h[j], _mm512_maddubs_epi16(q4h[j], both_halves(y.qs + 64 * j + 32)));
-                sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(p16l, p16h));
-            }
-            acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[r]);
+            acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[r]), acc[r]);
         }
     }
     for (int r = 0; r < R; ++r) {
