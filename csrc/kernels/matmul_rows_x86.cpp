@@ -323,38 +323,32 @@ void k4_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     for (int r = 0; r < R; ++r) res[r] = q5 ? hsum8(acc[r]) + summs[r] : q4_K_total(acc[r], acc_m[r]);
 }
 
-// A Q6_K weight block as ggml_vec_dot_q6_K_q8_K's AVX2 loop unpacks it: the 6-bit values as u8,
-// ggml's get_scale_shuffle(i) of the scales (scales 2i and 2i + 1, 8 lanes each), all 16 scales
-// as int16 (for 32 * (scales . bsums)).
-struct Q6KBlock {
-    float d;
-    __m256i scales_16;
-    __m256i q[8], sc[8];
-};
-
-void decode(const BlockQ6_K & w, Q6KBlock & o) {
+// A Q6_K weight block as ggml_vec_dot_q6_K_q8_K's AVX2 loop unpacks it, half j (128 values) at a
+// time where it is used, in registers: the 6-bit values as u8 and ggml's get_scale_shuffle(i) of
+// the scales (scales 2i and 2i + 1, 8 lanes each); all 16 scales as int16 (for 32 * (scales .
+// bsums)).
+void values_q6(const BlockQ6_K & w, int j, __m256i q[4], __m256i sc[4]) {
     const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
-    o.d = f16(w.d);
+    const __m256i bits1 = _mm256_loadu_si256((const __m256i *) (w.ql + 64 * j));
+    const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (w.ql + 64 * j + 32));
+    const __m256i bitsH = _mm256_loadu_si256((const __m256i *) (w.qh + 32 * j));
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bitsH, m3), 4);
+    const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(12)), 2);
+    const __m256i h2 = _mm256_and_si256(bitsH, _mm256_set1_epi8(48));
+    const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(-64)), 2);
+    q[0] = _mm256_or_si256(_mm256_and_si256(bits1, m15), h0);
+    q[1] = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m15), h2);
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m15), h3);
     const __m128i scales = _mm_loadu_si128((const __m128i *) w.scales);
-    o.scales_16 = _mm256_cvtepi8_epi16(scales);
-    for (int j = 0; j < 2; ++j) {
-        const __m256i bits1 = _mm256_loadu_si256((const __m256i *) (w.ql + 64 * j));
-        const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (w.ql + 64 * j + 32));
-        const __m256i bitsH = _mm256_loadu_si256((const __m256i *) (w.qh + 32 * j));
-        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bitsH, m3), 4);
-        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(12)), 2);
-        const __m256i h2 = _mm256_and_si256(bitsH, _mm256_set1_epi8(48));
-        const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(bitsH, _mm256_set1_epi8(-64)), 2);
-        o.q[4 * j + 0] = _mm256_or_si256(_mm256_and_si256(bits1, m15), h0);
-        o.q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
-        o.q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m15), h2);
-        o.q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m15), h3);
-    }
-    for (int i = 0; i < 8; ++i) {
+    for (int t = 0; t < 4; ++t) {
+        const int i = 4 * j + t;
         const __m128i pick = _mm_set_epi64x(0x0101010101010101LL * (2 * i + 1), 0x0101010101010101LL * (2 * i));
-        o.sc[i] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+        sc[t] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
     }
 }
+
+__m256i scales16_q6(const BlockQ6_K & w) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) w.scales)); }
 
 // R activation rows times one Q6_K weight row: ggml_vec_dot_q6_K_q8_K's AVX2 loop per row (6-bit
 // values as u8 times q8, scaled by pairs of lanes, less 32 * (scales . bsums); acc += d * sum per
@@ -364,26 +358,31 @@ void q6_K_rows(const void * wv, const Rows & a, int64_t r0, float * res) {
     const BlockQ6_K * w = (const BlockQ6_K *) wv;
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    Q6KBlock x;
     for (int64_t b = 0; b < a.k / QK_K; ++b) {
-        decode(w[b], x);
-        for (int r = 0; r < R; ++r) {
-            const BlockQ8_K & y = *a.k_block(r0 + r, b);
-            const float d = y.d * x.d;
-            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y.bsums);
-            const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, x.scales_16), 5);
-            __m256i sumi = _mm256_setzero_si256();
-            for (int j = 0; j < 2; ++j) {
+        __m256i sumi[R];
+        for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 2; ++j) {
+            __m256i q[4], sc[4];
+            values_q6(w[b], j, q, sc);
+            for (int r = 0; r < R; ++r) {
+                const int8_t * q8 = a.k_block(r0 + r, b)->qs + 128 * j;
                 __m256i p[4];
                 for (int t = 0; t < 4; ++t) {
-                    const __m256i q8 = _mm256_loadu_si256((const __m256i *) (y.qs + 128 * j + 32 * t));
-                    p[t] = _mm256_madd_epi16(x.sc[4 * j + t], _mm256_maddubs_epi16(x.q[4 * j + t], q8));
+                    const __m256i y = _mm256_loadu_si256((const __m256i *) (q8 + 32 * t));
+                    p[t] = _mm256_madd_epi16(sc[t], _mm256_maddubs_epi16(q[t], y));
                 }
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p[0], p[1]));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p[2], p[3]));
             }
-            sumi = _mm256_sub_epi32(sumi, q8sclsub);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+        const __m256i scales_16 = scales16_q6(w[b]);
+        const float dw = f16(w[b].d);
+        for (int r = 0; r < R; ++r) {
+            const BlockQ8_K & y = *a.k_block(r0 + r, b);
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y.bsums);
+            const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dw), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], q8sclsub)),
+                                     acc[r]);
         }
     }
     for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]);
@@ -559,30 +558,31 @@ void q6_K_pairs(const void * wv0, const void * wv1, const Rows & a, int64_t r0, 
     const BlockQ6_K * w1 = (const BlockQ6_K *) wv1;
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    Q6KBlock x0, x1;
     for (int64_t b = 0; b < a.k / QK_K; ++b) {
-        decode(w0[b], x0);
-        decode(w1[b], x1);
-        __m512i q[8], sc[8];
-        for (int i = 0; i < 8; ++i) q[i] = pair(x0.q[i], x1.q[i]), sc[i] = pair(x0.sc[i], x1.sc[i]);
-        const __m512i scales_16 = pair(x0.scales_16, x1.scales_16);
+        __m512i sumi[R];
+        for (int r = 0; r < R; ++r) sumi[r] = _mm512_setzero_si512();
+        for (int j = 0; j < 2; ++j) {
+            __m256i q0[4], sc0[4], q1[4], sc1[4];
+            values_q6(w0[b], j, q0, sc0);
+            values_q6(w1[b], j, q1, sc1);
+            __m512i q[4], sc[4];
+            for (int t = 0; t < 4; ++t) q[t] = pair(q0[t], q1[t]), sc[t] = pair(sc0[t], sc1[t]);
+            for (int r = 0; r < R; ++r) {
+                const int8_t * q8 = a.k_block(r0 + r, b)->qs + 128 * j;
+                __m512i p[4];
+                for (int t = 0; t < 4; ++t) p[t] = _mm512_madd_epi16(sc[t], _mm512_maddubs_epi16(q[t], both_halves(q8 + 32 * t)));
+                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_add_epi32(p[0], p[1]));
+                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_add_epi32(p[2], p[3]));
+            }
+        }
+        const __m512i scales_16 = pair(scales16_q6(w0[b]), scales16_q6(w1[b]));
+        const float d0 = f16(w0[b].d), d1 = f16(w1[b].d);
         for (int r = 0; r < R; ++r) {
             const BlockQ8_K & y = *a.k_block(r0 + r, b);
-            const __m512 d = pair_set1(y.d * x0.d, y.d * x1.d);
             const __m512i q8sums = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) y.bsums));
             const __m512i q8sclsub = _mm512_slli_epi32(_mm512_madd_epi16(q8sums, scales_16), 5);
-            __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 2; ++j) {
-                __m512i p[4];
-                for (int t = 0; t < 4; ++t) {
-                    p[t] = _mm512_madd_epi16(sc[4 * j + t],
-                                             _mm512_maddubs_epi16(q[4 * j + t], both_halves(y.qs + 128 * j + 32 * t)));
-                }
-                sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(p[0], p[1]));
-                sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(p[2], p[3]));
-            }
-            sumi = _mm512_sub_epi32(sumi, q8sclsub);
-            acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[r]);
+            acc[r] = _mm512_fmadd_ps(pair_set1(y.d * d0, y.d * d1), _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[r], q8sclsub)),
+                                     acc[r]);
         }
     }
     for (int r = 0; r < R; ++r) hsum_pair(acc[r], res0[r], res1[r]);
